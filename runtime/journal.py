@@ -1,0 +1,90 @@
+"""Append-only JSONL journal with size-based rotation, and a reader that forgives a torn tail.
+
+Each record is written as one line and flushed, so a crash at any moment
+leaves every complete line readable; the reader drops an incomplete or
+undecodable last line instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+from .records import dumps
+
+
+class Journal:
+    """Writes records to ``path``; rotates to ``path.1`` .. ``path.N`` past ``max_bytes``."""
+
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int = 64 * 1024 * 1024,
+                 backups: int = 3) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._fh: TextIO | None = None
+        self._inode: int | None = None
+        self._open()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8", newline="\n")
+        self._inode = os.fstat(self._fh.fileno()).st_ino
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record as one flushed line."""
+        if self._fh is None:
+            raise ValueError("journal is closed")
+        self._reopen_if_moved()
+        self._fh.write(dumps(record) + "\n")
+        self._fh.flush()
+        if self.max_bytes and self._fh.tell() >= self.max_bytes:
+            self._rotate()
+
+    def _reopen_if_moved(self) -> None:
+        """Follow logrotate-style moves: if our file is no longer at ``path``, start a new one."""
+        try:
+            moved = os.stat(self.path).st_ino != self._inode
+        except FileNotFoundError:
+            moved = True
+        if moved:
+            assert self._fh is not None
+            self._fh.close()
+            self._open()
+
+    def _rotate(self) -> None:
+        assert self._fh is not None
+        self._fh.close()
+        for i in range(self.backups - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
+        if self.backups > 0:
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        else:
+            self.path.unlink(missing_ok=True)
+        self._open()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Yield every complete record; a torn or corrupt last line is skipped, not raised.
+
+    A corrupt line in the middle (which our writer never produces) is skipped
+    too, so one bad line cannot hide the rest of a recording.
+    """
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                return  # torn tail: the writer died mid-line
+            try:
+                record = json.loads(raw)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if isinstance(record, dict):
+                yield record

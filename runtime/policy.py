@@ -1,0 +1,308 @@
+"""SpecPolicy: decides, once per decode step, how many draft steps to run.
+
+The same class runs inside SGLang's scheduler (one copy per tensor-parallel
+rank, through the specctl plugin) and inside the simulator. Every input is
+counted in scheduler steps, never read from a clock or a random source: with
+tensor parallelism each rank runs its own copy, and all copies must reach the
+same decision at the same step or the collectives hang.
+
+Vocabulary:
+- *step*: one call of :meth:`SpecPolicy.decide`, i.e. one decode batch.
+- *accepted*: accepted draft tokens of one request in one verify, not
+  counting the bonus token (so 0..steps).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Iterable, Literal, Mapping
+
+Mode = Literal["auto", "on", "off"]
+MODES: tuple[Mode, ...] = ("auto", "on", "off")
+# Reasons a switch happened; clients branch on these strings.
+REASONS = ("load", "quiet", "low_accept", "probe", "forced")
+
+# SGLang's /set_internal_state takes numbers only, so the mode travels as one.
+MODE_CODES: dict[Mode, int] = {"auto": 0, "on": 1, "off": 2}
+CODE_MODES: dict[int, Mode] = {v: k for k, v in MODE_CODES.items()}
+WIRE_PREFIX = "specctl_"
+RECENT_SWITCHES = 64
+
+
+class SettingsError(ValueError):
+    """A settings change that was refused as a whole; ``field`` names the culprit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Operator settings. Validated as a whole: a set is applied entirely or not at all."""
+
+    mode: Mode = "auto"
+    steps: int = 3  # draft steps when speculation is on
+    off_at: int = 64  # batch size at or above which auto turns speculation off
+    on_at: int = 32  # batch size at or below which auto turns it back on
+    min_accept: float = 0.0  # mean accepted draft tokens below which auto turns off; 0 disables
+    accept_window: int = 64  # verifies the acceptance mean is taken over
+    probe_after: int = 256  # steps after a low_accept switch before trying again
+    dwell: int = 8  # minimum steps between two automatic switches
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def with_changes(self, changes: Mapping[str, Any]) -> "PolicySettings":
+        """A new, validated settings object; raises SettingsError and changes nothing on bad input."""
+        known = {f.name for f in fields(self)}
+        for key in changes:
+            if key not in known:
+                raise SettingsError(str(key), f"unknown setting (known: {', '.join(sorted(known))})")
+        coerced = {key: _coerce(key, value) for key, value in changes.items()}
+        return replace(self, **coerced)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_wire(self, keys: Iterable[str] | None = None) -> dict[str, int | float]:
+        """The numeric ``server_args`` form that SGLang's /set_internal_state accepts."""
+        values = self.as_dict()
+        chosen = list(values) if keys is None else list(keys)
+        wire: dict[str, int | float] = {}
+        for key in chosen:
+            value = values[key]
+            wire[WIRE_PREFIX + key] = MODE_CODES[value] if key == "mode" else value
+        return wire
+
+
+_INT_FIELDS = ("steps", "off_at", "on_at", "accept_window", "probe_after", "dwell")
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Turn text or JSON numbers into the field's type, refusing anything lossy."""
+    if key == "mode":
+        if isinstance(value, str) and value.lower() in MODES:
+            return value.lower()
+        if isinstance(value, int) and not isinstance(value, bool) and value in CODE_MODES:
+            return CODE_MODES[value]
+        raise SettingsError(key, f"must be one of {', '.join(MODES)}, got {value!r}")
+    if isinstance(value, bool):
+        raise SettingsError(key, f"must be a number, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value) if key == "min_accept" else int(value.strip(), 10)
+        except ValueError:
+            kind = "a number" if key == "min_accept" else "an integer"
+            raise SettingsError(key, f"must be {kind}, got {value!r}") from None
+    if key in _INT_FIELDS:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int):
+            raise SettingsError(key, f"must be an integer, got {value!r}")
+        return value
+    if not isinstance(value, (int, float)):
+        raise SettingsError(key, f"must be a number, got {value!r}")
+    return float(value)
+
+
+def _validate(s: PolicySettings) -> None:
+    if s.mode not in MODES:
+        raise SettingsError("mode", f"must be one of {', '.join(MODES)}, got {s.mode!r}")
+    for key in _INT_FIELDS:
+        value = getattr(s, key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SettingsError(key, f"must be an integer, got {value!r}")
+    if not 1 <= s.steps <= 16:
+        raise SettingsError("steps", f"must be between 1 and 16, got {s.steps}")
+    if s.off_at < 1:
+        raise SettingsError("off_at", f"must be at least 1, got {s.off_at}")
+    if s.on_at < 0:
+        raise SettingsError("on_at", f"must be at least 0, got {s.on_at}")
+    if s.on_at >= s.off_at:
+        raise SettingsError("on_at", f"must be below off_at ({s.off_at}), got {s.on_at}")
+    if not isinstance(s.min_accept, (int, float)) or not math.isfinite(s.min_accept):
+        raise SettingsError("min_accept", f"must be a finite number, got {s.min_accept!r}")
+    if not 0.0 <= s.min_accept <= s.steps:
+        raise SettingsError("min_accept", f"must be between 0 and steps ({s.steps}), got {s.min_accept}")
+    if not 1 <= s.accept_window <= 100_000:
+        raise SettingsError("accept_window", f"must be between 1 and 100000, got {s.accept_window}")
+    if not 1 <= s.probe_after <= 10_000_000:
+        raise SettingsError("probe_after", f"must be between 1 and 10000000, got {s.probe_after}")
+    if not 0 <= s.dwell <= 1_000_000:
+        raise SettingsError("dwell", f"must be between 0 and 1000000, got {s.dwell}")
+
+
+def settings_from_wire(current: PolicySettings, wire: Mapping[str, Any]) -> PolicySettings:
+    """Apply the ``specctl_*`` keys of a /set_internal_state body; other keys are ignored."""
+    changes = {k[len(WIRE_PREFIX):]: v for k, v in wire.items() if k.startswith(WIRE_PREFIX)}
+    return current.with_changes(changes)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One change of the on/off state, and why."""
+
+    seq: int
+    step: int
+    on: bool
+    reason: str
+    batch_size: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class SpecPolicy:
+    """Deterministic on/off state machine over scheduler steps."""
+
+    def __init__(self, settings: PolicySettings | None = None) -> None:
+        self._settings = settings or PolicySettings()
+        self._pending: PolicySettings | None = None
+        self._step = 0
+        self._on = self._settings.mode != "off"
+        self._reason: str | None = None
+        self._last_switch_step: int | None = None
+        self._low_accept_since: int | None = None  # step of the low_accept switch, while off for it
+        self._accepts: deque[float] = deque(maxlen=self._settings.accept_window)
+        self._accept_sum = 0.0
+        self._switches: deque[Switch] = deque(maxlen=RECENT_SWITCHES)
+        self._switch_count = 0
+        self._verifies = 0
+        self._steps_on = 0
+        self._steps_off = 0
+        self._last_batch = 0
+
+    # -- settings -------------------------------------------------------
+    @property
+    def settings(self) -> PolicySettings:
+        return self._pending or self._settings
+
+    def apply(self, changes: Mapping[str, Any]) -> PolicySettings:
+        """Validate ``changes`` as a whole; they take effect at the next :meth:`decide`."""
+        new = self.settings.with_changes(changes)
+        self._pending = new
+        return new
+
+    def _take_pending(self) -> None:
+        if self._pending is None:
+            return
+        new, self._pending = self._pending, None
+        if new.accept_window != self._settings.accept_window:
+            self._accepts = deque(self._accepts, maxlen=new.accept_window)
+            self._accept_sum = float(sum(self._accepts))
+        self._settings = new
+
+    # -- per-step inputs ------------------------------------------------
+    def decide(self, batch_size: int) -> int:
+        """Called once per decode batch, before drafting: the draft steps to run (0 = off)."""
+        self._take_pending()
+        self._step += 1
+        self._last_batch = batch_size
+        s = self._settings
+        if s.mode == "on":
+            self._set(True, "forced", batch_size)
+        elif s.mode == "off":
+            self._set(False, "forced", batch_size)
+        else:
+            self._auto(batch_size)
+        if self._on:
+            self._steps_on += 1
+            return s.steps
+        self._steps_off += 1
+        return 0
+
+    def on_verify(self, accepted: Iterable[int | float]) -> None:
+        """Accepted draft tokens per request after one verify (bonus token not counted)."""
+        total = 0.0
+        count = 0
+        for a in accepted:
+            total += a
+            count += 1
+        if count == 0:
+            return
+        self._verifies += 1
+        mean = total / count
+        if len(self._accepts) == self._accepts.maxlen:
+            self._accept_sum -= self._accepts[0]
+        self._accepts.append(mean)
+        self._accept_sum += mean
+
+    # -- the automatic rules --------------------------------------------
+    def _auto(self, bs: int) -> None:
+        s = self._settings
+        if not self._dwelt():
+            return
+        if self._on:
+            if bs >= s.off_at:
+                self._set(False, "load", bs)
+            elif s.min_accept > 0 and self._window_full() and self.accept_mean() < s.min_accept:
+                self._set(False, "low_accept", bs)
+                self._low_accept_since = self._step
+        elif self._low_accept_since is not None:
+            if self._step - self._low_accept_since >= s.probe_after and bs < s.off_at:
+                self._set(True, "probe", bs)
+        elif bs <= s.on_at:
+            self._set(True, "quiet", bs)
+
+    def _dwelt(self) -> bool:
+        last = self._last_switch_step
+        return last is None or self._step - last >= self._settings.dwell
+
+    def _window_full(self) -> bool:
+        return len(self._accepts) == self._accepts.maxlen
+
+    def _set(self, on: bool, reason: str, bs: int) -> None:
+        if on == self._on:
+            return
+        self._on = on
+        self._reason = reason
+        self._last_switch_step = self._step
+        self._switch_count += 1
+        if on or reason != "low_accept":
+            self._low_accept_since = None
+        if on:  # a fresh window after every resume, so old acceptance cannot switch it off again
+            self._accepts.clear()
+            self._accept_sum = 0.0
+        self._switches.append(Switch(self._switch_count, self._step, on, reason, bs))
+
+    # -- read-out -------------------------------------------------------
+    @property
+    def on(self) -> bool:
+        return self._on
+
+    @property
+    def step(self) -> int:
+        return self._step
+
+    def accept_mean(self) -> float | None:
+        if not self._accepts:
+            return None
+        return self._accept_sum / len(self._accepts)
+
+    def recent_switches(self) -> list[Switch]:
+        return list(self._switches)
+
+    def state(self) -> dict[str, Any]:
+        """Plain JSON-able state, reported by /get_internal_state and the journal's ``spec``."""
+        s = self.settings
+        mean = self.accept_mean()
+        return {
+            "mode": s.mode,
+            "on": self._on,
+            "steps": s.steps if self._on else 0,
+            "reason": self._reason,
+            "switches": self._switch_count,
+            "step": self._step,
+            "last_switch_step": self._last_switch_step,
+            "batch_size": self._last_batch,
+            "accept_mean": None if mean is None else round(mean, 4),
+            "verifies": self._verifies,
+            "steps_on": self._steps_on,
+            "steps_off": self._steps_off,
+            "settings": s.as_dict(),
+            "recent_switches": [sw.as_dict() for sw in self._switches],
+        }
