@@ -1,0 +1,109 @@
+"""The ``specctl`` command line.
+
+Parsing only: every verb lives in its own module, imported when chosen, so
+``specctl status`` and ``specctl run --headless`` never import Textual.
+Exit codes: 0 ok, 1 refused, 2 usage, 3 no supervisor to talk to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from specctl import __version__
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_SUPERVISOR = 0, 1, 2, 3
+
+
+def _add_server_args(p: argparse.ArgumentParser) -> None:
+    """Arguments that choose and shape the model server a supervisor runs."""
+    g = p.add_argument_group("model server (default: the embedded simulator)")
+    g.add_argument("--model", help="target model path: launch a real SGLang server")
+    g.add_argument("--draft", help="EAGLE-3 draft model path (with --model)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
+    g.add_argument("--speculative-num-steps", type=int, default=3, dest="spec_steps",
+                   help="draft steps when speculation is on (default 3)")
+    g.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
+    g.add_argument("--attach", metavar="URL", help="supervise a server started elsewhere")
+    g.add_argument("--sim-preset", default="h200-llama8b", help="simulator preset (default h200-llama8b)")
+    g.add_argument("--sim-gpus", type=int, default=None, help="simulated GPUs (default: the preset's)")
+    g.add_argument("--sim-load", default="bursts",
+                   help="simulator load: idle, steady:c=N, ramp:from=A,to=B,period=S, bursts[:low=A,high=B,period=S]")
+    g.add_argument("--interval", type=float, default=0.5, help="seconds between samples (default 0.5)")
+    g.add_argument("--socket", help="control socket path (default $XDG_RUNTIME_DIR/specctl.sock)")
+    g.add_argument("--log", metavar="FILE.jsonl", help="journal file (JSONL)")
+    g.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="initial policy setting, e.g. --set off_at=48 (repeatable)")
+    g.add_argument("sglang_args", nargs=argparse.REMAINDER,
+                   help="after --: extra arguments passed to sglang.launch_server")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specctl", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"specctl {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
+
+    tui = sub.add_parser("tui", help="the live console (default: on the embedded simulator)")
+    tui.add_argument("--connect", metavar="SOCKET", help="view and steer a running supervisor")
+    _add_server_args(tui)
+
+    run = sub.add_parser("run", help="run a supervisor")
+    run.add_argument("--headless", action="store_true", help="no console: journal and control socket only")
+    _add_server_args(run)
+
+    replay = sub.add_parser("replay", help="play a journal back in the console")
+    replay.add_argument("file", metavar="FILE.jsonl")
+    replay.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1.0)")
+
+    for name, text in (("force-off", "force speculation off"), ("force-on", "force speculation on"),
+                       ("auto", "let the policy decide (default)")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--socket", help="control socket path")
+    setp = sub.add_parser("set", help="change thresholds, all or nothing: specctl set off_at=64 on_at=32")
+    setp.add_argument("pairs", nargs="+", metavar="KEY=VALUE")
+    setp.add_argument("--socket", help="control socket path")
+    status = sub.add_parser("status", help="the supervisor's latest snapshot")
+    status.add_argument("--json", action="store_true", help="print the latest sample as one JSON line")
+    status.add_argument("--socket", help="control socket path")
+    server = sub.add_parser("server", help="restart or stop the model server")
+    server.add_argument("action", choices=("restart", "stop", "start"))
+    server.add_argument("--socket", help="control socket path")
+    locate = sub.add_parser("locate", help="print where specctl keeps its socket, config and state")
+    locate.add_argument("--socket", help="control socket path")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "sglang_args", None) and args.sglang_args[0] == "--":
+        args.sglang_args = args.sglang_args[1:]
+    try:
+        return _dispatch(parser, args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.verb == "run":
+        if not args.headless:
+            parser.error("run needs --headless (the console is `specctl tui`)")
+        from .headless import run_headless
+
+        return run_headless(args)
+    if args.verb == "tui":
+        from .app_main import run_tui
+
+        return run_tui(args)
+    if args.verb == "replay":
+        from .app_main import run_replay
+
+        return run_replay(args)
+    from .verbs import run_verb
+
+    return run_verb(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
