@@ -1,0 +1,217 @@
+"""Model-server backends: the embedded simulator, a real SGLang server, or one started elsewhere.
+
+A backend owns at most one process *group*: it starts the server in a new
+session so that stopping it reaches every child (SGLang starts one scheduler
+process per tensor-parallel rank plus a detokenizer), and it stops the group
+with SIGTERM, then SIGKILL after a grace period. Its output is read line by
+line into a bounded tail, so a chatty server can neither fill a pipe nor our
+memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import psutil
+
+LOG_TAIL = 200
+
+
+class BackendError(RuntimeError):
+    """The server could not be started; the message says why in operator terms."""
+
+
+class Backend(Protocol):
+    """What the supervisor needs from a model server, whoever runs it."""
+
+    sim: bool
+    url: str | None
+    owns_process: bool
+
+    async def start(self) -> None: ...
+    def returncode(self) -> int | None: ...
+    @property
+    def pid(self) -> int | None: ...
+    def take_log(self) -> list[str]: ...
+    @property
+    def progress(self) -> dict[str, Any] | None: ...
+    async def stop(self) -> None: ...
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (the server binds it right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class ProcessBackend:
+    """Runs one command in its own process group and keeps a tail of its output."""
+
+    sim = False
+    owns_process = True
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None,
+                 stop_grace_s: float = 10.0,
+                 progress_parser: Callable[[str], dict[str, Any] | None] | None = None) -> None:
+        self.argv = argv
+        self.env = env
+        self.stop_grace_s = stop_grace_s
+        self.url: str | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._tail: deque[str] = deque(maxlen=LOG_TAIL)
+        self._fresh: list[str] = []
+        self._parse_progress = progress_parser
+        self._progress: dict[str, Any] | None = None
+
+    async def start(self) -> None:
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, env=self.env, start_new_session=True)
+        except OSError as exc:
+            raise BackendError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from exc
+        self._reader = asyncio.create_task(self._read_output(self._proc))
+
+    async def _read_output(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        while True:
+            try:
+                raw = await proc.stdout.readline()
+            except ValueError:  # a line longer than the stream limit: drop what was buffered
+                continue
+            if not raw:
+                return
+            line = raw.decode("utf-8", "replace").rstrip()
+            self._tail.append(line)
+            self._fresh.append(line)
+            del self._fresh[:-LOG_TAIL]
+            if self._parse_progress is not None:
+                self._progress = self._parse_progress(line) or self._progress
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        return self._progress
+
+    def returncode(self) -> int | None:
+        """The exit status once the server process has ended, else None."""
+        return None if self._proc is None else self._proc.returncode
+
+    def take_log(self) -> list[str]:
+        """Lines printed since the last call (at most LOG_TAIL)."""
+        fresh, self._fresh = self._fresh, []
+        return fresh
+
+    def tail(self) -> list[str]:
+        return list(self._tail)
+
+    async def stop(self) -> None:
+        """SIGTERM the whole group, SIGKILL what is left after the grace period; never raises."""
+        proc = self._proc
+        if proc is None:
+            return
+        family = _process_family(proc.pid)
+        if proc.returncode is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), self.stop_grace_s)
+            except asyncio.TimeoutError:
+                pass
+        _signal_group(proc.pid, signal.SIGKILL)
+        for p in family:  # children that left the group (setsid) still get stopped
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        with contextlib.suppress(ProcessLookupError):
+            await proc.wait()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+
+def _process_family(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+class SimBackend(ProcessBackend):
+    """The embedded simulator as a real HTTP server process on loopback."""
+
+    sim = True
+
+    def __init__(self, preset: str, gpus: int | None, load: str, settings: dict[str, Any],
+                 extra: list[str] | None = None, port: int = 0) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="specctl-sim-")
+        self._port_file = Path(self._dir.name) / "port"
+        argv = [sys.executable, "-m", "specctl.runtime.sim", "--host", "127.0.0.1",
+                "--port", str(port), "--port-file", str(self._port_file), "--preset", preset,
+                "--load", load]
+        if gpus is not None:
+            argv += ["--gpus", str(gpus)]
+        for key, value in settings.items():
+            argv += ["--set", f"{key}={value}"]
+        super().__init__(argv + list(extra or []), stop_grace_s=5.0)
+
+    async def start(self) -> None:
+        self._port_file.unlink(missing_ok=True)
+        self.url = None
+        await super().start()
+        port = await self._wait_for_port()
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def _wait_for_port(self, timeout_s: float = 60.0) -> int:
+        """The simulator writes its bound port to a file once it listens."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            if self.returncode() is not None:
+                raise BackendError("simulator exited during start-up: " + " | ".join(self.tail()[-5:]))
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                return int(self._port_file.read_text().strip())
+            await asyncio.sleep(0.05)
+        raise BackendError(f"simulator did not listen within {timeout_s:.0f} s")
+
+
+class AttachBackend:
+    """A server started elsewhere: we watch and steer it, but never start or stop it."""
+
+    sim = False
+    owns_process = False
+    pid = None
+    progress = None
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    async def start(self) -> None:
+        return None
+
+    def returncode(self) -> int | None:
+        return None
+
+    def take_log(self) -> list[str]:
+        return []
+
+    async def stop(self) -> None:
+        return None

@@ -1,0 +1,85 @@
+"""SupervisorConfig: everything a supervisor needs, validated before anything starts."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from . import paths
+from .policy import PolicySettings, SettingsError
+
+BackendKind = Literal["sim", "sglang", "attach"]
+
+
+class ConfigError(ValueError):
+    """A configuration mistake, worded for the operator who made it."""
+
+
+@dataclass
+class SupervisorConfig:
+    backend: BackendKind = "sim"
+    url: str | None = None  # for attach
+    model: str | None = None
+    draft: str | None = None
+    tp: int = 1
+    spec_steps: int = 3
+    port: int = 0
+    sglang_args: list[str] = field(default_factory=list)
+    sim_preset: str = "h200-llama8b"
+    sim_gpus: int | None = None
+    sim_load: str = "bursts"
+    sim_args: list[str] = field(default_factory=list)
+    interval: float = 0.5
+    socket_path: Path | None = None  # None: no control socket
+    journal_path: Path | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # initial policy settings
+    gpu_source: Literal["auto", "nvml", "sim", "none"] = "auto"
+    http_timeout: float = 2.0
+    restart_backoff: tuple[float, float] = (1.0, 30.0)  # first delay, cap
+
+    def __post_init__(self) -> None:
+        if not 0.05 <= self.interval <= 60:
+            raise ConfigError(f"--interval must be between 0.05 and 60 seconds, got {self.interval}")
+        if self.backend == "attach" and not self.url:
+            raise ConfigError("--attach needs a URL, e.g. --attach http://127.0.0.1:30000")
+        if self.backend == "sglang" and not (self.model and self.draft):
+            raise ConfigError("--model needs --draft (the EAGLE-3 draft model path)")
+        if not 1 <= self.tp <= 64:
+            raise ConfigError(f"--tp must be between 1 and 64, got {self.tp}")
+        if self.sim_gpus is not None and not 1 <= self.sim_gpus <= 16:
+            raise ConfigError(f"--sim-gpus must be between 1 and 16, got {self.sim_gpus}")
+        try:
+            PolicySettings(steps=self.spec_steps).with_changes(self.settings)
+        except SettingsError as exc:
+            raise ConfigError(f"--set {exc.field}: {exc.message}") from None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "SupervisorConfig":
+        """Build from the `specctl run`/`specctl tui` arguments."""
+        backend: BackendKind = "attach" if args.attach else "sglang" if args.model else "sim"
+        if args.attach and args.model:
+            raise ConfigError("choose one of --attach URL and --model")
+        if args.draft and not args.model:
+            raise ConfigError("--draft needs --model")
+        socket_path = Path(args.socket) if args.socket else paths.socket_path()
+        return cls(
+            backend=backend, url=args.attach, model=args.model, draft=args.draft, tp=args.tp,
+            spec_steps=args.spec_steps, port=args.port, sglang_args=list(args.sglang_args or []),
+            sim_preset=args.sim_preset, sim_gpus=args.sim_gpus, sim_load=args.sim_load,
+            interval=args.interval, socket_path=socket_path,
+            journal_path=Path(args.log) if args.log else None,
+            settings=parse_pairs(args.settings),
+        )
+
+
+def parse_pairs(pairs: list[str]) -> dict[str, str]:
+    """``["off_at=48", "on_at=16"]`` -> dict; values stay text, PolicySettings coerces them."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"expected KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,307 @@
+"""The supervisor: runs or attaches to a model server, samples it, journals, and obeys commands.
+
+Plain asyncio, one task polling at a fixed interval (the next poll is
+scheduled when the last one finished, so slow polls never pile up). Every
+record goes to the journal first and then to the hub, so the journal never
+drops anything while slow readers of the hub may.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from typing import Any
+
+from . import records
+from .backends import AttachBackend, Backend, BackendError, SimBackend
+from .commands import CommandHandler
+from .config import SupervisorConfig
+from .gpus import GpuSource, open_gpu_source
+from .hub import Hub
+from .journal import Journal
+from .procs import ProcSampler
+from .sglang_client import SGLangClient, ServerUnreachable
+
+log = logging.getLogger(__name__)
+RECENT = 200
+
+
+class Supervisor:
+    """Owns one model server (or watches one) for as long as it runs."""
+
+    def __init__(self, config: SupervisorConfig) -> None:
+        self.config = config
+        self.hub = Hub()
+        self.latest_sample: dict[str, Any] | None = None
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
+        self.backend: Backend = make_backend(config)
+        self.sim = self.backend.sim
+        self.state = "starting"
+        self.restarts = 0
+        self.commands = CommandHandler(self)
+        self._journal: Journal | None = None
+        self._control: Any = None
+        self._client: SGLangClient | None = None
+        self._gpus: GpuSource | None = None
+        self._procs: ProcSampler | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._polled = asyncio.Event()
+        self._attempt = 0
+        self._restart_at: float | None = None
+        self._last_seq: int | None = None
+        self._error: str | None = None
+        self._started_at = 0.0
+
+    # -- lifecycle ----------------------------------------------------------
+    async def start(self) -> None:
+        """Open the journal and socket, start the server, begin sampling."""
+        if self.config.journal_path is not None:
+            self._journal = Journal(self.config.journal_path)
+        if self.config.socket_path is not None:
+            from .control import ControlServer
+
+            self._control = ControlServer(self, self.config.socket_path)
+            await self._control.start()
+        self.emit(records.event("supervisor_start", backend=self.config.backend, sim=self.sim))
+        await self._start_backend()
+        self._task = asyncio.create_task(self._loop(), name="specctl-supervisor")
+
+    async def stop(self) -> None:
+        """Stop sampling, the socket and every process we started; idempotent."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._control is not None:
+            await self._control.stop()
+            self._control = None
+        await self.backend.stop()
+        for closer in (self._client, self._gpus):
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer.aclose()
+        self._client = self._gpus = None
+        if self._journal is not None:
+            self.emit(records.event("supervisor_stop"))
+            self._journal.close()
+            self._journal = None
+        self.hub.close()
+
+    def emit(self, record: dict[str, Any]) -> None:
+        """Journal first (never dropped), then everyone listening."""
+        if self._journal is not None:
+            try:
+                self._journal.write(record)
+            except OSError as exc:
+                log.error("journal write failed: %s", exc)
+        if record["kind"] != "sample":
+            self.recent.append(record)
+        self.hub.publish(record)
+
+    async def execute(self, cmd: str, args: dict[str, Any] | None, uid: int | None) -> dict[str, Any]:
+        """Run one control command; raises CommandError. See runtime/commands.py."""
+        return await self.commands.execute(cmd, args or {}, uid)
+
+    # -- the server process -------------------------------------------------
+    async def _start_backend(self) -> None:
+        self.state = "starting"
+        self._error = None
+        self._last_seq = 0 if self.backend.owns_process else None
+        loop = asyncio.get_running_loop()
+        self._started_at = loop.time()
+        try:
+            await self.backend.start()
+        except BackendError as exc:
+            self._error = str(exc)
+            self.emit(records.event("server_start_failed", error=str(exc)))
+            self._schedule_restart(None)
+            return
+        await self._reset_clients()
+        self.emit(records.event("server_start", pid=self.backend.pid, url=self.backend.url))
+
+    async def _reset_clients(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+        assert self.backend.url is not None
+        self._client = SGLangClient(self.backend.url, timeout=self.config.http_timeout)
+        if self._gpus is None or self.sim:
+            if self._gpus is not None:
+                await self._gpus.aclose()
+            self._gpus = open_gpu_source(self._gpu_kind(), self._client)
+        pid = self.backend.pid
+        self._procs = ProcSampler(pid) if pid is not None else None
+
+    def _gpu_kind(self) -> str:
+        kind = self.config.gpu_source
+        if kind == "auto":
+            return "sim" if self.sim else "nvml"
+        return kind
+
+    def _schedule_restart(self, returncode: int | None) -> None:
+        self._attempt += 1
+        first, cap = self.config.restart_backoff
+        delay = min(cap, first * 2 ** (self._attempt - 1))
+        self.state = "restarting"
+        self._restart_at = asyncio.get_running_loop().time() + delay
+        self.restarts += 1
+        self.emit(records.event("server_restart", attempt=self._attempt, delay_s=delay,
+                                returncode=returncode))
+
+    async def stop_server(self) -> None:
+        """Stop the server and keep it stopped until asked to start (a command)."""
+        await self.backend.stop()
+        self.state = "stopped"
+        self._restart_at = None
+        self.emit(records.event("server_stop", pid=self.backend.pid))
+
+    async def start_server(self) -> None:
+        self._attempt = 0
+        self._restart_at = None
+        await self._start_backend()
+
+    # -- sampling -----------------------------------------------------------
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            began = loop.time()
+            try:
+                await self._tick()
+            except Exception:  # a bug in one poll must not end supervision
+                log.exception("poll failed")
+            polled, self._polled = self._polled, asyncio.Event()
+            polled.set()
+            wait = max(0.0, self.config.interval - (loop.time() - began))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+            self._wake.clear()
+
+    async def poll_now(self, timeout: float = 5.0) -> None:
+        """Ask for a sample now and wait until it is published."""
+        polled = self._polled
+        self._wake.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(polled.wait(), timeout)
+
+    async def _tick(self) -> None:
+        await self._watch_process()
+        self._publish_log()
+        if self.state in ("stopped", "restarting") or self._client is None:
+            self.emit(await self._sample(None, None, None))
+            return
+        client = self._client
+        try:
+            healthy = await client.health()
+            metrics, info = (await asyncio.gather(client.metrics(), client.server_info())) if healthy else (None, None)
+        except ServerUnreachable as exc:
+            healthy, metrics, info, self._error = False, None, None, str(exc)
+        await self._note_health(healthy)
+        spec = _spec_state(info)
+        if spec is not None:
+            self._emit_switches(spec)
+        self.emit(await self._sample(metrics, info, spec))
+
+    async def _watch_process(self) -> None:
+        if not self.backend.owns_process or self.state == "stopped":
+            return
+        if self.state == "restarting":
+            if self._restart_at is not None and asyncio.get_running_loop().time() >= self._restart_at:
+                await self._start_backend()
+            return
+        code = self.backend.returncode()
+        if code is not None:
+            self.emit(records.event("server_exit", pid=self.backend.pid, returncode=code))
+            self._schedule_restart(code)
+
+    async def _note_health(self, healthy: bool) -> None:
+        if healthy and self.state != "ready":
+            self.state = "ready"
+            self._error = None
+            self._attempt = 0
+            self.emit(records.event("server_ready", url=self.backend.url))
+            await self.commands.push_desired()
+        elif not healthy and self.state == "ready":
+            self.state = "unreachable"
+            self.emit(records.event("server_unreachable", error=self._error))
+
+    def _emit_switches(self, spec: dict[str, Any]) -> None:
+        switches = spec.get("recent_switches") or []
+        newest = max((s.get("seq", 0) for s in switches), default=0)
+        if self._last_seq is None or newest < self._last_seq:  # attached late, or the server restarted
+            self._last_seq = newest
+            return
+        for sw in switches:
+            if sw.get("seq", 0) > self._last_seq:
+                self.emit(records.event("spec_switch", on=sw.get("on"), reason=sw.get("reason"),
+                                        batch_size=sw.get("batch_size"), step=sw.get("step")))
+        self._last_seq = newest
+
+    def _publish_log(self) -> None:
+        lines = self.backend.take_log()
+        if lines:
+            self.emit(records.event("server_log", lines=lines))
+
+    async def _sample(self, metrics: Any, info: dict[str, Any] | None,
+                      spec: dict[str, Any] | None) -> dict[str, Any]:
+        gpus: list[dict[str, Any]] = []
+        if self._gpus is not None:
+            try:
+                gpus = await self._gpus.sample()
+            except Exception as exc:  # the source reports per-GPU failures itself; this is a last guard
+                log.warning("GPU sampling failed: %s", exc)
+        procs = self._procs.sample() if self._procs is not None else []
+        sample = records.sample(self._server_fields(metrics, info), _public_spec(spec), gpus, procs,
+                                sim=self.sim)
+        self.latest_sample = sample
+        return sample
+
+    def _server_fields(self, m: Any, info: dict[str, Any] | None) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        return {
+            "state": self.state, "url": self.backend.url, "sim": self.sim,
+            "running": _field(m, "running"), "queued": _field(m, "queued"),
+            "gen_tps": _field(m, "gen_tps"), "accept_len": _field(m, "accept_len"),
+            "token_usage": _field(m, "token_usage"),
+            "decode_tokens_total": _field(m, "decode_tokens_total"),
+            "model": (info or {}).get("model_path"), "tp": (info or {}).get("tp_size"),
+            "pid": self.backend.pid, "restarts": self.restarts, "error": self._error,
+            "progress": self.backend.progress if self.state == "starting" else None,
+            "uptime_s": round(loop.time() - self._started_at, 3),
+        }
+
+
+def _field(metrics: Any, name: str) -> float | None:
+    return None if metrics is None else getattr(metrics, name, None)
+
+
+def _spec_state(info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The plugin's (or simulator's) policy state from /server_info, if it reports one."""
+    if not info:
+        return None
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        spec = states[0].get("specctl")
+        return spec if isinstance(spec, dict) else None
+    return None
+
+
+def _public_spec(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The sample's ``spec``: the policy state without its switch history (events carry that)."""
+    if spec is None:
+        return None
+    return {k: v for k, v in spec.items() if k != "recent_switches"}
+
+
+def make_backend(config: SupervisorConfig) -> Backend:
+    if config.backend == "attach":
+        assert config.url is not None
+        return AttachBackend(config.url)
+    if config.backend == "sglang":
+        from .sglang_backend import SGLangBackend
+
+        return SGLangBackend(config)
+    return SimBackend(config.sim_preset, config.sim_gpus, config.sim_load, config.settings,
+                      extra=config.sim_args, port=config.port)

@@ -1,0 +1,138 @@
+"""SpecPolicy: the rules, and the properties tensor parallelism depends on."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specctl.runtime.policy import (
+    REASONS,
+    PolicySettings,
+    SettingsError,
+    SpecPolicy,
+    settings_from_wire,
+)
+
+
+def run(policy: SpecPolicy, batches: list[int], accept: float = 2.0) -> list[int]:
+    out = []
+    for bs in batches:
+        steps = policy.decide(bs)
+        if steps:
+            policy.on_verify([min(accept, steps)] * max(bs, 1))
+        out.append(steps)
+    return out
+
+
+def test_load_turns_off_and_quiet_turns_back_on() -> None:
+    p = SpecPolicy(PolicySettings(off_at=64, on_at=32, dwell=0))
+    assert run(p, [10, 63]) == [3, 3]
+    assert p.decide(64) == 0
+    assert p.state()["reason"] == "load"
+    assert run(p, [40, 33]) == [0, 0], "hysteresis: between on_at and off_at nothing changes"
+    assert p.decide(32) == 3
+    assert p.state()["reason"] == "quiet"
+    assert [s.reason for s in p.recent_switches()] == ["load", "quiet"]
+
+
+def test_dwell_holds_the_state() -> None:
+    p = SpecPolicy(PolicySettings(off_at=64, on_at=32, dwell=5))
+    p.decide(100)  # step 1: dwell counts from the start only after a switch
+    assert not p.on
+    assert run(p, [1, 1, 1, 1]) == [0, 0, 0, 0]
+    assert p.decide(1) == 3  # step 6: five steps after the switch at step 1
+
+
+def test_low_accept_switches_off_then_probes() -> None:
+    p = SpecPolicy(PolicySettings(min_accept=1.0, accept_window=4, probe_after=10, dwell=0))
+    run(p, [8] * 4, accept=0.5)
+    assert p.decide(8) == 0
+    assert p.state()["reason"] == "low_accept"
+    assert run(p, [8] * 9) == [0] * 9, "no quiet return while off for low acceptance"
+    assert p.decide(8) == 3
+    assert p.state()["reason"] == "probe"
+    assert p.accept_mean() is None, "a resume starts a fresh acceptance window"
+
+
+def test_forced_modes_win_and_auto_resumes() -> None:
+    p = SpecPolicy(PolicySettings(dwell=100))
+    p.apply({"mode": "off"})
+    assert p.decide(1) == 0 and p.state()["reason"] == "forced"
+    p.apply({"mode": "on"})
+    assert run(p, [500, 500]) == [3, 3]
+    p.apply({"mode": "auto"})
+    assert p.decide(500) == 3, "dwell counts from the forced switch too"
+
+
+def test_settings_are_all_or_nothing_and_name_the_field() -> None:
+    p = SpecPolicy()
+    before = p.settings
+    with pytest.raises(SettingsError) as err:
+        p.apply({"off_at": 48, "on_at": 48})
+    assert err.value.field == "on_at"
+    assert p.settings == before
+    with pytest.raises(SettingsError, match="unknown setting"):
+        p.apply({"off_at": 48, "bogus": 1})
+    assert p.settings == before
+    assert p.apply({"off_at": "48", "on_at": 16, "min_accept": "0.8"}).off_at == 48
+
+
+@pytest.mark.parametrize("changes", [
+    {"steps": 0}, {"off_at": 0}, {"on_at": -1}, {"min_accept": float("nan")}, {"min_accept": 9},
+    {"dwell": True}, {"mode": "sometimes"}, {"accept_window": 1.5}, {"off_at": "ten"},
+])
+def test_bad_values_are_refused(changes: dict) -> None:
+    with pytest.raises(SettingsError):
+        PolicySettings().with_changes(changes)
+
+
+def test_wire_round_trip() -> None:
+    s = PolicySettings().with_changes({"mode": "off", "off_at": 48, "on_at": 16})
+    wire = s.to_wire(["mode", "off_at", "on_at"])
+    assert wire == {"specctl_mode": 2, "specctl_off_at": 48, "specctl_on_at": 16}
+    assert settings_from_wire(PolicySettings(), wire) == s
+
+
+settings_st = st.builds(
+    lambda off_at, gap, dwell, min_accept, window, probe: PolicySettings(
+        off_at=off_at, on_at=max(0, off_at - gap), dwell=dwell, min_accept=min_accept,
+        accept_window=window, probe_after=probe),
+    off_at=st.integers(1, 300), gap=st.integers(1, 300), dwell=st.integers(0, 20),
+    min_accept=st.sampled_from([0.0, 0.5, 1.5]), window=st.integers(1, 16), probe=st.integers(1, 50))
+inputs_st = st.lists(st.tuples(st.integers(0, 320), st.floats(0, 3)), max_size=300)
+
+
+@settings(max_examples=150, deadline=None)
+@given(settings_st, inputs_st)
+def test_two_copies_always_agree(s: PolicySettings, inputs: list[tuple[int, float]]) -> None:
+    a, b = SpecPolicy(s), SpecPolicy(s)
+    for bs, acc in inputs:
+        assert a.decide(bs) == b.decide(bs)
+        a.on_verify([acc] * (bs % 7 + 1))
+        b.on_verify([acc] * (bs % 7 + 1))
+    assert a.state() == b.state()
+
+
+@settings(max_examples=150, deadline=None)
+@given(settings_st, inputs_st)
+def test_auto_switches_respect_dwell_and_have_reasons(s: PolicySettings, inputs: list[tuple[int, float]]) -> None:
+    p = SpecPolicy(s)
+    for bs, acc in inputs:
+        if p.decide(bs):
+            p.on_verify([acc] * 3)
+    steps = [sw.step for sw in p.recent_switches()]
+    assert all(b - a >= s.dwell for a, b in zip(steps, steps[1:]))
+    assert all(sw.reason in REASONS and sw.reason != "forced" for sw in p.recent_switches())
+    assert p.state()["switches"] == len(steps) or len(steps) == 64
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["on", "off"]), inputs_st)
+def test_forced_mode_is_never_overridden(mode: str, inputs: list[tuple[int, float]]) -> None:
+    p = SpecPolicy(PolicySettings(min_accept=1.0, accept_window=2, probe_after=1, dwell=0))
+    p.apply({"mode": mode})
+    for bs, acc in inputs:
+        steps = p.decide(bs)
+        assert (steps > 0) == (mode == "on")
+        p.on_verify([acc])
