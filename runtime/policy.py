@@ -217,15 +217,17 @@ class SpecPolicy:
 
     def on_verify(self, accepted: Iterable[int | float]) -> None:
         """Accepted draft tokens per request after one verify (bonus token not counted)."""
-        total = 0.0
-        count = 0
-        for a in accepted:
-            total += a
-            count += 1
-        if count == 0:
+        values = accepted if isinstance(accepted, (list, tuple)) else list(accepted)
+        if not values:
             return
+        self._record_mean(sum(values) / len(values))
+
+    def on_verify_mean(self, mean: float) -> None:
+        """Same as :meth:`on_verify` for a caller that already holds the batch mean."""
+        self._record_mean(float(mean))
+
+    def _record_mean(self, mean: float) -> None:
         self._verifies += 1
-        mean = total / count
         if len(self._accepts) == self._accepts.maxlen:
             self._accept_sum -= self._accepts[0]
         self._accepts.append(mean)
