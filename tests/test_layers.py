@@ -1,0 +1,30 @@
+"""The headless half never loads the UI: proven in a fresh interpreter, as Harlequin does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEADLESS = [
+    "specctl.runtime.policy", "specctl.runtime.supervisor", "specctl.runtime.control",
+    "specctl.runtime.control_client", "specctl.runtime.sim.server", "specctl.console.cli",
+    "specctl.console.headless", "specctl.console.verbs",
+]
+
+
+@pytest.mark.parametrize("module", HEADLESS)
+def test_headless_modules_do_not_import_ui(module: str) -> None:
+    code = (f"import sys, importlib; importlib.import_module({module!r}); "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich') "
+            "or m.startswith(('specctl.widgets', 'specctl.themes')));"
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"{module} pulls in UI modules: {out.stdout.strip()}"
+
+
+def test_import_linter_contract_holds() -> None:
+    """pyproject's import-linter contract: runtime reaches neither console, widgets nor textual."""
+    out = subprocess.run(["lint-imports"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
