@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,5 +27,6 @@ def test_headless_modules_do_not_import_ui(module: str) -> None:
 
 def test_import_linter_contract_holds() -> None:
     """pyproject's import-linter contract: runtime reaches neither console, widgets nor textual."""
-    out = subprocess.run(["lint-imports"], capture_output=True, text=True)
+    lint = Path(sys.executable).parent / "lint-imports"
+    out = subprocess.run([str(lint)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
