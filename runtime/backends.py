@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ from typing import Any, Callable, Protocol
 import psutil
 
 LOG_TAIL = 200
+PR_SET_PDEATHSIG = 1
 
 
 class BackendError(RuntimeError):
@@ -78,7 +80,8 @@ class ProcessBackend:
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, env=self.env, start_new_session=True)
+                stderr=asyncio.subprocess.STDOUT, env=self.env, start_new_session=True,
+                preexec_fn=_die_with_parent)
         except OSError as exc:
             raise BackendError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from exc
         self._reader = asyncio.create_task(self._read_output(self._proc))
@@ -141,6 +144,15 @@ class ProcessBackend:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the supervisor dies without stopping us (kill -9)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the stop path still covers orderly exits
+        pass
 
 
 def _process_family(pid: int) -> list[psutil.Process]:

@@ -1,0 +1,111 @@
+"""End to end: `specctl run --headless` on the simulator, steered with the CLI, as an operator would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from pathlib import Path
+
+import pytest
+
+from specctl.runtime.journal import read_journal
+
+from headless_helpers import Headless, pid_alive, wait_for
+
+
+@pytest.fixture
+def sup(tmp_path: Path):
+    h = Headless(tmp_path, "--sim-load", "steady:c=200", "--sim-gpus", "2", "--set", "dwell=4")
+    yield h
+    h.stop()
+
+
+def test_load_switches_off_force_on_is_journaled_and_quiet_turns_it_back_on(sup: Headless) -> None:
+    switch = sup.wait_event("spec_switch", on=False)
+    assert switch["reason"] == "load" and switch["batch_size"] >= 64
+
+    out = sup.cli("force-on")
+    assert out.returncode == 0, out.stderr
+    cmd = wait_for(lambda: [r for r in sup.records("command") if r["cmd"] == "mode"], "the command line")[-1]
+    assert cmd["ok"] is True and cmd["uid"] == os.getuid() and cmd["args"] == {"mode": "on"}
+    status = sup.status()
+    assert status["kind"] == "sample" and status["sim"] is True
+    assert status["spec"]["mode"] == "on"
+    wait_for(lambda: sup.status()["spec"]["on"], "speculation on while forced")
+
+    assert sup.cli("auto").returncode == 0
+    sup.set_sim_load("steady:c=4")
+    back = sup.wait_event("spec_switch", on=True, reason="quiet")
+    assert back["batch_size"] <= 32
+    assert sup.status()["spec"]["mode"] == "auto"
+
+
+def test_set_is_all_or_nothing_from_the_cli(sup: Headless) -> None:
+    sup.ready_sample()
+    bad = sup.cli("set", "off_at=48", "on_at=60")
+    assert bad.returncode == 1 and "on_at" in bad.stderr
+    assert sup.status()["spec"]["settings"]["off_at"] == 64, "nothing applied"
+    good = sup.cli("set", "off_at=48", "on_at=16", "min_accept=0.8")
+    assert good.returncode == 0, good.stderr
+    settings = sup.status()["spec"]["settings"]
+    assert (settings["off_at"], settings["on_at"], settings["min_accept"]) == (48, 16, 0.8)
+
+
+def test_kill_9_of_the_simulator_is_journaled_and_sampling_resumes(sup: Headless) -> None:
+    first = sup.ready_sample()["server"]["pid"]
+    assert sup.cli("force-off").returncode == 0
+    os.kill(first, signal.SIGKILL)
+    exit_ = sup.wait_event("server_exit", pid=first)
+    assert exit_["returncode"] == -signal.SIGKILL
+    sup.wait_event("server_restart", attempt=1)
+    ready = wait_for(lambda: [s for s in sup.records("sample")
+                              if s["server"]["state"] == "ready" and s["server"]["pid"] != first],
+                     "samples from the restarted server")
+    assert ready[-1]["server"]["restarts"] == 1
+    # what the operator asked for survives the crash
+    wait_for(lambda: sup.status()["spec"]["mode"] == "off", "the forced mode restored after restart")
+
+
+def test_sigterm_stops_the_supervisor_and_everything_it_started(tmp_path: Path) -> None:
+    h = Headless(tmp_path, "--sim-load", "steady:c=8")
+    pid = h.ready_sample()["server"]["pid"]
+    assert h.stop() == 0
+    wait_for(lambda: not pid_alive(pid), "the simulator to be gone")
+    assert not h.socket.exists()
+    assert h.records("event")[-1]["event"] == "supervisor_stop"
+
+
+def test_kill_9_of_the_supervisor_leaves_a_readable_journal_and_no_orphans(tmp_path: Path) -> None:
+    h = Headless(tmp_path, "--sim-load", "steady:c=100", "--sim-gpus", "8")
+    pid = h.ready_sample()["server"]["pid"]
+    wait_for(lambda: len(h.records("sample")) > 10, "a few samples")
+    h.proc.kill()
+    h.proc.wait()
+    complete = [line for line in h.journal.read_bytes().split(b"\n")[:-1]]
+    recs = list(read_journal(h.journal))
+    assert len(recs) == len(complete) and all(json.loads(c) == r for c, r in zip(complete, recs))
+    wait_for(lambda: not pid_alive(pid), "the simulator to follow its supervisor")
+
+
+def test_socket_abuse_does_not_disturb_the_supervisor(sup: Headless) -> None:
+    sup.ready_sample()
+    for payload in (b"\xff\xfe\n", b"{not json\n", b'{"id": 1, "cmd": 7}\n', b"x" * (1 << 20) + b"\n",
+                    b'{"id": 2, "cmd": "set", "args": {"settings": {"off_at": "lots"}}}\n'):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(str(sup.socket))
+            s.recv(4096)  # greeting
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+            for line in answer.splitlines():
+                reply = json.loads(line)
+                assert reply["ok"] is False and isinstance(reply["error"]["code"], str)
+    assert sup.cli("force-off").returncode == 0
+    assert sup.status()["spec"]["mode"] == "off"
+    assert all(isinstance(r, dict) for r in read_journal(sup.journal))
+    assert sup.proc.poll() is None
