@@ -18,7 +18,7 @@ from . import records
 from .backends import AttachBackend, Backend, BackendError, SimBackend
 from .commands import CommandHandler
 from .config import SupervisorConfig
-from .gpus import GpuSource, open_gpu_source
+from .gpus import GpuSource, NvmlUnavailable, open_gpu_source
 from .hub import Hub
 from .journal import Journal
 from .procs import ProcSampler
@@ -131,15 +131,22 @@ class Supervisor:
         if self._gpus is None or self.sim:
             if self._gpus is not None:
                 await self._gpus.aclose()
-            self._gpus = open_gpu_source(self._gpu_kind(), self._client)
+            self._gpus = await self._open_gpus()
         pid = self.backend.pid
         self._procs = ProcSampler(pid) if pid is not None else None
 
-    def _gpu_kind(self) -> str:
+    async def _open_gpus(self) -> GpuSource | None:
+        """The simulator's GPUs or NVML; without a driver the samples say so (no GPUs) and we go on."""
         kind = self.config.gpu_source
+        if kind == "none":
+            return None
         if kind == "auto":
-            return "sim" if self.sim else "nvml"
-        return kind
+            kind = "sim" if self.sim else "nvml"
+        try:
+            return await open_gpu_source(kind, self._client)
+        except NvmlUnavailable as exc:
+            self.emit(records.event("gpu_unavailable", error=str(exc)))
+            return None
 
     def _schedule_restart(self, returncode: int | None) -> None:
         self._attempt += 1
