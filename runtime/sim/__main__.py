@@ -1,0 +1,113 @@
+"""``python -m specctl.runtime.sim``: run the simulator as an HTTP server process.
+
+It writes the bound port to ``--port-file`` (atomically: a temporary file,
+then a rename) and prints one ``specctl-sim listening on URL`` line once it
+listens; SIGTERM or SIGINT stop it cleanly with exit code 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from ..policy import SettingsError
+from .gpus import MAX_GPUS
+from .load import parse_load
+from .presets import DEFAULT_PRESET, PRESETS, get_preset
+from .server import SimConfig, SimServer, build_app
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m specctl.runtime.sim",
+                                 description="Simulated SGLang server with speculative decoding and specctl's policy.")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    ap.add_argument("--port-file", type=Path, help="write the bound port here once listening")
+    ap.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
+    ap.add_argument("--gpus", type=int, help=f"simulated GPU count, 1..{MAX_GPUS} (default: the preset's)")
+    ap.add_argument("--load", default="bursts", help="idle | steady:c=N | ramp:from=A,to=B,period=S | "
+                    "bursts:low=A,high=B,period=S,duty=F (default: bursts)")
+    ap.add_argument("--steps", type=int, help="draft steps when speculation is on (default: the preset's)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a policy setting, e.g. off_at=48 or mode=off (repeatable)")
+    ap.add_argument("--fail-gpu", type=int, action="append", default=[], metavar="INDEX",
+                    help="report this GPU as failed (repeatable)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--startup-delay", type=float, default=0.0, metavar="SECONDS",
+                    help="answer /health with 503 for this long")
+    return ap
+
+
+def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, SimConfig]:
+    """Parse and validate the command line; usage errors exit with code 2 and say what is wrong."""
+    ap = _parser()
+    ns = ap.parse_args(argv)
+    preset = get_preset(ns.preset)
+    changes: dict[str, object] = {}
+    if ns.steps is not None:
+        changes["steps"] = ns.steps
+    for item in ns.set:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            ap.error(f"--set expects KEY=VALUE, got {item!r}")
+        changes[key.strip()] = value.strip()
+    try:
+        preset.default_settings().with_changes(changes)
+        load = parse_load(ns.load)
+    except (SettingsError, ValueError) as exc:
+        ap.error(str(exc))
+    gpus = ns.gpus if ns.gpus is not None else preset.tp_size
+    if not 1 <= gpus <= MAX_GPUS:
+        ap.error(f"--gpus must be between 1 and {MAX_GPUS}, got {gpus}")
+    bad = [i for i in ns.fail_gpu if not 0 <= i < gpus]
+    if bad:
+        ap.error(f"--fail-gpu {bad[0]} is out of range for {gpus} GPU(s)")
+    if not 0.0 <= ns.startup_delay < 86_400:
+        ap.error("--startup-delay must be between 0 and 86400 seconds")
+    cfg = SimConfig(preset, gpus, load, changes, ns.seed, ns.startup_delay, frozenset(ns.fail_gpu))
+    return ns, cfg
+
+
+def _write_port(path: Path, port: int) -> None:
+    """Temporary file then rename, so a reader never sees a half-written port."""
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, path)
+
+
+async def _serve(ns: argparse.Namespace, cfg: SimConfig) -> None:
+    server = SimServer(cfg)
+    runner = web.AppRunner(build_app(server), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, ns.host, ns.port, shutdown_timeout=0.2)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    port = runner.addresses[0][1]
+    if ns.port_file is not None:
+        _write_port(ns.port_file, port)
+    print(f"specctl-sim listening on http://{ns.host}:{port}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns, cfg = config_from_args(argv)
+    asyncio.run(_serve(ns, cfg))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,372 @@
+"""Performance model of a speculative-decoding server, and the engine that runs it.
+
+The model prices one scheduler step from a few physical quantities (weight
+bytes over memory bandwidth versus FLOPs over compute, a per-token KV read,
+fixed overheads) so that presets can be calibrated against measurements
+rather than tuned point by point. The engine holds requests, admits them into
+a running batch, and advances one decode step at a time, asking the real
+:class:`SpecPolicy` how many draft steps to run, exactly as the specctl plugin
+does inside SGLang. It never sleeps: the live server paces it, the benchmarks
+run it as fast as the CPU allows. Given a seed, a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..policy import SpecPolicy
+
+# Decode steps the accept-length and throughput gauges average over; SGLang
+# logs (and updates those gauges) every 40 decode steps by default.
+GAUGE_STEPS = 40
+THROUGHPUT_WINDOW_S = 2.0
+
+
+@dataclass(frozen=True)
+class PerfParams:
+    """Costs of one tensor-parallel group, as effective (achieved) rates.
+
+    Rates are aggregates over the group: a TP-8 group reading 8 shards in
+    parallel has 8x one GPU's bandwidth, and its all-reduces live in the
+    overheads.
+    """
+
+    weight_bytes: float  # target weights read once per forward
+    flops_per_token: float  # target FLOPs per token (about 2 x parameters)
+    mem_bw: float  # effective bytes/s of weight streaming
+    compute: float  # effective FLOP/s of the target's GEMMs
+    decode_kv_s: float  # seconds per context token read by decode attention (all layers)
+    verify_kv_s: float  # the same in target-verify mode (a different, slower kernel on Triton)
+    step_overhead_s: float  # fixed cost of one target forward: launches, sampling, scheduler
+    draft_weight_bytes: float  # draft head, read once per draft forward
+    draft_flops_per_token: float
+    draft_kv_s: float  # seconds per context token in a draft forward (one layer)
+    draft_overhead_s: float  # fixed cost of one draft forward
+    prefill_overhead_s: float  # fixed cost of one prefill forward (CPU scheduling, no graph)
+    prefill_compute: float  # effective FLOP/s of prefill GEMMs
+    prefill_attn_s: float  # seconds per (prompt token)^2 of prefill attention
+    chunk_tokens: int = 8192  # chunked-prefill budget per prefill forward
+    off_overhead: float = 0.0  # fraction a decode step costs extra while specctl has drafting off
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Request shapes of the built-in load generator (uniform, inclusive)."""
+
+    input_min: int = 256
+    input_max: int = 768
+    output_min: int = 128
+    output_max: int = 384
+
+
+def alpha_for(accept_len: float, steps: int) -> float:
+    """Per-token acceptance probability that gives ``accept_len`` (bonus included) at ``steps``.
+
+    With a per-token acceptance ``a``, accepted drafts follow a geometric law
+    truncated at ``steps``: mean accept length = 1 + a + a^2 + ... + a^steps.
+    Solved by bisection because the sum has no closed inverse.
+    """
+    if not 1.0 <= accept_len <= steps + 1:
+        raise ValueError(f"accept_len must be between 1 and steps+1 ({steps + 1}), got {accept_len}")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if mean_accept_len(mid, steps) < accept_len:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def mean_accept_len(alpha: float, steps: int) -> float:
+    """Expected tokens per verify (accepted drafts plus the bonus token)."""
+    return 1.0 + sum(alpha**k for k in range(1, steps + 1))
+
+
+def decode_s(p: PerfParams, bs: int, ctx_tokens: int) -> float:
+    """One decode forward without speculation: a roofline GEMM term plus the KV read."""
+    gemm = max(p.weight_bytes / p.mem_bw, bs * p.flops_per_token / p.compute)
+    return p.step_overhead_s + gemm + ctx_tokens * p.decode_kv_s
+
+
+def off_s(p: PerfParams, bs: int, ctx_tokens: int) -> float:
+    """A step with specctl's drafting off: what no speculation costs, plus ``off_overhead``."""
+    return decode_s(p, bs, ctx_tokens) * (1.0 + p.off_overhead)
+
+
+def draft_forward_s(p: PerfParams, tokens: int, ctx_tokens: int) -> float:
+    """One forward of the draft head over ``tokens`` query tokens."""
+    gemm = max(p.draft_weight_bytes / p.mem_bw, tokens * p.draft_flops_per_token / p.compute)
+    return p.draft_overhead_s + gemm + ctx_tokens * p.draft_kv_s
+
+
+def spec_s(p: PerfParams, bs: int, ctx_tokens: int, steps: int) -> float:
+    """One speculative cycle: ``steps`` draft forwards, a verify of steps+1 tokens, a draft extend."""
+    tokens = bs * (steps + 1)
+    drafts = steps * draft_forward_s(p, bs, ctx_tokens)
+    gemm = max(p.weight_bytes / p.mem_bw, tokens * p.flops_per_token / p.compute)
+    verify = p.step_overhead_s + gemm + ctx_tokens * p.verify_kv_s
+    return drafts + verify + draft_forward_s(p, tokens, ctx_tokens)
+
+
+def prefill_s(p: PerfParams, prompt_lens: list[int], with_draft: bool) -> float:
+    """Prefill of newly admitted prompts, in chunks of ``chunk_tokens``; the draft too when drafting."""
+    tokens = sum(prompt_lens)
+    if tokens == 0:
+        return 0.0
+    chunks = math.ceil(tokens / p.chunk_tokens)
+    gemm = max(chunks * p.weight_bytes / p.mem_bw, tokens * p.flops_per_token / p.prefill_compute)
+    attn = sum(n * n for n in prompt_lens) * p.prefill_attn_s
+    total = chunks * p.prefill_overhead_s + gemm + attn
+    if with_draft:
+        total += chunks * p.draft_overhead_s + tokens * p.draft_flops_per_token / p.prefill_compute
+    return total
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One request in the simulated server; times are simulated seconds."""
+
+    rid: int
+    input_len: int
+    output_len: int
+    tag: str
+    arrived: float
+    done: int = 0  # output tokens produced
+    decode_steps: int = 0  # decode steps it took part in (SGLang's spec_verify_ct)
+    finished_at: float | None = None
+
+    @property
+    def remaining(self) -> int:
+        return self.output_len - self.done
+
+    @property
+    def accept_len(self) -> float | None:
+        """Tokens per decode step, as SGLang's meta_info ``spec_accept_length``."""
+        return self.done / self.decode_steps if self.decode_steps else None
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What one :meth:`SimEngine.step` did."""
+
+    duration: float
+    batch_size: int
+    steps: int  # draft steps run (0 = no drafting)
+    tokens: int  # output tokens produced
+    prefill_tokens: int
+    finished: tuple[SimRequest, ...]
+
+
+@dataclass
+class _Gauges:
+    """Rolling windows behind SGLang's gauges."""
+
+    accept: deque[float] = field(default_factory=lambda: deque(maxlen=GAUGE_STEPS))
+    tokens: deque[tuple[float, float, int]] = field(default_factory=deque)  # (end, duration, tokens)
+
+
+class SimEngine:
+    """A simulated scheduler: a queue, a running batch, and one decode step per :meth:`step`.
+
+    ``policy`` is None for a server that has no speculation at all (the
+    "nospec" baseline); otherwise the policy's answer picks between a
+    speculative cycle and the off state each step.
+    """
+
+    def __init__(self, params: PerfParams, workload: Workload, *, policy: SpecPolicy | None,
+                 accept_len: float, accept_steps: int, max_running: int, kv_pool_tokens: int,
+                 seed: int = 0) -> None:
+        self.params = params
+        self.workload = workload
+        self.policy = policy
+        self.alpha = alpha_for(accept_len, accept_steps)
+        self.max_running = max_running
+        self.kv_pool_tokens = kv_pool_tokens
+        self.now = 0.0
+        self.running: list[SimRequest] = []
+        self.queue: deque[SimRequest] = deque()
+        self.ctx_tokens = 0
+        self.decode_tokens_total = 0
+        self.prefill_tokens_total = 0
+        self.busy_s = 0.0  # simulated time spent computing (GPU utilisation)
+        self.on_finish: Callable[[SimRequest], None] | None = None
+        self._accept_rng = random.Random(seed)
+        self._length_rng = random.Random(seed ^ 0x5EED)
+        self._log_alpha = math.log(self.alpha) if self.alpha > 0 else -math.inf
+        self._next_rid = 0
+        self._by_tag: dict[str, int] = {}
+        self._gauges = _Gauges()
+        self.last_steps = 0
+
+    # -- requests ------------------------------------------------------
+    def submit(self, input_len: int, output_len: int, tag: str = "load") -> SimRequest:
+        """Queue a request; it is admitted at the next step if the batch has room."""
+        req = SimRequest(self._next_rid, max(1, input_len), max(1, output_len), tag, self.now)
+        self._next_rid += 1
+        self.queue.append(req)
+        self._by_tag[tag] = self._by_tag.get(tag, 0) + 1
+        return req
+
+    def submit_random(self, tag: str = "load") -> SimRequest:
+        """Queue a request shaped like the workload (the load generator's requests)."""
+        w = self.workload
+        rng = self._length_rng
+        return self.submit(rng.randint(w.input_min, w.input_max), rng.randint(w.output_min, w.output_max), tag)
+
+    def in_flight(self, tag: str) -> int:
+        """Requests of ``tag`` queued or running."""
+        return self._by_tag.get(tag, 0)
+
+    def abort(self, req: SimRequest) -> None:
+        """Drop a request whose client went away, as SGLang aborts it."""
+        if req.finished_at is not None:
+            return
+        if req in self.queue:
+            self.queue.remove(req)
+        elif req in self.running:
+            self.running.remove(req)
+            self.ctx_tokens -= req.input_len + req.done
+        else:
+            return
+        req.finished_at = self.now
+        self._by_tag[req.tag] -= 1
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.queue)
+
+    # -- time ----------------------------------------------------------
+    def idle_until(self, t: float) -> None:
+        """Advance the clock with nothing to do (the gauges decay as SGLang's do)."""
+        if t > self.now:
+            self._gauges.tokens.append((t, t - self.now, 0))
+            self.now = t
+
+    def step(self) -> StepReport | None:
+        """Admit what fits, prefill it, run one decode step; None when there is nothing to run."""
+        if not self.has_work:
+            return None
+        drafting = self.policy is not None and self.policy.on
+        prompts = self._admit()
+        duration = prefill_s(self.params, prompts, with_draft=drafting)
+        bs = len(self.running)
+        steps = self.policy.decide(bs) if self.policy is not None else 0
+        if steps > 0:
+            duration += spec_s(self.params, bs, self.ctx_tokens, steps)
+            tokens, finished = self._advance_spec(steps)
+        else:
+            cost = off_s if self.policy is not None else decode_s
+            duration += cost(self.params, bs, self.ctx_tokens)
+            tokens, finished = self._advance_plain()
+        self.now += duration
+        self.busy_s += duration
+        self.last_steps = steps
+        self._record(duration, tokens)
+        self.prefill_tokens_total += sum(prompts)
+        for req in finished:
+            req.finished_at = self.now
+            self._by_tag[req.tag] -= 1
+            if self.on_finish is not None:
+                self.on_finish(req)
+        return StepReport(duration, bs, steps, tokens, sum(prompts), tuple(finished))
+
+    def _admit(self) -> list[int]:
+        """Move queued requests into the batch within max_running, the KV pool and one chunk budget."""
+        prompts: list[int] = []
+        budget = self.params.chunk_tokens
+        while self.queue and len(self.running) < self.max_running:
+            req = self.queue[0]
+            if prompts and req.input_len > budget:
+                break
+            if self.ctx_tokens + req.input_len > self.kv_pool_tokens and self.running:
+                break
+            self.queue.popleft()
+            self.running.append(req)
+            self.ctx_tokens += req.input_len
+            prompts.append(req.input_len)
+            budget -= req.input_len
+        return prompts
+
+    def _advance_plain(self) -> tuple[int, list[SimRequest]]:
+        """Every running request gains one token."""
+        finished: list[SimRequest] = []
+        for req in self.running:
+            req.done += 1
+            req.decode_steps += 1
+            if req.done >= req.output_len:
+                finished.append(req)
+        n = len(self.running)
+        self.ctx_tokens += n
+        self._gauges.accept.append(1.0)
+        self._drop(finished)
+        return n, finished
+
+    def _advance_spec(self, steps: int) -> tuple[int, list[SimRequest]]:
+        """Each request gains its accepted drafts plus the bonus token; the policy sees the drafts."""
+        accepted = self._draw_accepted(len(self.running), steps)
+        finished: list[SimRequest] = []
+        tokens = 0
+        for req, a in zip(self.running, accepted):
+            gain = min(a + 1, req.remaining)
+            req.done += gain
+            req.decode_steps += 1
+            tokens += gain
+            if req.done >= req.output_len:
+                finished.append(req)
+        self.ctx_tokens += tokens
+        assert self.policy is not None
+        self.policy.on_verify(accepted)
+        self._gauges.accept.append(1.0 + sum(accepted) / len(accepted))
+        self._drop(finished)
+        return tokens, finished
+
+    def _draw_accepted(self, n: int, steps: int) -> list[int]:
+        """Accepted drafts per request: a geometric law in ``alpha`` truncated at ``steps``.
+
+        Inverse-CDF sampling (one uniform draw each) keeps batch 256 cheap.
+        """
+        log_a = self._log_alpha
+        if log_a >= 0.0:
+            return [steps] * n
+        if log_a == -math.inf:
+            return [0] * n
+        rand = self._accept_rng.random
+        log = math.log
+        return [min(steps, int(log(1.0 - rand()) / log_a)) for _ in range(n)]
+
+    def _drop(self, finished: list[SimRequest]) -> None:
+        if not finished:
+            return
+        gone = set(map(id, finished))
+        self.running = [r for r in self.running if id(r) not in gone]
+        self.ctx_tokens -= sum(r.input_len + r.done for r in finished)
+
+    def _record(self, duration: float, tokens: int) -> None:
+        self.decode_tokens_total += tokens
+        window = self._gauges.tokens
+        window.append((self.now, duration, tokens))
+        while window and window[0][0] < self.now - THROUGHPUT_WINDOW_S:
+            window.popleft()
+
+    # -- gauges --------------------------------------------------------
+    def gen_throughput(self) -> float:
+        """Output tokens/s over the last couple of simulated seconds (SGLang's gen_throughput)."""
+        window = self._gauges.tokens
+        while window and window[0][0] < self.now - THROUGHPUT_WINDOW_S:
+            window.popleft()
+        span = sum(d for _, d, _ in window)
+        return sum(n for _, _, n in window) / span if span > 0 else 0.0
+
+    def accept_len(self) -> float:
+        """Mean tokens per verify over the last decode steps; steps without drafting count 1.0, as in SGLang."""
+        acc = self._gauges.accept
+        return sum(acc) / len(acc) if acc else 1.0
+
+    def token_usage(self) -> float:
+        """Fraction of the KV pool holding context."""
+        return self.ctx_tokens / self.kv_pool_tokens

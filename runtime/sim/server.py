@@ -1,0 +1,376 @@
+"""The simulator's HTTP server: SGLang's endpoints over a real-time engine.
+
+An asyncio task paces the engine against the monotonic clock in ticks: each
+tick runs as many simulated steps as fit in the real time that passed, so the
+CPU sleeps between ticks while the simulated server keeps its throughput.
+Handlers only read the engine or queue requests into it; every mutation
+happens on the event loop thread, so no locks are needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ..policy import SettingsError, SpecPolicy, WIRE_PREFIX, settings_from_wire
+from .gpus import SimGpus
+from .load import LoadDriver, LoadSpec, parse_load
+from .model import SimEngine, SimRequest
+from .presets import Preset
+
+TICK_S = 0.025
+CPU_BUDGET_S = 0.015  # per tick; beyond it the simulated clock falls behind rather than hog the CPU
+MAX_LAG_S = 1.0  # lag beyond this is dropped, not caught up, so a stall does not cause a burst
+SGLANG_VERSION = "0.5.17"  # the SGLang release whose endpoints the simulator answers like
+MAX_PROMPT_TOKENS = 131_072
+MAX_NEW_TOKENS = 131_072
+HTTP_TAG = "http"
+_WORDS = ("the", "model", "drafts", "tokens", "and", "verifies", "them", "in", "one", "pass")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything the command line decides."""
+
+    preset: Preset
+    gpus: int
+    load: LoadSpec
+    policy_changes: dict[str, Any]
+    seed: int = 0
+    startup_delay_s: float = 0.0
+    failed_gpus: frozenset[int] = frozenset()
+
+
+class BadRequest(Exception):
+    """A client error; becomes a 400 JSON answer."""
+
+
+class SimServer:
+    """Engine, policy, load generator and GPUs, served over aiohttp."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        p = cfg.preset
+        self.policy = SpecPolicy(p.default_settings().with_changes(cfg.policy_changes))
+        self.engine: SimEngine = p.engine(self.policy, seed=cfg.seed)
+        self.engine.on_finish = self._finished
+        self.driver = LoadDriver(cfg.load)
+        self.gpus = SimGpus(p.gpu, cfg.gpus, mem_fraction_static=p.mem_fraction_static, seed=cfg.seed,
+                            preset=p.name, failed=cfg.failed_gpus)
+        self._waiters: dict[int, asyncio.Future[SimRequest]] = {}
+        self._started = time.monotonic()
+        self._lag_dropped_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+
+    # -- the real-time loop ---------------------------------------------
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="specctl-sim-engine")
+
+    async def stop(self) -> None:
+        """Stop the engine and answer waiting /generate calls with 503."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(ConnectionAbortedError("simulator stopping"))
+        self._waiters.clear()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        offset = self.engine.now - loop.time()  # simulated time = real time + offset
+        last = loop.time()
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = loop.time()
+            busy0, sim0 = self.engine.busy_s, self.engine.now
+            self._advance(now + offset)
+            lag = now + offset - self.engine.now
+            if lag > MAX_LAG_S:
+                offset -= lag
+                self._lag_dropped_s += lag
+            span = self.engine.now - sim0
+            busy = (self.engine.busy_s - busy0) / span if span > 0 else 0.0
+            self.gpus.update(now - last, busy, len(self.engine.running))
+            last = now
+
+    def _advance(self, target: float) -> None:
+        """Run simulated steps up to ``target`` (or the tick's CPU budget)."""
+        engine = self.engine
+        deadline = time.perf_counter() + CPU_BUDGET_S
+        while engine.now < target:
+            self.driver.top_up(engine)
+            if not engine.has_work:
+                engine.idle_until(target)
+                return
+            engine.step()
+            if time.perf_counter() > deadline:
+                return
+
+    def _finished(self, req: SimRequest) -> None:
+        fut = self._waiters.pop(req.rid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(req)
+
+    @property
+    def ready(self) -> bool:
+        return time.monotonic() - self._started >= self.cfg.startup_delay_s
+
+    # -- read-outs ------------------------------------------------------
+    def internal_state(self) -> dict[str, Any]:
+        """What SGLang's scheduler reports per DP rank, plus the specctl policy's state."""
+        e = self.engine
+        return {
+            "specctl": self.policy.state(),
+            "avg_spec_accept_length": round(e.accept_len(), 4),
+            "last_gen_throughput": round(e.gen_throughput(), 2),
+            "num_running_reqs": len(e.running),
+            "num_queue_reqs": len(e.queue),
+            "token_usage": round(e.token_usage(), 4),
+        }
+
+    def server_info(self) -> dict[str, Any]:
+        p = self.cfg.preset
+        steps = self.policy.settings.steps
+        return {
+            "model_path": p.model_path,
+            "served_model_name": p.model_path,
+            "tp_size": p.tp_size,
+            "dp_size": 1,
+            "speculative_algorithm": "EAGLE3",
+            "speculative_draft_model_path": p.draft_model_path,
+            "speculative_num_steps": steps,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": steps + 1,
+            "max_running_requests": p.max_running,
+            "max_total_num_tokens": p.kv_pool_tokens,
+            "mem_fraction_static": p.mem_fraction_static,
+            "version": SGLANG_VERSION,
+            "internal_states": [self.internal_state()],
+            "specctl_sim": {
+                "preset": p.name,
+                "description": p.description,
+                "gpus": self.cfg.gpus,
+                "failed_gpus": sorted(self.cfg.failed_gpus),
+                "load": str(self.driver.spec),
+                "load_target": self.driver.target(self.engine.now),
+                "seed": self.cfg.seed,
+                "sim_time_s": round(self.engine.now, 3),
+                "lag_dropped_s": round(self._lag_dropped_s, 3),
+            },
+        }
+
+    # -- /generate --------------------------------------------------------
+    async def generate(self, body: Any) -> dict[str, Any]:
+        """Queue one request and answer when its simulated tokens are done."""
+        prompt_tokens, max_new = _parse_generate(body)
+        t0 = self.engine.now
+        if max_new == 0:
+            return _generate_answer(prompt_tokens, [], None, 0.0, 0)
+        req = self.engine.submit(prompt_tokens, max_new, HTTP_TAG)
+        fut: asyncio.Future[SimRequest] = asyncio.get_running_loop().create_future()
+        self._waiters[req.rid] = fut
+        try:
+            done = await fut
+        finally:
+            if self._waiters.pop(req.rid, None) is not None:
+                self.engine.abort(req)  # the client left before the answer
+        ids = _output_ids(self.cfg.seed, done.rid, done.done)
+        return _generate_answer(prompt_tokens, ids, done.accept_len, done.finished_at - t0, done.decode_steps)
+
+    # -- /set_internal_state ----------------------------------------------
+    def set_internal_state(self, body: Any) -> list[bool]:
+        """Apply ``specctl_*`` server_args all-or-nothing; ``[false]`` for unknown keys or bad values."""
+        if not isinstance(body, dict) or not isinstance(body.get("server_args"), dict):
+            raise BadRequest('body must be a JSON object with a "server_args" object')
+        args: dict[str, Any] = body["server_args"]
+        for key, value in args.items():
+            if not key.startswith(WIRE_PREFIX) or isinstance(value, bool) or not isinstance(value, (int, float)):
+                return [False]
+        try:
+            new = settings_from_wire(self.policy.settings, args)
+        except SettingsError:
+            return [False]
+        self.policy.apply(new.as_dict())
+        return [True]
+
+
+def _parse_generate(body: Any) -> tuple[int, int]:
+    """Prompt length and max_new_tokens from an SGLang /generate body; BadRequest on anything else."""
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    if body.get("stream"):
+        raise BadRequest("streaming is not supported by the simulator")
+    ids, text = body.get("input_ids"), body.get("text")
+    if ids is not None:
+        if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
+            raise BadRequest("input_ids must be a non-empty list of integers (batches are not supported)")
+        prompt = len(ids)
+    elif isinstance(text, str) and text:
+        prompt = max(1, -(-len(text) // 4))  # about four characters a token
+    else:
+        raise BadRequest('give "input_ids" (list of integers) or "text" (a non-empty string)')
+    if prompt > MAX_PROMPT_TOKENS:
+        raise BadRequest(f"prompt of {prompt} tokens is longer than {MAX_PROMPT_TOKENS}")
+    sp = body.get("sampling_params", {})
+    if not isinstance(sp, dict):
+        raise BadRequest("sampling_params must be an object")
+    max_new = sp.get("max_new_tokens", 128)
+    if type(max_new) is not int or not 0 <= max_new <= MAX_NEW_TOKENS:
+        raise BadRequest(f"sampling_params.max_new_tokens must be an integer 0..{MAX_NEW_TOKENS}")
+    return prompt, max_new
+
+
+def _output_ids(seed: int, rid: int, n: int) -> list[int]:
+    """Deterministic stand-in token ids (a Llama-3 vocabulary has 128256)."""
+    rng = random.Random(seed * 1_000_003 + rid)
+    return [rng.randrange(128_256) for _ in range(n)]
+
+
+def _generate_answer(prompt: int, ids: list[int], accept: float | None, latency: float,
+                     verifies: int) -> dict[str, Any]:
+    return {
+        "text": " ".join(_WORDS[i % len(_WORDS)] for i in ids),
+        "output_ids": ids,
+        "meta_info": {
+            "prompt_tokens": prompt,
+            "completion_tokens": len(ids),
+            "finish_reason": {"type": "length", "length": len(ids)},
+            "spec_accept_length": None if accept is None else round(accept, 4),
+            "spec_verify_ct": verifies,
+            "e2e_latency": round(latency, 6),
+        },
+    }
+
+
+class _Collector:
+    """Builds the /metrics families from the engine at scrape time."""
+
+    LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
+
+    def __init__(self, server: SimServer) -> None:
+        self.server = server
+
+    def collect(self) -> Any:
+        s = self.server
+        e, state = s.engine, s.policy.state()
+        values = (s.cfg.preset.model_path, "unified", "0", "0", "0")
+        for name, doc, value in (
+            ("sglang:num_running_reqs", "The number of running requests.", len(e.running)),
+            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", len(e.queue)),
+            ("sglang:gen_throughput", "The generation throughput (token/s).", e.gen_throughput()),
+            ("sglang:spec_accept_length", "The average speculative accept length.", e.accept_len()),
+            ("sglang:token_usage", "The token usage.", e.token_usage()),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=self.LABELS)
+            g.add_metric(values, float(value))
+            yield g
+        c = CounterMetricFamily("sglang:realtime_tokens", "Tokens processed, by mode.",
+                                labels=self.LABELS + ("mode",))
+        c.add_metric(values + ("decode",), float(e.decode_tokens_total))
+        c.add_metric(values + ("prefill",), float(e.prefill_tokens_total))
+        yield c
+        yield GaugeMetricFamily("specctl:spec_on", "1 while speculation is on.", value=float(state["on"]))
+        yield GaugeMetricFamily("specctl:spec_steps", "Draft steps run now (0 = off).", value=float(state["steps"]))
+        yield CounterMetricFamily("specctl:spec_switches", "Speculation on/off switches.",
+                                  value=float(state["switches"]))
+
+
+# -- aiohttp wiring ---------------------------------------------------------
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure is a JSON answer: client errors 4xx, anything unexpected a 500 without a traceback."""
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return _error(400, str(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason)
+    except ConnectionAbortedError as exc:
+        return _error(503, str(exc))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the contract is "never a traceback"
+        return _error(500, f"internal error: {type(exc).__name__}")
+
+
+async def _json_body(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read() or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("body is not valid JSON") from None
+
+
+def build_app(server: SimServer) -> web.Application:
+    """The aiohttp application answering SGLang's endpoints and the simulator's own."""
+    app = web.Application(middlewares=[_json_errors], client_max_size=8 * 2**20)
+
+    async def health(_: web.Request) -> web.Response:
+        if not server.ready:
+            return _error(503, "starting")
+        return web.Response(status=200)
+
+    async def server_info(_: web.Request) -> web.Response:
+        return web.json_response(server.server_info())
+
+    async def get_internal_state(_: web.Request) -> web.Response:
+        return web.json_response([server.internal_state()])
+
+    async def set_internal_state(request: web.Request) -> web.Response:
+        return web.json_response(server.set_internal_state(await _json_body(request)))
+
+    async def metrics(_: web.Request) -> web.Response:
+        text = generate_latest(server.registry).decode()
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def generate(request: web.Request) -> web.Response:
+        if not server.ready:
+            return _error(503, "starting")
+        return web.json_response(await server.generate(await _json_body(request)))
+
+    async def sim_gpus(_: web.Request) -> web.Response:
+        return web.json_response(server.gpus.snapshot())
+
+    async def get_load(_: web.Request) -> web.Response:
+        return web.json_response({"spec": str(server.driver.spec)})
+
+    async def set_load(request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("spec"), str):
+            raise BadRequest('body must be {"spec": "<load spec>"}')
+        try:
+            spec = parse_load(body["spec"])
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        server.driver.set(spec, server.engine.now)
+        return web.json_response({"spec": str(spec)})
+
+    app.router.add_get("/health", health)
+    app.router.add_get("/server_info", server_info)
+    app.router.add_route("GET", "/get_internal_state", get_internal_state)
+    app.router.add_route("POST", "/get_internal_state", get_internal_state)
+    app.router.add_post("/set_internal_state", set_internal_state)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/generate", generate)
+    app.router.add_get("/sim/gpus", sim_gpus)
+    app.router.add_get("/sim/load", get_load)
+    app.router.add_post("/sim/load", set_load)
+    return app
