@@ -1,0 +1,95 @@
+"""CPU and memory of a model server's process tree (psutil).
+
+SGLang runs a tokenizer, a detokenizer and one scheduler per TP rank as
+children of the launcher, so the whole tree is what an operator needs to see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psutil
+
+_ATTRS = ["pid", "name", "cpu_percent", "memory_info", "num_threads", "status"]
+
+
+class ProcSampler:
+    """Samples ``root_pid`` and all its descendants.
+
+    psutil's ``cpu_percent`` is the CPU time used since the previous call on the
+    *same* Process object, so objects are kept between passes and primed here:
+    the first ``sample()`` already measures the interval since construction. A
+    process first seen in a pass has no interval yet and reports
+    ``cpu_percent: None`` rather than psutil's placeholder 0.0.
+    """
+
+    def __init__(self, root_pid: int) -> None:
+        try:
+            self._root: psutil.Process | None = psutil.Process(root_pid)
+        except psutil.NoSuchProcess:
+            self._root = None
+        self._known: dict[int, psutil.Process] = {}
+        self._tree()
+
+    def sample(self) -> list[dict[str, Any]]:
+        """One dict per live process of the tree, root first; [] once the root is gone."""
+        rows = []
+        for proc, primed in self._tree():
+            try:
+                info = proc.as_dict(attrs=_ATTRS, ad_value=None)
+            except psutil.NoSuchProcess:  # exited between listing and reading
+                continue
+            if info["status"] == psutil.STATUS_ZOMBIE:  # exited, not yet reaped
+                continue
+            memory = info["memory_info"]
+            rows.append(
+                {
+                    "pid": info["pid"],
+                    "name": info["name"],
+                    "cpu_percent": info["cpu_percent"] if primed else None,
+                    "rss": None if memory is None else memory.rss,
+                    "num_threads": info["num_threads"],
+                }
+            )
+        return rows
+
+    def _tree(self) -> list[tuple[psutil.Process, bool]]:
+        """The live tree as kept Process objects, each with whether it was already primed.
+
+        Objects are matched on pid *and* creation time (Process equality), so
+        a recycled pid is treated as the new process it is.
+        """
+        tree = []
+        for proc in self._find():
+            kept = self._known.get(proc.pid)
+            primed = kept is not None and kept == proc
+            if not primed:
+                kept = proc
+                _prime(kept)
+            tree.append((kept, primed))
+        self._known = {proc.pid: proc for proc, _ in tree}
+        return tree
+
+    def _find(self) -> list[psutil.Process]:
+        """Root first, then its descendants; [] once the root has exited."""
+        if self._root is None:
+            return []
+        try:
+            if not _alive(self._root):
+                return []
+            return [self._root, *self._root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie: a dead server awaiting its reaper is gone for us."""
+    return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+
+
+def _prime(proc: psutil.Process) -> None:
+    """Start the CPU-time interval; the answer of this first call is meaningless."""
+    try:
+        proc.cpu_percent(None)
+    except psutil.Error:
+        pass  # gone or hidden: the pass that reads it will skip it or report None
