@@ -1,0 +1,134 @@
+"""SpecPolicy behind SGLang's ``AdaptiveSpeculativeParams`` protocol.
+
+SGLang's ``AdaptiveController`` (speculative/adaptive_runtime_state.py) owns
+one runtime state per candidate step count and asks its params object which
+one to use: ``get_steps_for_batch(bs)`` before each decode batch is drafted,
+``on_verify_complete(counts, bs)`` after its verify. This class answers with
+the policy's decision, so the plugin can replace SGLang's class with it
+through HookRegistry. It imports neither SGLang nor torch, so it is tested
+on any machine.
+
+One instance lives in each scheduler process (one per tensor-parallel rank);
+``active()`` is how the plugin's /set_internal_state and /get_internal_state
+hooks in the same process find it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Mapping
+
+from ..policy import PolicySettings, SettingsError, SpecPolicy, settings_from_wire
+from .adaptive_config import read_candidate_steps
+
+# Observer of the exported state: (on, steps, switches). Called only on change.
+Observer = Callable[[bool, int, int], None]
+
+# Decided-but-not-yet-verified batches. SGLang's overlap scheduler launches
+# batch k+1 before it processes batch k's result, so this holds one or two;
+# the bound keeps a batch whose result never comes from skewing it for long.
+IN_FLIGHT = 4
+
+_active: "SpecctlParams | None" = None
+
+
+def active() -> "SpecctlParams | None":
+    """The params object of this process's speculative worker, once SGLang has built it."""
+    return _active
+
+
+class SpecctlParams:
+    """Same constructor and methods as SGLang's AdaptiveSpeculativeParams."""
+
+    def __init__(
+        self,
+        initial_steps: int,
+        cfg_path: str | None = None,
+        *,
+        settings: PolicySettings | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        global _active
+        if cfg_path is None:
+            raise ValueError("specctl needs --speculative-adaptive-config (its generated config)")
+        self._candidates = read_candidate_steps(cfg_path)
+        if 0 not in self._candidates:
+            raise ValueError(f"{cfg_path}: candidate_steps must include 0 (speculation off)")
+        settings = settings or PolicySettings(steps=initial_steps)
+        self._check_steps(settings)
+        self.policy = SpecPolicy(settings)
+        self._cuda_graph_bs: list[int] | None = None
+        self._in_flight: deque[int] = deque(maxlen=IN_FLIGHT)
+        self._observer = observer
+        self._reported: tuple[bool, int, int] | None = None
+        self._report()
+        _active = self
+
+    # -- the AdaptiveSpeculativeParams protocol --------------------------
+    @property
+    def candidate_steps(self) -> list[int]:
+        """Every step count SGLang must build a runtime state for (from the config file)."""
+        return list(self._candidates)
+
+    def set_cuda_graph_bs(self, cuda_graph_bs: list[int] | None) -> None:
+        self._cuda_graph_bs = sorted(cuda_graph_bs) if cuda_graph_bs else None
+
+    def cuda_graph_bs_for_step(self, step: int) -> list[int] | None:
+        """All CUDA-graph batch sizes for every state: the policy may pick any state at any size."""
+        if self._cuda_graph_bs is None:
+            return None
+        return list(self._cuda_graph_bs)
+
+    def get_steps_for_batch(self, batch_size: int) -> int:
+        """One policy step per decode batch: N (drafting) or 0 (off)."""
+        steps = self.policy.decide(batch_size)
+        self._in_flight.append(steps)
+        self._report()
+        return steps
+
+    def on_verify_complete(self, num_correct_drafts_per_req: list[int], batch_size: int) -> int | None:
+        """Feed acceptance to the policy; never asks for a switch here (decisions happen per batch).
+
+        SGLang passes accepted draft tokens per request with the bonus token
+        already removed (accept_lens - 1), which is what SpecPolicy.on_verify
+        takes. A batch that ran at steps 0 drafted nothing, so its zeros are
+        not acceptance and are skipped.
+        """
+        drafted = self._in_flight.popleft() if self._in_flight else self._current_steps()
+        if drafted > 0:
+            self.policy.on_verify(num_correct_drafts_per_req)
+        return None
+
+    # -- settings (the /set_internal_state path) -------------------------
+    def validate_wire(self, wire: Mapping[str, Any]) -> PolicySettings:
+        """The settings a ``specctl_*`` request would give; raises SettingsError, changes nothing."""
+        new = settings_from_wire(self.policy.settings, wire)
+        self._check_steps(new)
+        return new
+
+    def apply_settings(self, settings: PolicySettings) -> None:
+        """Take validated settings; they act from the next decode batch."""
+        self.policy.apply(settings.as_dict())
+
+    def state(self) -> dict[str, Any]:
+        return self.policy.state()
+
+    # -- internals ------------------------------------------------------
+    def _check_steps(self, settings: PolicySettings) -> None:
+        """Only step counts with a runtime state may ever be returned to SGLang."""
+        if settings.steps not in self._candidates:
+            allowed = [s for s in self._candidates if s > 0]
+            raise SettingsError("steps", f"must be one of {allowed} (the adaptive config), got {settings.steps}")
+
+    def _current_steps(self) -> int:
+        return self.policy.settings.steps if self.policy.on else 0
+
+    def _report(self) -> None:
+        """Tell the observer about a change; cheap when nothing changed (runs every decode batch)."""
+        if self._observer is None:
+            return
+        if self._reported is not None and self._reported[:2] == (self.policy.on, self._current_steps()):
+            return
+        state = self.policy.state()
+        self._reported = (bool(state["on"]), int(state["steps"]), int(state["switches"]))
+        self._observer(*self._reported)

@@ -1,0 +1,133 @@
+"""The SGLang plugin: SpecPolicy decides, each decode batch, whether to draft.
+
+SGLang discovers ``load`` through the entry point group
+``sglang.srt.plugins`` and calls it in every process it starts (the launcher
+process and each scheduler process, one per TP rank), then applies the hooks
+registered here through its HookRegistry. Nothing in SGLang is edited or
+copied. The plugin is inert unless ``SPECCTL_PLUGIN=1`` (set by
+runtime/launcher.py), so installing specctl beside SGLang changes nothing by
+itself. What is hooked, per release, is data in compat.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from typing import Any, Callable, Mapping
+
+from ..policy import WIRE_PREFIX, PolicySettings, SettingsError
+from . import compat
+from .compat import Release, SpecctlPluginError
+from .gauges import metrics_observer
+from .params import SpecctlParams, active
+
+ENABLE_ENV = "SPECCTL_PLUGIN"
+SETTINGS_ENV = "SPECCTL_SETTINGS"  # JSON object of PolicySettings fields
+
+logger = logging.getLogger("specctl.plugin")
+
+
+def settings_from_env(environ: Mapping[str, str] = os.environ) -> PolicySettings:
+    """The initial policy settings the launcher passed; refusing bad ones stops the launch."""
+    text = environ.get(SETTINGS_ENV, "").strip()
+    if not text:
+        return PolicySettings()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecctlPluginError(f"{SETTINGS_ENV} is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SpecctlPluginError(f"{SETTINGS_ENV} must be a JSON object, got {type(raw).__name__}")
+    try:
+        return PolicySettings().with_changes(raw)
+    except SettingsError as exc:
+        raise SpecctlPluginError(f"{SETTINGS_ENV}: {exc.field}: {exc.message}") from None
+
+
+class SglangParams(SpecctlParams):
+    """What SGLang builds in place of AdaptiveSpeculativeParams (same constructor)."""
+
+    def __init__(self, initial_steps: int, cfg_path: str | None = None) -> None:
+        super().__init__(initial_steps, cfg_path, settings=settings_from_env(), observer=metrics_observer())
+        logger.info("specctl: policy in charge, candidate steps %s, settings %s",
+                    self.candidate_steps, self.policy.settings.as_dict())
+
+
+def set_internal_state(original: Callable[..., Any], owner: Any, recv_req: Any) -> Any:
+    """AROUND hook: take the ``specctl_*`` keys out, validate them as a whole, apply after SGLang's.
+
+    The scheduler broadcasts each request to every TP rank and handles it
+    between two batches, so every rank's policy validates the same keys
+    against the same settings and takes them at the same step. A refusal
+    answers ``updated: false`` and changes nothing, SGLang's keys included.
+    A request with only specctl keys never reaches SGLang's handler (0.5.17's
+    would reset its acceptance counters on success).
+    """
+    wire = dict(recv_req.server_args)
+    ours = {k: v for k, v in wire.items() if k.startswith(WIRE_PREFIX)}
+    if not ours:
+        return original(owner, recv_req)
+    params = active()
+    if params is None:
+        logger.warning("specctl: refused %s: no speculative worker in this process", sorted(ours))
+        return compat.set_state_output(False)
+    try:
+        new = params.validate_wire(ours)
+    except SettingsError as exc:
+        logger.warning("specctl: refused /set_internal_state: %s%s: %s", WIRE_PREFIX, exc.field, exc.message)
+        return compat.set_state_output(False)
+    rest = {k: v for k, v in wire.items() if k not in ours}
+    result = original(owner, compat.with_server_args(recv_req, rest)) if rest else None
+    if result is not None and not result.updated:
+        return result
+    params.apply_settings(new)
+    logger.info("specctl: settings updated: %s", ours)
+    return result if result is not None else compat.set_state_output(True)
+
+
+def get_internal_state(result: Any, owner: Any, recv_req: Any) -> Any:
+    """AFTER hook: add ``specctl`` (SpecPolicy.state()) to the scheduler's internal state."""
+    params = active()
+    if params is not None:
+        result.internal_state["specctl"] = params.state()
+    return result
+
+
+def check_server_args(release: Release, result: Any, server_args: Any) -> Any:
+    """AFTER hook on SGLang's own check: stop the launch where specctl cannot work."""
+    problem = compat.server_args_problem(release, server_args)
+    if problem is not None:
+        raise SpecctlPluginError(problem)
+    return result
+
+
+def install_core_hooks(release: Release) -> None:
+    """Register the hooks listed for this release in compat.RELEASES."""
+    handlers: dict[str, Any] = {
+        "params": SglangParams,
+        "set_internal_state": set_internal_state,
+        "get_internal_state": get_internal_state,
+        "check_server_args": functools.partial(check_server_args, release),
+    }
+    for spec in release.hooks:
+        compat.register_hook(spec, handlers[spec.handler])
+
+
+# Hook installers, run in order by load() in every SGLang process, before
+# SGLang applies the registered hooks. To add hooks (the GPU helper's
+# fast_off.install, for one), append a callable that takes the Release here
+# and keep its SGLang-specific targets as data in compat.py.
+INSTALLERS: list[Callable[[Release], None]] = [install_core_hooks]
+
+
+def load() -> None:
+    """Entry point of the ``sglang.srt.plugins`` group."""
+    if os.environ.get(ENABLE_ENV) != "1":
+        return
+    release = compat.release_for(compat.installed_version())
+    settings = settings_from_env()  # refuse bad settings in the launcher process, before any GPU work
+    for install in INSTALLERS:
+        install(release)
+    logger.info("specctl: plugin loaded for SGLang %s, settings %s", release.version, settings.as_dict())
