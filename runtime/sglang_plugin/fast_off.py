@@ -1,0 +1,347 @@
+"""Fast "off" for specctl: while speculation is off, the target runs plain DECODE.
+
+Why this exists: SGLang's adaptive worker (``EAGLEWorkerV2``, >= 0.5.17) has a
+"steps 0" state for "no drafting", but it still sends every decode step
+through the target-verify path (a 1-token tree with a custom mask) and runs
+the draft model's extend each step. On an H200 with the Triton attention
+backend that path serves the 1-token verify with the *extend* attention
+kernel (3.4 ms per layer at batch 256 against 0.22 ms for the decode
+kernels), so "steps 0" ran 2.2-3.4x slower than a server without
+speculation; with FA3 it was 4-10 % slower. specctl's off state has to cost
+what no speculation costs.
+
+What it does (route (a) of docs/fast-off.md), through SGLang's HookRegistry
+only, for every attention backend alike:
+
+1. AROUND ``EAGLEWorkerV2.build_adaptive_runtime_state``: when SGLang builds
+   the steps-0 runtime state, give that state its own target attention
+   backend and a decode CUDA-graph runner captured in DECODE mode (one token
+   per request, no spec input, hidden states captured for the draft). The
+   state's upstream TARGET_VERIFY graphs are dropped.
+2. AROUND ``eagle_utils.eagle_prepare_for_verify``: when the active target
+   backend is one of ours and the verify has one token per request, build a
+   DECODE ForwardBatch (seq_lens + 1, positions = seq_lens, no spec input)
+   over the same KV slot the verify would have written, and plan it on the
+   DECODE graph runner. Everything after the forward is SGLang's own steps-0
+   code (``run_eagle_verify``: ``eagle_sample`` with the trivial 1-node tree,
+   accept_lens 1, bonus tokens, the next draft input), so the scheduler gets
+   exactly the result format it expects and KV accounting is unchanged.
+3. The draft extend while off is skipped (SGLang's own
+   ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``) unless ``SPECCTL_FAST_OFF_WARM=1``:
+   it costs ~3.4 ms a step at batch 256 on Triton (about a quarter of a
+   decode step), far over the 5 % budget. The price is a cold draft for the
+   positions generated while off; greedy outputs do not depend on it.
+
+Knobs (environment, read once at install): ``SPECCTL_FAST_OFF`` ("0"
+disables everything here: SGLang's steps-0 path runs), ``SPECCTL_FAST_OFF_WARM``
+("1" keeps the draft extend while off). Any failure while building the
+decode state leaves SGLang's own steps-0 state in place and logs why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+ENV_ENABLE = "SPECCTL_FAST_OFF"
+ENV_WARM = "SPECCTL_FAST_OFF_WARM"
+SKIP_DRAFT_EXTEND_ENV = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
+
+TARGET_BUILD = (
+    "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.build_adaptive_runtime_state"
+)
+TARGET_PREPARE = "sglang.srt.speculative.eagle_utils.eagle_prepare_for_verify"
+
+# Attribute set on the attention backends this module builds: the per-step
+# hook recognises "off" by it, without any state of its own.
+MARK = "_specctl_fast_off"
+LOG_EVERY = 20000  # off steps between two progress lines in the server log
+
+
+@dataclass
+class FastOffStats:
+    """Counters for the server log and tests; one copy per scheduler process."""
+
+    enabled: bool = False
+    warm: bool = False
+    installed: bool = False
+    built: bool = False
+    build_error: str | None = None
+    build_s: float | None = None
+    graph_mem_gb: float | None = None
+    graph_bs: int = 0
+    decode_steps: int = 0
+    graph_steps: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+STATS = FastOffStats()
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    """'0', 'false', 'no', 'off' (any case) are False; unset is the default."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip().lower() not in ("0", "false", "no", "off")
+
+
+def state() -> dict[str, Any]:
+    """Fast-off counters, e.g. for the plugin's internal state."""
+    return STATS.as_dict()
+
+
+def install(register: Callable[..., Any] | None = None) -> bool:
+    """Register the two hooks; call from the plugin's load(), before apply_hooks.
+
+    ``register(target, hook)`` defaults to SGLang's ``HookRegistry.register``
+    with ``HookType.AROUND``; tests pass their own.
+    Returns whether the hooks were registered.
+    """
+    STATS.enabled = _env_flag(ENV_ENABLE, True)
+    STATS.warm = _env_flag(ENV_WARM, False)
+    if not STATS.enabled:
+        logger.info("specctl fast-off disabled (%s=0): SGLang's steps-0 path runs", ENV_ENABLE)
+        return False
+    if not STATS.warm:
+        # Read by SGLang at every steps-0 step; set before the scheduler
+        # processes start so that they inherit it.
+        os.environ.setdefault(SKIP_DRAFT_EXTEND_ENV, "1")
+    if register is None:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+        def register(target: str, hook: Callable[..., Any]) -> None:
+            HookRegistry.register(target, hook, HookType.AROUND)
+
+    register(TARGET_BUILD, around_build_adaptive_runtime_state)
+    register(TARGET_PREPARE, around_eagle_prepare_for_verify)
+    STATS.installed = True
+    return True
+
+
+# ------------------------------------------------------------ state building
+def around_build_adaptive_runtime_state(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -> Any:
+    """Build SGLang's state, then give the steps-0 one a DECODE-mode target."""
+    state_obj = original(worker, *args, **kwargs)
+    steps = _arg(args, kwargs, 0, "speculative_num_steps")
+    if steps != 0:
+        return state_obj
+    cuda_graph_bs = _arg(args, kwargs, 2, "cuda_graph_bs")
+    try:
+        _attach_decode_target(worker, state_obj, cuda_graph_bs)
+    except Exception as exc:  # keep SGLang's own steps-0 state: slower, still correct
+        STATS.build_error = f"{type(exc).__name__}: {exc}"
+        logger.exception("specctl fast-off: could not build the DECODE state; SGLang's steps-0 path stays")
+    return state_obj
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    """A parameter passed either by position (after self) or by name."""
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else None
+
+
+def _attach_decode_target(worker: Any, state_obj: Any, cuda_graph_bs: list[int] | None) -> None:
+    """Swap the steps-0 state's target backend and graphs for DECODE-mode ones.
+
+    Built under the worker's own capture override (steps 0, 1 draft token),
+    as SGLang builds its states, so that backend buffers are sized the same.
+    A fresh backend is needed: ``init_cuda_graph_state`` reallocates the
+    buffers that captured graphs point into, so two runners cannot share one.
+    """
+    from sglang.srt.utils.common import get_available_gpu_memory
+
+    runner = worker._target_worker.model_runner
+    tic = time.perf_counter()
+    before = get_available_gpu_memory(worker.device, worker.gpu_id)
+    with worker._override_worker_state(0, 1, cuda_graph_bs=cuda_graph_bs):
+        backend = _new_attention_backend(runner)
+        graph_runner = None
+        if state_obj.target_graph_runner is not None:
+            graph_runner = decode_graph_runner_class()(
+                runner,
+                attn_backend=backend,
+                speculative_num_steps=0,
+                speculative_num_draft_tokens=1,
+            )
+    setattr(backend, MARK, True)
+    state_obj.target_attn_backend = backend
+    state_obj.target_graph_runner = graph_runner
+    STATS.build_s = round(time.perf_counter() - tic, 2)
+    STATS.graph_mem_gb = round(before - get_available_gpu_memory(worker.device, worker.gpu_id), 3)
+    STATS.graph_bs = len(graph_runner.capture_bs) if graph_runner is not None else 0
+    STATS.built = True
+    logger.info(
+        "specctl fast-off: steps-0 state now runs the target in DECODE mode "
+        "(backend %s, decode graphs for %d batch sizes, %.2f s, %.3f GB); draft extend while off: %s",
+        type(backend).__name__,
+        STATS.graph_bs,
+        STATS.build_s,
+        STATS.graph_mem_gb,
+        "kept (warm)" if STATS.warm else "skipped",
+    )
+
+
+def _new_attention_backend(runner: Any) -> Any:
+    """A fresh target attention backend, as SGLang's own state builder makes one."""
+    backup_init = runner.init_new_workspace
+    try:
+        return runner._get_attention_backend(init_new_workspace=True)
+    finally:
+        runner.init_new_workspace = backup_init
+
+
+_RUNNER_CLASS: type | None = None
+
+
+def decode_graph_runner_class() -> type:
+    """SGLang's DecodeCudaGraphRunner, made to capture DECODE in a spec server.
+
+    In a speculative server the target's runner always captures
+    TARGET_VERIFY with an EagleVerifyInput. With one token per request the
+    buffers are the decode ones already; only the capture mode, the spec
+    input (none: the backend then plans from req_to_token like a plain
+    decode) and the hidden-state capture (FULL, for the draft) differ.
+    """
+    global _RUNNER_CLASS
+    if _RUNNER_CLASS is not None:
+        return _RUNNER_CLASS
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.model_executor.runner import DecodeCudaGraphRunner
+
+    class SpecctlDecodeGraphRunner(DecodeCudaGraphRunner):
+        """Decode graphs for the steps-0 state (see decode_graph_runner_class)."""
+
+        def capture(self) -> None:
+            if self.captured_req_width != 1 or getattr(self, "ragged_verify_mode", False):
+                raise RuntimeError(
+                    f"fast-off needs 1 token per request and no ragged verify "
+                    f"(width {self.captured_req_width}, ragged {getattr(self, 'ragged_verify_mode', None)})"
+                )
+            self.capture_forward_mode = ForwardMode.DECODE
+            self.capture_hidden_mode = max(self.capture_hidden_mode, CaptureHiddenMode.FULL)
+            super().capture()
+
+        def get_spec_info(self, num_tokens: int) -> None:
+            return None
+
+    _RUNNER_CLASS = SpecctlDecodeGraphRunner
+    return _RUNNER_CLASS
+
+
+# ------------------------------------------------------------ per decode step
+def around_eagle_prepare_for_verify(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Plan a DECODE forward instead of a 1-token verify while specctl is off."""
+    verify_input, req_to_token_pool, batch, target_worker = _prepare_args(args, kwargs)
+    runner = target_worker.model_runner
+    if (
+        not getattr(runner.attn_backend, MARK, False)
+        or getattr(verify_input, "draft_token_num", None) != 1
+        or batch.forward_mode.is_idle()
+    ):
+        return original(*args, **kwargs)
+    return prepare_decode_forward(verify_input, req_to_token_pool, batch, runner)
+
+
+_PREPARE_NAMES = ("verify_input", "req_to_token_pool", "batch", "target_worker")
+
+
+def _prepare_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """eagle_prepare_for_verify's four arguments, however they were passed."""
+    values = list(args) + [kwargs[n] for n in _PREPARE_NAMES[len(args):]]
+    return values[0], values[1], values[2], values[3]
+
+
+def prepare_decode_forward(verify_input: Any, req_to_token_pool: Any, batch: Any, runner: Any) -> tuple[Any, bool]:
+    """The off step's target forward batch: one DECODE token per request.
+
+    Mirrors eagle_prepare_for_verify for ``draft_token_num == 1``: the token
+    is the previous bonus token, its KV slot is ``req_to_token[seq_lens]``
+    (allocated by the scheduler, freed through accept_lens as before); only
+    the forward mode, the lengths the backend sees and the graph runner differ.
+    Returns (forward_batch, can_run_cuda_graph) like the original.
+    """
+    from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_uniform_func
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    bs = len(batch.req_pool_indices)
+    batch.input_ids = verify_input.draft_token
+    batch.out_cache_loc = assign_extend_cache_locs_uniform_func(
+        req_pool_indices=batch.req_pool_indices,
+        req_to_token=req_to_token_pool.req_to_token,
+        start_offset=batch.seq_lens,
+        batch_size=bs,
+        draft_token_num=1,
+        device=batch.device,
+    )
+    if hasattr(batch, "out_cache_loc_dsv4"):
+        batch.out_cache_loc_dsv4 = None
+    verify_input.seq_lens_cpu = batch.seq_lens_cpu
+    verify_input.seq_lens_sum = int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else None
+
+    forward_batch = _decode_forward_batch(batch, runner, bs)
+    batch.forward_mode = ForwardMode.TARGET_VERIFY  # what SGLang's later steps expect
+    graph_runner = runner.decode_cuda_graph_runner
+    can_run = bool(graph_runner is not None and graph_runner.can_run_graph(forward_batch))
+    if can_run:
+        graph_runner.load_batch(forward_batch)
+        forward_batch.mark_forward_metadata_ready()
+    _count(bs, can_run)
+    return forward_batch, can_run
+
+
+_SWAPPED = ("forward_mode", "seq_lens", "seq_lens_cpu", "seq_lens_sum", "orig_seq_lens", "spec_info")
+
+
+def _decode_forward_batch(batch: Any, runner: Any, bs: int) -> Any:
+    """ForwardBatch.init_new on a decode view of the batch, the batch left as it was.
+
+    Decode convention: seq_lens count the token being decoded, so the
+    backend attends over req_to_token[:seq_len + 1]; positions come out as
+    the old seq_lens. No spec input, so backends take their plain decode path.
+    """
+    from sglang.srt.model_executor.forward_batch_info import (
+        CaptureHiddenMode,
+        ForwardBatch,
+        ForwardMode,
+    )
+
+    saved = {name: getattr(batch, name) for name in _SWAPPED}
+    try:
+        batch.forward_mode = ForwardMode.DECODE
+        batch.seq_lens = saved["seq_lens"] + 1
+        batch.seq_lens_cpu = None if saved["seq_lens_cpu"] is None else saved["seq_lens_cpu"] + 1
+        batch.seq_lens_sum = None if saved["seq_lens_sum"] is None else saved["seq_lens_sum"] + bs
+        batch.orig_seq_lens = None if saved["orig_seq_lens"] is None else saved["orig_seq_lens"] + 1
+        batch.spec_info = None
+        return ForwardBatch.init_new(
+            batch,
+            runner,
+            capture_hidden_mode=CaptureHiddenMode.FULL,
+            return_hidden_states_before_norm=False,
+        )
+    finally:
+        for name, value in saved.items():
+            setattr(batch, name, value)
+
+
+def _count(bs: int, graph: bool) -> None:
+    """Count off steps; log the first one and then every LOG_EVERY."""
+    STATS.decode_steps += 1
+    STATS.graph_steps += int(graph)
+    if STATS.decode_steps == 1 or STATS.decode_steps % LOG_EVERY == 0:
+        logger.info(
+            "specctl fast-off: %d DECODE-mode off steps (%d in CUDA graphs); this one bs=%d graph=%s",
+            STATS.decode_steps,
+            STATS.graph_steps,
+            bs,
+            graph,
+        )
