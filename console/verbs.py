@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -39,6 +40,9 @@ def run_verb(args: argparse.Namespace) -> int:
         return _fail(f"specctl: {e}", EXIT_NO_SUPERVISOR)
     except ControlError as e:
         return _fail(f"specctl {args.verb}: refused: {_describe(e)}", EXIT_REFUSED)
+    except BrokenPipeError:  # `specctl status | head -1`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _fail(message: str, code: int) -> int:
@@ -132,7 +136,8 @@ def summary(sample: dict[str, Any]) -> list[str]:
     server = sample.get("server") or {}
     lines = [_server_line(server, bool(sample.get("sim")))]
     lines += _spec_lines(sample.get("spec"))
-    lines.append(f"load       running {_v(server.get('running'))}  queued {_v(server.get('queued'))}  "
+    lines.append(f"load       running {_v(server.get('running'), '{:.0f}')}  "
+                 f"queued {_v(server.get('queued'), '{:.0f}')}  "
                  f"{_v(server.get('gen_tps'), '{:.1f}')} tok/s  "
                  f"accept len {_v(server.get('accept_len'), '{:.2f}')}")
     lines += [_gpu_line(gpu) for gpu in sample.get("gpus") or []]

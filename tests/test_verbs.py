@@ -157,3 +157,12 @@ def test_summary_shows_unreadable_values_as_dashes() -> None:
     assert "spec       unknown" in text
     assert "running -  queued -  - tok/s  accept len -" in text
     assert "util -  mem -/- GB  power -  temp -" in text
+
+
+def test_a_closed_stdout_is_not_a_traceback(sock: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "specctl.console.cli", "status", "--socket", str(sock)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()  # like `specctl status | head -0`
+    _, err = proc.communicate(timeout=GUARD)
+    assert proc.returncode == 0 and "Traceback" not in err
