@@ -4,13 +4,21 @@ Every call is bounded by the client's timeout, so a hung server shows up as
 ``ServerUnreachable`` within a poll interval instead of stalling the
 supervisor. Errors carry a short message fit for the status line, e.g.
 "connection refused at http://127.0.0.1:1234" or "timed out after 2.0 s".
+
+Built on aiohttp, which the simulator already serves with, rather than httpx:
+httpx's package ``__init__`` imports its command-line tool (click, pygments,
+rich) whenever those are installed, and rich in a headless process breaks the
+layering that tests/test_layers.py proves.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import json
 from typing import Any
 
-import httpx
+import aiohttp
 
 from .metrics import ServerMetrics, parse_metrics
 
@@ -36,19 +44,21 @@ class RequestRejected(SGLangError):
 
 
 class SGLangClient:
-    """One connection pool per server; call ``aclose`` when done."""
+    """One connection pool per server; call ``aclose`` when done.
+
+    The aiohttp session is opened on the first call, inside the event loop, so
+    the client itself can be built from synchronous code.
+    """
 
     def __init__(self, base_url: str, timeout: float = 2.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        # trust_env=False: an HTTP(S)_PROXY in the environment must not
-        # reroute calls to a server on loopback.
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, trust_env=False)
+        self._session: aiohttp.ClientSession | None = None
 
     async def health(self) -> bool:
         """True when serving, False on 503 (starting or unhealthy)."""
-        response = await self._send("GET", "/health", allow_status=503)
-        return response.status_code != 503
+        status, _ = await self._send("GET", "/health", allow_status=503)
+        return status != 503
 
     async def server_info(self) -> dict[str, Any]:
         """GET /server_info: server args, version and ``internal_states`` (one per DP rank)."""
@@ -56,8 +66,8 @@ class SGLangClient:
 
     async def metrics(self) -> ServerMetrics:
         """GET /metrics, parsed; raises MetricsError when the text is not Prometheus format."""
-        response = await self._send("GET", "/metrics")
-        return parse_metrics(response.text)
+        _, body = await self._send("GET", "/metrics")
+        return parse_metrics(body.decode("utf-8", errors="replace"))
 
     async def set_internal_state(self, server_args: dict[str, int | float]) -> list[bool]:
         """POST /set_internal_state; one boolean per DP rank, False where a value was refused."""
@@ -69,15 +79,17 @@ class SGLangClient:
         return await self._json("GET", "/sim/gpus", list, item=dict)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def _json(
         self, method: str, path: str, kind: type, item: type | None = None, **kwargs: Any
     ) -> Any:
         """The body as JSON of type ``kind``; a body of the wrong shape is as useless as garbage."""
-        response = await self._send(method, path, **kwargs)
+        _, body = await self._send(method, path, **kwargs)
         try:
-            value = response.json()
+            value = json.loads(body)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
             raise ServerUnreachable(f"undecodable JSON from {self.base_url}{path}") from exc
         if not isinstance(value, kind) or (item and not all(isinstance(v, item) for v in value)):
@@ -86,32 +98,34 @@ class SGLangClient:
 
     async def _send(
         self, method: str, path: str, allow_status: int | None = None, **kwargs: Any
-    ) -> httpx.Response:
-        """One request; transport failures and error statuses become SGLangError."""
+    ) -> tuple[int, bytes]:
+        """One request, read whole within the timeout; failures and error statuses become SGLangError."""
+        url = f"{self.base_url}{path}"
         try:
-            response = await self._http.request(method, path, **kwargs)
-        except httpx.TimeoutException as exc:
+            async with self._open().request(method, url, **kwargs) as response:
+                status, body = response.status, await response.read()
+        except asyncio.TimeoutError as exc:  # before ClientError: aiohttp's timeouts are both
             raise ServerUnreachable(f"timed out after {self.timeout} s") from exc
-        except httpx.ConnectError as exc:
+        except aiohttp.ClientConnectorError as exc:
             raise ServerUnreachable(_connect_message(exc, self.base_url)) from exc
-        except httpx.HTTPError as exc:
-            message = f"no answer from {self.base_url}{path} ({type(exc).__name__})"
-            raise ServerUnreachable(message) from exc
-        status = response.status_code
+        except aiohttp.ClientError as exc:
+            raise ServerUnreachable(f"no answer from {url} ({type(exc).__name__})") from exc
         if status == allow_status or status < 400:
-            return response
-        message = f"HTTP {status} from {self.base_url}{path}"
+            return status, body
+        message = f"HTTP {status} from {url}"
         if status >= 500:
             raise ServerUnreachable(message)
         raise RequestRejected(message, status)
 
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=self.timeout)
+            self._session = aiohttp.ClientSession(timeout=timeout)
+        return self._session
 
-def _connect_message(exc: httpx.ConnectError, base_url: str) -> str:
+
+def _connect_message(exc: aiohttp.ClientConnectorError, base_url: str) -> str:
     """Name the common case plainly; keep the OS's words for the rest (DNS, unreachable host)."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ConnectionRefusedError):
-            return f"connection refused at {base_url}"
-        cause = cause.__cause__ or cause.__context__
-    return f"cannot connect to {base_url}: {exc}"
-
+    if exc.os_error.errno == errno.ECONNREFUSED:
+        return f"connection refused at {base_url}"
+    return f"cannot connect to {base_url}: {exc.os_error.strerror or exc}"

@@ -57,9 +57,10 @@ class Tree:
         return self.child.stdout.readline().strip()
 
     def close(self) -> None:
-        if self.child.poll() is None:
-            self.child.stdin.close()  # the child kills and reaps its grandchild, then exits
-            self.child.wait()
+        """Closing stdin ends the child, which kills and reaps its grandchild first."""
+        self.child.stdin.close()
+        self.child.wait()
+        self.child.stdout.close()
 
 
 @pytest.fixture

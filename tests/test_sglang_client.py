@@ -1,9 +1,11 @@
-"""SGLangClient against a real HTTP server on loopback (aiohttp.web), no mocks of httpx."""
+"""SGLangClient against a real HTTP server on loopback (aiohttp.web); nothing of the client is mocked."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,3 +208,14 @@ async def test_wrong_json_shape_is_unreachable(server: FakeServer, client: SGLan
     }
     with pytest.raises(ServerUnreachable, match="unexpected JSON shape"):
         await calls[path]()
+
+
+def test_client_and_samplers_load_no_ui_library() -> None:
+    """httpx would pull in rich (its CLI) wherever click is installed; this client must not."""
+    modules = ["sglang_client", "metrics", "gpus", "procs"]
+    code = (
+        f"import sys; [__import__('specctl.runtime.' + m) for m in {modules!r}]; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'textual', 'httpx')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
