@@ -1,0 +1,159 @@
+"""The simulator as a real process on loopback, spoken to over HTTP as specctl speaks to SGLang."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+DEADLINE_S = 60.0  # only to end a hung test; nothing here asserts on timing
+
+Start = Callable[..., tuple[subprocess.Popen[str], str]]
+
+
+@pytest.fixture
+def start_sim(tmp_path: Path) -> Iterator[Start]:
+    """Start simulator processes; each is stopped at the end of the test."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> tuple[subprocess.Popen[str], str]:
+        port_file = tmp_path / f"port-{len(procs)}"
+        proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0",
+                                 "--port-file", str(port_file), *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        deadline = time.monotonic() + DEADLINE_S
+        while not port_file.exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "simulator never wrote its port file"
+            time.sleep(0.05)
+        port = int(port_file.read_text())
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == f"specctl-sim listening on http://127.0.0.1:{port}"
+        return proc, f"http://127.0.0.1:{port}"
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def _poll(fetch: Callable[[], Any], ok: Callable[[Any], bool]) -> Any:
+    """Fetch until ``ok`` holds; gives up (failing) only after a generous deadline."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        value = fetch()
+        if ok(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+def _spec(client: httpx.Client) -> dict[str, Any]:
+    return client.get("/server_info").json()["internal_states"][0]["specctl"]
+
+
+def test_high_load_switches_off_for_load_and_metrics_parse(start_sim: Start) -> None:
+    _, url = start_sim("--load", "steady:c=200")
+    with httpx.Client(base_url=url, timeout=30) as client:
+        assert client.get("/health").status_code == 200
+        spec = _poll(lambda: _spec(client), lambda s: s["switches"] >= 1)
+        assert spec["on"] is False and spec["reason"] == "load" and spec["steps"] == 0
+        assert spec["recent_switches"][0]["reason"] == "load"
+        text = client.get("/metrics").text
+    samples = {s.name: s for fam in text_string_to_metric_families(text) for s in fam.samples}
+    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput",
+                 "sglang:spec_accept_length", "sglang:token_usage", "sglang:realtime_tokens_total",
+                 "specctl:spec_on", "specctl:spec_steps", "specctl:spec_switches_total"):
+        assert name in samples, name
+    assert samples["specctl:spec_on"].value == 0.0
+    assert samples["specctl:spec_switches_total"].value >= 1
+    decode = [s for fam in text_string_to_metric_families(text) for s in fam.samples
+              if s.name == "sglang:realtime_tokens_total" and s.labels.get("mode") == "decode"]
+    assert decode and decode[0].value > 0
+
+
+def test_set_internal_state_forces_off_and_refuses_bad_values(start_sim: Start) -> None:
+    _, url = start_sim("--load", "steady:c=2", "--set", "off_at=48")
+    with httpx.Client(base_url=url, timeout=30) as client:
+        assert _spec(client)["settings"]["off_at"] == 48
+        before = _spec(client)["settings"]
+        bad = {"specctl_mode": 2, "specctl_on_at": 500}  # on_at above off_at: refused as a whole
+        assert client.post("/set_internal_state", json={"server_args": bad}).json() == [False]
+        assert client.post("/set_internal_state", json={"server_args": {"specctl_mode": 9}}).json() == [False]
+        assert client.post("/set_internal_state", json={"server_args": {"max_bs": 1}}).json() == [False]
+        assert _spec(client)["settings"] == before
+        assert client.post("/set_internal_state", json={"server_args": {"specctl_mode": 2}}).json() == [True]
+        spec = _poll(lambda: _spec(client), lambda s: not s["on"])
+        assert spec["mode"] == "off" and spec["reason"] == "forced"
+        assert client.post("/set_internal_state", content=b"{nope").status_code == 400
+
+
+def test_generate_returns_the_asked_tokens(start_sim: Start) -> None:
+    _, url = start_sim("--load", "idle")
+    with httpx.Client(base_url=url, timeout=60) as client:
+        answer = client.post("/generate", json={"input_ids": list(range(40)),
+                                                "sampling_params": {"max_new_tokens": 33}}).json()
+        assert answer["meta_info"]["completion_tokens"] == 33
+        assert len(answer["output_ids"]) == 33
+        assert answer["meta_info"]["prompt_tokens"] == 40
+        assert answer["meta_info"]["spec_accept_length"] > 1.0  # alone in the batch: speculation on
+        text = client.post("/generate", json={"text": "hello there", "sampling_params": {"max_new_tokens": 3}})
+        assert text.json()["meta_info"]["completion_tokens"] == 3
+
+
+MALFORMED = [b"[1,", b'"text"', b'{"input_ids": "abc"}', b'{"text": ""}', b"\xff\xfe",
+             b'{"text": "x", "sampling_params": {"max_new_tokens": -1}}', b'{"input_ids": [[1, 2]]}']
+
+
+def test_malformed_requests_are_4xx_json_errors(start_sim: Start) -> None:
+    _, url = start_sim("--load", "idle")
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for body in MALFORMED:
+            response = client.post("/generate", content=body)
+            assert response.status_code == 400, body
+            assert "error" in response.json()
+        for path in ("/set_internal_state", "/sim/load"):
+            response = client.post(path, content=b'{"server_args": 3, "spec": 4}')
+            assert response.status_code == 400
+            assert "error" in response.json()
+        assert client.get("/generate").status_code == 405
+
+
+def test_sim_endpoints_gpus_and_load(start_sim: Start) -> None:
+    _, url = start_sim("--load", "idle", "--gpus", "4", "--fail-gpu", "3")
+    with httpx.Client(base_url=url, timeout=30) as client:
+        gpus = client.get("/sim/gpus").json()
+        assert [g["state"] for g in gpus] == ["ok", "ok", "ok", "failed"]
+        assert gpus[3]["util"] is None and gpus[0]["mem_total"] > 0
+        bad = client.post("/sim/load", json={"spec": "steady:c=lots"})
+        assert bad.status_code == 400 and "c must be an integer" in bad.json()["error"]
+        assert client.get("/sim/load").json() == {"spec": "idle"}
+        assert client.post("/sim/load", json={"spec": "steady:c=5"}).json() == {"spec": "steady:c=5"}
+        running = _poll(lambda: client.get("/server_info").json()["internal_states"][0],
+                        lambda s: s["num_running_reqs"] == 5)
+        assert running["num_running_reqs"] == 5
+        assert client.get("/nowhere").status_code == 404
+
+
+def test_startup_delay_then_sigterm_exits_cleanly(start_sim: Start) -> None:
+    proc, url = start_sim("--load", "steady:c=8", "--startup-delay", "3")
+    with httpx.Client(base_url=url, timeout=30) as client:
+        assert client.get("/health").status_code == 503
+        assert _poll(lambda: client.get("/health").status_code, lambda code: code == 200) == 200
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE_S) == 0
+
+
+def test_bad_command_line_is_a_usage_error() -> None:
+    result = subprocess.run([sys.executable, "-m", "specctl.runtime.sim", "--load", "steady:c=x"],
+                            capture_output=True, text=True, timeout=DEADLINE_S)
+    assert result.returncode == 2
+    assert "c must be an integer" in result.stderr
