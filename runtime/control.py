@@ -89,6 +89,7 @@ class _LineReader:
                  line_timeout: float) -> None:
         self._reader = reader
         self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf known to hold no newline: a trickling client costs O(n)
         self._discarding = False
         self._eof = False
         self._idle_timeout = idle_timeout
@@ -105,14 +106,17 @@ class _LineReader:
             await self._fill()
 
     def _take_line(self) -> bytes | None:
-        end = self._buf.find(b"\n")
+        end = self._buf.find(b"\n", self._scanned)
         if end < 0:
+            self._scanned = len(self._buf)
             if len(self._buf) > MAX_LINE:
                 self._discarding = True
                 self._buf.clear()
+                self._scanned = 0
             return None
         line = bytes(self._buf[:end])
         del self._buf[:end + 1]
+        self._scanned = 0
         if self._discarding or len(line) > MAX_LINE:
             self._discarding = False
             raise _LineTooLong
@@ -127,6 +131,7 @@ class _LineReader:
             return None
         line = bytes(self._buf)
         self._buf.clear()
+        self._scanned = 0
         return line
 
     async def _fill(self) -> None:
@@ -224,7 +229,7 @@ class _Connection:
             await self._serve_requests()
             if self._pump is not None:
                 await self._pump
-        except (ConnectionError, asyncio.TimeoutError, _Dropped):
+        except (ConnectionError, _Dropped):
             pass
         finally:
             await self._close()
@@ -285,7 +290,7 @@ class _Connection:
                     log.exception("record not sent: it is not plain JSON")
                     continue
                 await self.send(data)
-        except (ConnectionError, asyncio.TimeoutError, _Dropped):
+        except (ConnectionError, _Dropped):
             self._writer.transport.abort()
         finally:
             sub.close()

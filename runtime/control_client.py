@@ -74,6 +74,8 @@ class ControlClient:
         except PermissionError:
             raise NoSupervisor(f"cannot open {self.path}: permission denied (a supervisor of "
                                f"another user?)") from None
+        except OSError as e:  # a path too long for a Unix socket, a socket of the wrong type, ...
+            raise NoSupervisor(f"cannot connect to {self.path}: {e.strerror or e}") from None
         first = await self._read(self.timeout)
         if first is None:
             raise NoSupervisor(f"the supervisor at {self.path} closed the connection at once")

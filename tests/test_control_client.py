@@ -66,6 +66,11 @@ async def test_no_socket_means_no_supervisor_with_a_helpful_message(sock_dir: Pa
                                   f"`specctl run --headless` or `specctl tui`")
 
 
+async def test_a_path_too_long_for_a_socket_means_no_supervisor(sock_dir: Path) -> None:
+    with pytest.raises(NoSupervisor, match="cannot connect"):
+        await ControlClient(sock_dir / ("x" * 200)).connect()
+
+
 async def test_a_stale_socket_means_no_supervisor(sock_dir: Path) -> None:
     path = sock_dir / "stale.sock"
     dead = socket.socket(socket.AF_UNIX)

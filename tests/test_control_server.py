@@ -279,6 +279,27 @@ async def test_clients_that_vanish_or_half_close_do_not_disturb_others(served) -
     await wait_until(lambda: server.clients == 0)
 
 
+async def test_a_client_that_never_reads_its_answers_is_dropped(served) -> None:
+    server, _ = served
+    greedy = await greeted(server.path)
+    pings = b'{"id": 1, "cmd": "status"}\n' * 20_000  # ~50 MB of answers that nobody reads
+    greedy.writer.write(pings)
+    bystander = await greeted(server.path)
+    assert (await bystander.ask("ping"))["ok"] is True
+    await wait_until(lambda: server.clients == 1)  # only the bystander is left
+    greedy.writer.transport.abort()
+    await bystander.close()
+
+
+async def test_a_request_trickling_in_byte_by_byte_is_answered(served) -> None:
+    server, _ = served
+    peer = await greeted(server.path)
+    for byte in b'{"id": "slow", "cmd": "ping"}\n':
+        await peer.send(bytes([byte]))
+    assert (await peer.read())["id"] == "slow"
+    await peer.close()
+
+
 async def test_a_last_line_without_newline_is_still_answered(served) -> None:
     server, _ = served
     peer = await greeted(server.path)
