@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Protocol
 
-from .sglang_client import SGLangClient, SGLangError
+from .sglang_client import SGLangClient, ServerUnreachable
 
 GpuDict = dict[str, Any]
 METRIC_FIELDS = ("util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
@@ -214,7 +214,7 @@ class SimGpuSource:
     async def sample(self) -> list[GpuDict]:
         try:
             self._last = await self._client.sim_gpus()
-        except SGLangError as exc:
+        except ServerUnreachable as exc:
             return [_stale(gpu, exc.message) for gpu in self._last]
         return self._last
 

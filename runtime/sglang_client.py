@@ -20,23 +20,26 @@ from typing import Any
 
 import aiohttp
 
-from .metrics import ServerMetrics, parse_metrics
+from .metrics import MetricsError, ServerMetrics, parse_metrics
 
 
-class SGLangError(Exception):
-    """Base of the errors this client raises; ``message`` is short and human."""
+class ServerUnreachable(Exception):
+    """No usable answer: connect error, timeout, 5xx, a body we cannot decode.
+
+    The one error a poller must handle; ``message`` is short and human.
+    """
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
 
-class ServerUnreachable(SGLangError):
-    """No usable answer: connect error, timeout, 5xx, or a body we cannot decode."""
+class RequestRejected(ServerUnreachable):
+    """The server answered 4xx: it is up but refused this request (bad body, unknown path).
 
-
-class RequestRejected(SGLangError):
-    """The server answered 4xx: it is up but refused this request (bad body, unknown path)."""
+    A subclass, so that code handling "no usable answer" covers it too; catch
+    it first to tell a refusal from an outage.
+    """
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
@@ -65,9 +68,12 @@ class SGLangClient:
         return await self._json("GET", "/server_info", dict)
 
     async def metrics(self) -> ServerMetrics:
-        """GET /metrics, parsed; raises MetricsError when the text is not Prometheus format."""
+        """GET /metrics, parsed; text that is not Prometheus format is as useless as no answer."""
         _, body = await self._send("GET", "/metrics")
-        return parse_metrics(body.decode("utf-8", errors="replace"))
+        try:
+            return parse_metrics(body.decode("utf-8", errors="replace"))
+        except MetricsError as exc:
+            raise ServerUnreachable(f"malformed /metrics text from {self.base_url}") from exc
 
     async def set_internal_state(self, server_args: dict[str, int | float]) -> list[bool]:
         """POST /set_internal_state; one boolean per DP rank, False where a value was refused."""
@@ -99,7 +105,7 @@ class SGLangClient:
     async def _send(
         self, method: str, path: str, allow_status: int | None = None, **kwargs: Any
     ) -> tuple[int, bytes]:
-        """One request, read whole within the timeout; failures and error statuses become SGLangError."""
+        """One request, read whole within the timeout; failures and error statuses raise."""
         url = f"{self.base_url}{path}"
         try:
             async with self._open().request(method, url, **kwargs) as response:

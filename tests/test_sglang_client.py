@@ -119,10 +119,12 @@ async def test_metrics_are_parsed(client: SGLangClient) -> None:
     assert await client.metrics() == ServerMetrics(running=7.0, spec_on=0.0)
 
 
-async def test_garbage_metrics_raise_metrics_error(server: FakeServer, client: SGLangClient) -> None:
+async def test_garbage_metrics_are_unreachable(server: FakeServer, client: SGLangClient) -> None:
     server.routes["/metrics"] = _const(web.Response(text="<html>oops</html>"))
-    with pytest.raises(MetricsError):
+    with pytest.raises(ServerUnreachable) as info:
         await client.metrics()
+    assert info.value.message == f"malformed /metrics text from {server.url}"
+    assert isinstance(info.value.__cause__, MetricsError)
 
 
 async def test_set_internal_state_sends_server_args(server: FakeServer, client: SGLangClient) -> None:
@@ -168,11 +170,12 @@ async def test_5xx_is_unreachable(server: FakeServer, client: SGLangClient, stat
     assert info.value.message == f"HTTP {status} from {server.url}/server_info"
 
 
-async def test_4xx_is_a_rejection_not_an_outage(server: FakeServer, client: SGLangClient) -> None:
+async def test_4xx_is_a_rejection_with_its_status(server: FakeServer, client: SGLangClient) -> None:
     server.routes["/set_internal_state"] = _const(web.json_response({"detail": "bad"}, status=422))
     with pytest.raises(RequestRejected) as info:
         await client.set_internal_state({"specctl_mode": 2})
     assert info.value.status == 422
+    assert isinstance(info.value, ServerUnreachable)  # a poller handling outages handles this too
 
 
 @pytest.mark.parametrize(
