@@ -278,7 +278,12 @@ class _Connection:
         return {"subscribed": True}
 
     async def _stream(self, sub: Subscription) -> None:
-        """Forward hub records; a client that cannot keep up is dropped, the hub never waits."""
+        """Forward hub records; a client that cannot keep up is dropped, the hub never waits.
+
+        Each line is ``{"record": ...}``; once the hub has had to drop records for
+        this reader, ``"dropped"`` carries the running count, so a console knows
+        its view has a gap.
+        """
         try:
             async for record in sub:
                 line: dict[str, Any] = {"record": record}
@@ -331,6 +336,7 @@ class ControlServer:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._inode: int | None = None
+        self._stopped = False
 
     async def start(self) -> None:
         """Bind the socket (0600, in a 0700 directory if we make it) and start accepting."""
@@ -376,6 +382,7 @@ class ControlServer:
 
     async def stop(self) -> None:
         """Stop accepting, close every client, and remove the socket file if it is still ours."""
+        self._stopped = True
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -395,6 +402,9 @@ class ControlServer:
         return len(self._tasks)
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._stopped:  # accepted just before stop(): its task was not there to cancel
+            writer.transport.abort()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -410,6 +420,7 @@ class ControlServer:
         uid = peer_uid(writer.get_extra_info("socket"))
         refusal = None
         if not peer_allowed(uid, os.geteuid()):
+            log.warning("control socket: refused a connection from uid %d", uid)
             refusal = _error(None, FORBIDDEN, f"uid {uid} may not use this socket (owner or root only)")
         elif len(self._tasks) > self.max_clients:
             refusal = _error(None, UNAVAILABLE, f"too many control connections ({self.max_clients})")

@@ -279,6 +279,22 @@ async def test_clients_that_vanish_or_half_close_do_not_disturb_others(served) -
     await wait_until(lambda: server.clients == 0)
 
 
+async def test_connections_past_max_clients_are_refused(sock_dir: Path) -> None:
+    server = ControlServer(StandInTarget(), sock_dir / "specctl.sock", max_clients=2)
+    await server.start()
+    first, second = await greeted(server.path), await greeted(server.path)
+    third = await Peer.open(server.path)
+    assert_error(await third.read(), "unavailable")
+    assert await third.read() is None
+    await first.close()
+    await wait_until(lambda: server.clients == 1)
+    again = await greeted(server.path)
+    assert (await again.ask("ping"))["ok"] is True
+    for peer in (second, again):
+        await peer.close()
+    await server.stop()
+
+
 async def test_a_client_that_never_reads_its_answers_is_dropped(served) -> None:
     server, _ = served
     greedy = await greeted(server.path)
