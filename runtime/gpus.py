@@ -72,6 +72,7 @@ class NvmlSource:
         self._nvml = nvml
         self._lock = threading.Lock()
         self._devices: list[_Device] | None = None
+        self._memory_v2 = True  # until the driver says it lacks nvmlDeviceGetMemoryInfo_v2
 
     @classmethod
     async def probe(cls, nvml: ModuleType | Any = None) -> NvmlSource:
@@ -147,7 +148,7 @@ class NvmlSource:
     def _metrics(self, handle: Any) -> GpuDict:
         nvml, read = self._nvml, self._optional
         util = read(nvml.nvmlDeviceGetUtilizationRates, handle)
-        memory = read(nvml.nvmlDeviceGetMemoryInfo, handle)
+        memory = self._memory(handle)
         power_mw = read(nvml.nvmlDeviceGetPowerUsage, handle)
         limit_mw = read(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
         temp = read(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
@@ -161,6 +162,22 @@ class NvmlSource:
             "temp_c": None if temp is None else float(temp),
             "sm_clock_mhz": None if clock is None else float(clock),
         }
+
+    def _memory(self, handle: Any) -> Any:
+        """Memory as nvidia-smi shows it: v2 leaves driver-reserved memory out of "used".
+
+        On a driver without v2 (one call fails once), v1 from then on.
+        """
+        nvml = self._nvml
+        if self._memory_v2:
+            try:
+                return self._optional(nvml.nvmlDeviceGetMemoryInfo, handle, nvml.nvmlMemory_v2)
+            except _GpuFailed as exc:
+                old_driver = (nvml.NVMLError_FunctionNotFound, nvml.NVMLError_ArgumentVersionMismatch)
+                if not isinstance(exc.__cause__, old_driver):
+                    raise
+                self._memory_v2 = False
+        return self._optional(nvml.nvmlDeviceGetMemoryInfo, handle)
 
     def _optional(self, fn: Callable[..., Any], *args: Any) -> Any:
         """None where the GPU cannot report this field; _GpuFailed where the GPU is in trouble."""

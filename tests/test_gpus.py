@@ -20,7 +20,8 @@ from aiohttp import web
 from specctl.runtime.gpus import NvmlSource, NvmlUnavailable, SimGpuSource, open_gpu_source
 from specctl.runtime.sglang_client import SGLangClient
 
-H200_MEM = 150_754_820_096
+H200_MEM = 150_754_820_096  # as a real H200 reports it
+RESERVED = 644_939_776  # what the driver keeps on an idle H200 (v1 "used"; nvidia-smi shows 0 MiB)
 METRICS = ("util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
 
 
@@ -40,9 +41,10 @@ class FakeNvml:
 
     def __init__(self, gpus: list[FakeGpu], init_error: pynvml.NVMLError | None = None) -> None:
         for name in dir(pynvml):
-            if name.startswith(("NVMLError", "NVML_")):
+            if name.startswith(("NVMLError", "NVML_")) or name == "nvmlMemory_v2":
                 setattr(self, name, getattr(pynvml, name))
         self.gpus = gpus
+        self.has_memory_v2 = True
         self.init_error = init_error
         self.count_error: pynvml.NVMLError | None = None
         self.initialised = False
@@ -94,9 +96,16 @@ class FakeNvml:
         self._gpu("nvmlDeviceGetUtilizationRates", handle)
         return SimpleNamespace(gpu=87, memory=40)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu, version: int | None = None) -> SimpleNamespace:
+        """v1 counts the driver's reservation as used; v2 (as nvidia-smi shows) does not."""
         self._gpu("nvmlDeviceGetMemoryInfo", handle)
-        return SimpleNamespace(total=H200_MEM, used=120_000_000_000, free=H200_MEM - 120_000_000_000)
+        free = H200_MEM - 120_000_000_000 - RESERVED
+        if version is None:
+            return SimpleNamespace(total=H200_MEM, used=120_000_000_000 + RESERVED, free=free)
+        assert version == pynvml.nvmlMemory_v2
+        if not self.has_memory_v2:
+            raise pynvml.NVMLError_FunctionNotFound()
+        return SimpleNamespace(version=version, total=H200_MEM, reserved=RESERVED, used=120_000_000_000, free=free)
 
     def nvmlDeviceGetPowerUsage(self, handle: FakeGpu) -> int:
         self._gpu("nvmlDeviceGetPowerUsage", handle)
@@ -178,6 +187,18 @@ async def test_one_driver_call_per_field_per_pass() -> None:
     assert nvml.calls["nvmlDeviceGetName"] == 8
     assert nvml.calls["nvmlDeviceGetHandleByIndex"] == 8
     await source.aclose()
+
+
+async def test_old_driver_without_memory_v2_falls_back_once() -> None:
+    nvml = FakeNvml([FakeGpu(i) for i in range(2)])
+    nvml.has_memory_v2 = False
+    source = NvmlSource(nvml)
+    first = await source.sample()
+    second = await source.sample()
+    await source.aclose()
+    v1 = {"mem_used": 120_000_000_000 + RESERVED}
+    assert first == second == [healthy(0) | v1, healthy(1) | v1]
+    assert nvml.calls["nvmlDeviceGetMemoryInfo"] == 1 + 2 + 2  # v2 asked once, then v1 per GPU per pass
 
 
 async def test_driver_calls_run_off_the_event_loop_thread() -> None:
