@@ -195,7 +195,7 @@ def _gpu_line(gpu: dict[str, Any]) -> str:
 # -- server and locate --------------------------------------------------------------
 
 def _server(path: Path, args: argparse.Namespace) -> int:
-    result = call(path, "server", {"action": args.action}, timeout=SERVER_TIMEOUT)
+    result = call(path, "server", {"action": args.action}, answer_timeout=SERVER_TIMEOUT)
     print(f"server: {_v(result.get('state'))}")
     return EXIT_OK
 

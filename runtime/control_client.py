@@ -183,11 +183,15 @@ def _error_of(answer: dict[str, Any]) -> ControlError:
 
 
 def call(path: str | os.PathLike[str], cmd: str, args: dict[str, Any] | None = None,
-         timeout: float = 5.0) -> dict[str, Any]:
-    """One command, synchronously: for the CLI, which has no event loop of its own."""
+         timeout: float = 5.0, answer_timeout: float | None = None) -> dict[str, Any]:
+    """One command, synchronously: for the CLI, which has no event loop of its own.
+
+    ``timeout`` bounds connecting; ``answer_timeout`` (default: the same) bounds
+    the wait for the answer, longer for commands that restart a model server.
+    """
 
     async def once() -> dict[str, Any]:
         async with ControlClient(path, timeout) as client:
-            return await client.request(cmd, args)
+            return await client.request(cmd, args, answer_timeout)
 
     return asyncio.run(once())
