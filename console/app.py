@@ -1,0 +1,267 @@
+"""The specctl console: one Textual app over any :class:`~specctl.console.links.Link`.
+
+A worker reads the link's records, folds each into the :class:`Timeline` and
+posts a typed message; the handler redraws the dashboard from the timeline
+(a newer message replaces a queued older one, so a slow terminal never falls
+behind). Every key, button and palette entry goes through ``Link.request``,
+the same control path as the CLI, and the supervisor journals it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Iterable
+
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.screen import Screen
+
+from specctl.themes.console_themes import DEFAULT_THEME, HIGH_CONTRAST, THEMES
+
+from .links import Link, LinkError, ReplayLink
+from .screens.dashboard import Dashboard
+from .screens.help import HelpScreen, key_rows
+from .screens.messages import LinkChanged, LogArrived, SampleArrived
+from .screens.prefs import save_prefs
+from .screens.thresholds import ThresholdsScreen
+from .screens.timeline import Timeline
+
+CONTROL_ACTIONS = {"force_on", "force_off", "auto", "thresholds"}
+REPLAY_ACTIONS = {"seek", "speed", "seek_start", "seek_end"}
+SEEK_S = 10.0
+RETRY_S = (0.5, 1.0, 2.0, 5.0)
+
+
+def duration(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    return f"{int(seconds // 60)}:{seconds % 60:04.1f}"
+
+
+class SpecctlApp(App[int]):
+    """The console; ``link`` says where records come from and where commands go."""
+
+    CSS_PATH = ["app.tcss"]
+    TITLE = "specctl"
+    BINDINGS = [
+        Binding("o", "force_on", "Force on"),
+        Binding("x", "force_off", "Force off"),
+        Binding("a", "auto", "Auto"),
+        Binding("t", "thresholds", "Thresholds"),
+        Binding("p,space", "toggle_pause", "Pause", key_display="p"),
+        Binding("left", "seek(-10)", "-10s"),
+        Binding("right", "seek(10)", "+10s"),
+        Binding("home", "seek_start", "Start", show=False),
+        Binding("end", "seek_end", "End", show=False),
+        Binding("minus", "speed(0.5)", "Slower"),
+        Binding("plus,equals_sign", "speed(2)", "Faster", key_display="+"),
+        Binding("c", "cycle_theme", "Theme"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+    ]
+    APPLIES = {**{a: "live (greyed in replay)" for a in CONTROL_ACTIONS},
+               **{a: "replay only" for a in REPLAY_ACTIONS}}
+    DETAILS = {
+        "force_on": "Force speculation on (mode on)",
+        "force_off": "Force speculation off (mode off)",
+        "auto": "Let the policy decide (mode auto)",
+        "thresholds": "Edit thresholds: off_at, on_at, min_accept, ...",
+        "toggle_pause": "Pause or resume the view (in a replay: the playback)",
+        "seek(-10)": "Seek back 10 s",
+        "seek(10)": "Seek forward 10 s",
+        "seek_start": "Seek to the start",
+        "seek_end": "Seek to the end",
+        "speed(0.5)": "Play at half the speed",
+        "speed(2)": "Play at twice the speed",
+        "cycle_theme": "Next theme: dark, light, high contrast (remembered)",
+        "help": "This screen",
+        "quit": "Quit (also stops what the console started)",
+    }
+
+    paused: reactive[bool] = reactive(False)
+
+    def __init__(self, link: Link, *, theme: str | None = None, remember_theme: bool = True) -> None:
+        super().__init__()
+        self.link = link
+        self.timeline = Timeline()
+        self.connected = False
+        self._link_text = ""
+        self._initial_theme = theme
+        self._remember_theme = remember_theme
+        self._closed = False
+
+    # -- start and stop -----------------------------------------------------
+    def on_mount(self) -> None:
+        for theme in THEMES:
+            self.register_theme(theme)
+        fallback = HIGH_CONTRAST.name if self.no_color else DEFAULT_THEME
+        self.theme = self._initial_theme if self._initial_theme in self.available_themes else fallback
+        self.theme_changed_signal.subscribe(self, lambda theme: self._remember(theme.name))
+        self.push_screen(Dashboard(self.link.describe, self.link.can_control))
+        self._pump()
+
+    async def on_unmount(self) -> None:
+        await self.close_link()
+
+    async def close_link(self) -> None:
+        """Stop what the console started (the in-process supervisor and its server), once."""
+        if not self._closed:
+            self._closed = True
+            await self.link.close()
+
+    async def action_quit(self) -> None:
+        await self.close_link()
+        self.exit(0)
+
+    @property
+    def dashboard(self) -> Dashboard:
+        return next(s for s in self.screen_stack if isinstance(s, Dashboard))
+
+    # -- records in -----------------------------------------------------------
+    @work(exclusive=True, group="link", exit_on_error=False)
+    async def _pump(self) -> None:
+        """Open the link and fold its records in; a socket link reconnects with backoff."""
+        for attempt in range(10**9):
+            try:
+                await self.link.open()
+                self.post_message(LinkChanged(""))
+                async for record in self.link.records():
+                    self.timeline.fold(record)
+                    kind = SampleArrived if record.get("kind") == "sample" else LogArrived
+                    self.post_message(kind(record))
+                return
+            except (LinkError, OSError, ConnectionError) as exc:
+                self.post_message(LinkChanged(f"{'lost' if self.connected else 'cannot connect'}: {exc}"))
+            if self.link.kind != "socket":
+                return
+            await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
+
+    def on_sample_arrived(self, message: SampleArrived) -> None:
+        if not self.paused:
+            self._redraw()
+
+    def on_log_arrived(self, message: LogArrived) -> None:
+        if not self.paused:
+            self._redraw()
+
+    @on(LinkChanged)
+    def _link_changed(self, message: LinkChanged) -> None:
+        self.connected = not message.text
+        self._link_text = message.text
+        self.refresh_bindings()
+        self.dashboard.show_status(self.timeline, self.status_text())
+
+    def status_text(self) -> str:
+        """The banner's extra words: link trouble, pause, replay position."""
+        words = [self._link_text] if self._link_text else []
+        link = self.link
+        if isinstance(link, ReplayLink):
+            state = "⏸" if link.paused else "▶"
+            words.append(f"REPLAY {duration(link.position - link.start)} / {duration(link.end - link.start)} "
+                         f"{state} x{link.speed:g}")
+        elif self.paused:
+            words.append("VIEW PAUSED (p resumes)")
+        return "  ".join(words)
+
+    # -- actions --------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in REPLAY_ACTIONS:
+            return isinstance(self.link, ReplayLink)
+        if action in CONTROL_ACTIONS:
+            return True if self.link.can_control and self.connected else None
+        return True
+
+    def action_force_on(self) -> None:
+        self.send("mode", {"mode": "on"}, "Speculation forced on")
+
+    def action_force_off(self) -> None:
+        self.send("mode", {"mode": "off"}, "Speculation forced off")
+
+    def action_auto(self) -> None:
+        self.send("mode", {"mode": "auto"}, "Speculation back to auto")
+
+    def action_thresholds(self) -> None:
+        spec = (self.timeline.latest or {}).get("spec") or {}
+        self.push_screen(ThresholdsScreen(spec.get("settings") or {}), self._thresholds_done)
+
+    def _thresholds_done(self, changes: dict[str, Any] | None) -> None:
+        if changes:
+            self.send("set", {"settings": changes}, "Thresholds applied")
+
+    @work(group="commands", exit_on_error=False)
+    async def send(self, cmd: str, args: dict[str, Any], done: str) -> dict[str, Any] | None:
+        """Run one command through the link; say what happened either way."""
+        try:
+            result = await self.link.request(cmd, args)
+        except LinkError as exc:
+            where = f" ({exc.field})" if exc.field else ""
+            self.notify(f"{exc.message}{where}", title=f"{cmd} refused", severity="error")
+            return None
+        self.notify(done)
+        return result
+
+    def action_toggle_pause(self) -> None:
+        if isinstance(self.link, ReplayLink):
+            self.link.resume() if self.link.paused else self.link.pause()
+        else:
+            self.paused = not self.paused
+        self._redraw()
+
+    def action_seek(self, seconds: float) -> None:
+        if isinstance(self.link, ReplayLink):
+            self.link.seek(self.link.position + seconds)
+
+    def action_seek_start(self) -> None:
+        if isinstance(self.link, ReplayLink):
+            self.link.seek(self.link.start)
+
+    def action_seek_end(self) -> None:
+        if isinstance(self.link, ReplayLink):
+            self.link.seek(self.link.end)
+
+    def action_speed(self, factor: float) -> None:
+        if isinstance(self.link, ReplayLink):
+            self.link.set_speed(self.link.speed * factor)
+            self._redraw()
+
+    def _redraw(self) -> None:
+        self.dashboard.show(self.timeline, self.status_text(), self.paused)
+
+    def action_cycle_theme(self) -> None:
+        names = [theme.name for theme in THEMES]
+        current = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(current + 1) % len(names)]
+        self.notify(f"Theme: {self.theme}")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(key_rows(self.BINDINGS, self.DETAILS, self.APPLIES)))
+
+    def _remember(self, name: str) -> None:
+        if self._remember_theme:
+            self._save_theme(name)
+
+    @work(thread=True, exclusive=True, group="prefs", exit_on_error=False)
+    def _save_theme(self, name: str) -> None:
+        save_prefs({"theme": name})
+
+    # -- command palette ------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        entries = [
+            ("Force speculation on", "Mode on: speculate at every batch size", "force_on"),
+            ("Force speculation off", "Mode off: never speculate", "force_off"),
+            ("Auto speculation", "Let the policy switch on load and acceptance", "auto"),
+            ("Edit thresholds", "off_at, on_at, min_accept, ... applied all or nothing", "thresholds"),
+            ("Pause or resume", "Freeze the view (or the replay)", "toggle_pause"),
+            ("Cycle theme", "specctl dark, light and high contrast", "cycle_theme"),
+            ("Keys", "Every key of the console", "help"),
+            ("Replay: back 10 s", "Seek the replay back", "seek(-10)"),
+            ("Replay: forward 10 s", "Seek the replay forward", "seek(10)"),
+            ("Replay: slower", "Halve the playback speed", "speed(0.5)"),
+            ("Replay: faster", "Double the playback speed", "speed(2)"),
+        ]
+        for title, help_text, action in entries:
+            name = action.split("(")[0]
+            if self.check_action(name, ()):
+                yield SystemCommand(title, help_text, lambda a=action: self.run_action(a))

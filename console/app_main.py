@@ -1,0 +1,73 @@
+"""``specctl tui`` and ``specctl replay``: build a link from the arguments and run the console.
+
+Errors a user can fix (bad arguments, no supervisor behind --connect, a
+missing journal) are reported before the screen takes over the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from .cli import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_USAGE
+from .links import Link, LinkError, ReplayLink, SocketLink
+
+
+def run_tui(args: argparse.Namespace) -> int:
+    """The live console: an in-process supervisor, or --connect to a running one."""
+    if args.connect:
+        link: Link = SocketLink(args.connect)
+        problem = _probe(link)
+        if problem:
+            print(f"specctl: no supervisor at {args.connect}: {problem}\n"
+                  "start one with `specctl run --headless` or drop --connect to run one here",
+                  file=sys.stderr)
+            return EXIT_NO_SUPERVISOR
+    else:
+        from specctl.runtime.supervisor import ConfigError, Supervisor, SupervisorConfig
+        from .links import LocalLink
+
+        try:
+            config = SupervisorConfig.from_args(args)
+        except ConfigError as exc:
+            print(f"specctl: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        link = LocalLink(Supervisor(config))
+    return _run(link)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """A journal played back in the same screens, with pause, seek and speed."""
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"specctl: no journal at {path}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.speed > 0:
+        print("specctl: --speed must be above 0", file=sys.stderr)
+        return EXIT_USAGE
+    return _run(ReplayLink(path, speed=args.speed))
+
+
+def _probe(link: SocketLink) -> str:
+    """Connect once and leave, so a wrong path fails here with a message, not inside the screen."""
+    async def probe() -> str:
+        try:
+            await link.open()
+        except LinkError as exc:
+            return exc.message
+        finally:
+            await link.close()
+        return ""
+
+    return asyncio.run(probe())
+
+
+def _run(link: Link) -> int:
+    from .app import SpecctlApp
+    from .screens.prefs import load_prefs
+
+    app = SpecctlApp(link, theme=load_prefs().get("theme"))
+    result = app.run()
+    return EXIT_OK if result is None else int(result)

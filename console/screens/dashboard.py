@@ -1,0 +1,133 @@
+"""The dashboard: banner, start-up progress, controls, GPU panels, charts and event log.
+
+The app hands it the timeline and a few words of status (``show``); it picks
+plain data out for each widget and sets it as attributes. It adapts to the
+terminal: one line per GPU below 120x36, bordered panels in a grid above.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from specctl.widgets.banner import BannerState, SpecBanner
+from specctl.widgets.controls import ControlBar
+from specctl.widgets.event_log import EventLog
+from specctl.widgets.gpu_panel import GpuPanel
+from specctl.widgets.startup import StartupProgress
+from specctl.widgets.timechart import TimeChart
+
+from .charts import build_charts
+from .timeline import Timeline
+
+COMPACT_BELOW = (120, 36)  # width, height under which the dashboard goes to one line per GPU
+PANEL_WIDTH = 40
+WINDOW_S = 300.0
+
+
+class Dashboard(Screen):
+    """The one screen operators live in."""
+
+    def __init__(self, source: str, can_control: bool) -> None:
+        super().__init__()
+        self._source = source
+        self._can_control = can_control
+        self._gpu_count = 0
+
+    def compose(self) -> ComposeResult:
+        yield SpecBanner()
+        yield StartupProgress()
+        yield ControlBar()
+        yield VerticalScroll(id="gpus")
+        with Horizontal(id="charts"):
+            yield TimeChart(id="chart-tps")
+            yield TimeChart(id="chart-accept")
+            yield TimeChart(id="chart-requests")
+        yield EventLog(id="log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(ControlBar).can_control = self._can_control
+        self.query_one(SpecBanner).state = BannerState(source=self._source, status="connecting…")
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._lay_out_gpus()
+
+    @property
+    def compact(self) -> bool:
+        width, height = self.size
+        return width < COMPACT_BELOW[0] or height < COMPACT_BELOW[1]
+
+    # -- attributes down --------------------------------------------------
+    def show(self, timeline: Timeline, status: str, paused: bool) -> None:
+        """Draw the timeline; ``status`` is the banner's extra words (PAUSED, replay position...)."""
+        sample = timeline.latest or {}
+        self.query_one(SpecBanner).state = banner_state(timeline, self._source, status)
+        server = sample.get("server") or {}
+        starting = server.get("state") == "starting"
+        self.query_one(StartupProgress).progress = server.get("progress") if starting else None
+        self.query_one(ControlBar).paused = paused
+        self._show_gpus(sample.get("gpus") or [])
+        tps, accept, requests = build_charts(timeline, WINDOW_S)
+        self.query_one("#chart-tps", TimeChart).data = tps
+        self.query_one("#chart-accept", TimeChart).data = accept
+        self.query_one("#chart-requests", TimeChart).data = requests
+        clear, records = timeline.take_log()
+        if clear or records:
+            self.query_one(EventLog).show(records, clear=clear)
+
+    def show_status(self, timeline: Timeline, status: str) -> None:
+        """Only the banner: while the view is paused the rest stays as it was."""
+        self.query_one(SpecBanner).state = banner_state(timeline, self._source, status)
+
+    def _show_gpus(self, gpus: list[dict[str, Any]]) -> None:
+        box = self.query_one("#gpus", VerticalScroll)
+        panels = list(box.query(GpuPanel))
+        if len(panels) != len(gpus):
+            for panel in panels[len(gpus):]:
+                panel.remove()
+            new = [GpuPanel() for _ in range(len(gpus) - len(panels))]
+            if new:
+                box.mount_all(new)
+            panels = (panels + new)[:len(gpus)]
+            self._gpu_count = len(gpus)
+            self._lay_out_gpus(panels)
+        for panel, gpu in zip(panels, gpus):
+            panel.gpu = gpu
+
+    def _lay_out_gpus(self, panels: list[GpuPanel] | None = None) -> None:
+        compact = self.compact
+        self.set_class(compact, "-compact")
+        box = self.query_one("#gpus", VerticalScroll)
+        for panel in panels if panels is not None else box.query(GpuPanel):
+            panel.compact = compact
+        columns = max(1, min(self._gpu_count, self.size.width // PANEL_WIDTH, 4))
+        box.styles.grid_size_columns = 1 if compact else columns
+
+
+def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:
+    """Pick the banner's fields out of the latest sample and the last switch event."""
+    sample = timeline.latest or {}
+    spec = sample.get("spec")
+    server = sample.get("server") or {}
+    switch = timeline.last_switch or {}
+    return BannerState(
+        spec_on=None if spec is None else bool(spec.get("on")),
+        mode=None if spec is None else spec.get("mode"),
+        steps=None if spec is None else spec.get("steps"),
+        steps_on=None if spec is None else (spec.get("settings") or {}).get("steps"),
+        reason=switch.get("reason") or (spec or {}).get("reason"),
+        switch_t=switch.get("t"),
+        switch_batch=switch.get("batch_size"),
+        now=timeline.now,
+        server_state=server.get("state"),
+        server_error=server.get("error"),
+        sim=bool(sample.get("sim")),
+        source=source,
+        status=status,
+    )

@@ -1,0 +1,100 @@
+"""What the console knows, folded from records: pure data, no Textual.
+
+The link's worker folds every record in as it arrives (cheap), and the screen
+redraws from here at its own pace, so a burst of records (a replay seek, a
+subscriber catching up) costs one redraw, not thousands.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from specctl.console.links import RESET
+
+HISTORY_S = 600.0  # how much chart history is kept; the charts show the last few minutes of it
+LOG_LINES = 500
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sample's numbers for the charts; None where the sample had no value."""
+
+    t: float
+    gen_tps: float | None
+    accept_len: float | None
+    running: float | None
+    queued: float | None
+    spec_on: bool | None
+
+
+@dataclass
+class Timeline:
+    """Latest sample, chart history, last switch and the log records not yet shown."""
+
+    latest: dict[str, Any] | None = None
+    points: deque[Point] = field(default_factory=deque)
+    last_switch: dict[str, Any] | None = None
+    pending_log: list[dict[str, Any]] = field(default_factory=list)
+    reset_log: bool = False  # the log must be cleared before pending_log is shown
+    now: float | None = None  # journal time of the newest record: "ago" is measured from it
+
+    def fold(self, record: dict[str, Any]) -> None:
+        kind = record.get("kind")
+        t = record.get("t")
+        if kind == RESET:
+            self._reset()
+        elif kind == "sample":
+            self._fold_sample(record)
+        elif kind in ("event", "command"):
+            if record.get("event") == "spec_switch":
+                self.last_switch = record
+            self.pending_log.append(record)
+            del self.pending_log[:-LOG_LINES]
+        if isinstance(t, (int, float)):
+            self.now = float(t) if self.now is None else max(self.now, float(t))
+
+    def take_log(self) -> tuple[bool, list[dict[str, Any]]]:
+        """Records for the event log since the last call, and whether to clear it first."""
+        reset, lines = self.reset_log, self.pending_log
+        self.reset_log, self.pending_log = False, []
+        return reset, lines
+
+    def _reset(self) -> None:
+        self.latest = None
+        self.points.clear()
+        self.last_switch = None
+        self.pending_log = []
+        self.reset_log = True
+        self.now = None
+
+    def _fold_sample(self, record: dict[str, Any]) -> None:
+        self.latest = record
+        server = record.get("server") or {}
+        spec = record.get("spec")
+        point = Point(float(record["t"]), _num(server.get("gen_tps")), _num(server.get("accept_len")),
+                      _num(server.get("running")), _num(server.get("queued")),
+                      None if spec is None else bool(spec.get("on")))
+        self.points.append(point)
+        while self.points and self.points[0].t < point.t - HISTORY_S:
+            self.points.popleft()
+
+    def thresholds(self) -> tuple[float | None, float | None]:
+        """(off_at, on_at) of the latest sample's settings, for the request chart."""
+        spec = (self.latest or {}).get("spec") or {}
+        settings = spec.get("settings") or {}
+        return _num(settings.get("off_at")), _num(settings.get("on_at"))
+
+
+    def max_accept(self) -> float:
+        """The accept-length chart's top: steps + 1 (every draft token plus the bonus one)."""
+        spec = (self.latest or {}).get("spec") or {}
+        steps = _num((spec.get("settings") or {}).get("steps"))
+        return 1.0 + (steps if steps is not None else 3.0)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)

@@ -1,0 +1,127 @@
+"""The spec banner: is speculation on, who decided, and is this data real.
+
+Operators glance at this line first, so the state is spelled out in words
+(SPEC ON / SPEC OFF, FORCED OFF, SIM), never carried by colour alone: it
+stays readable with NO_COLOR and on a monochrome terminal.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+MODE_WORDS = {"auto": "AUTO", "on": "FORCED ON", "off": "FORCED OFF"}
+GOOD_SERVER_STATES = ("ready",)
+
+
+@dataclass(frozen=True)
+class BannerState:
+    """Everything the banner shows, already picked out of records."""
+
+    spec_on: bool | None = None  # None: the server could not be asked
+    mode: str | None = None
+    steps: int | None = None  # draft steps running now (0 while off)
+    steps_on: int | None = None  # draft steps configured for when it is on
+    reason: str | None = None
+    switch_t: float | None = None  # journal time of the last switch
+    switch_batch: int | None = None
+    now: float | None = None  # journal time of the newest record, for "ago"
+    server_state: str | None = None
+    server_error: str | None = None
+    sim: bool = False
+    source: str = ""
+    status: str = ""  # "PAUSED", "replay 0:42 / 5:00 ▶ x1", a lost connection...
+
+
+def clock(t: float) -> str:
+    """A record's time as local HH:MM:SS (from the record's own t, never the wall clock)."""
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def ago(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 60:
+        return f"{seconds:.0f}s ago"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s ago"
+    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m ago"
+
+
+class SpecBanner(Widget):
+    """Two lines: the speculation state and server on the first, the last switch on the second."""
+
+    DEFAULT_CSS = """
+    SpecBanner {
+        height: 2;
+        padding: 0 1;
+        background: $panel;
+        & > .spec-banner--on { background: $success; color: $background; text-style: bold; }
+        & > .spec-banner--off { background: $error; color: $background; text-style: bold; }
+        & > .spec-banner--unknown { background: $foreground-muted; color: $background; text-style: bold; }
+        & > .spec-banner--mode { text-style: bold; }
+        & > .spec-banner--forced { color: $warning; text-style: bold; }
+        & > .spec-banner--sim { background: $warning; color: $background; text-style: bold; }
+        & > .spec-banner--bad { color: $error; text-style: bold; }
+        & > .spec-banner--muted { color: $foreground-muted; }
+        & > .spec-banner--status { color: $warning; text-style: bold; }
+    }
+    """
+    COMPONENT_CLASSES = {"spec-banner--on", "spec-banner--off", "spec-banner--unknown", "spec-banner--mode",
+                         "spec-banner--forced", "spec-banner--sim", "spec-banner--bad", "spec-banner--muted",
+                         "spec-banner--status"}
+
+    state: reactive[BannerState] = reactive(BannerState)
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"spec-banner--{name}", partial=True)
+
+    def render(self) -> Text:
+        return Text("\n").join([self._first_line(), self._second_line()])
+
+    def _first_line(self) -> Text:
+        s = self.state
+        badge = {True: (" SPEC ON ", "on"), False: (" SPEC OFF ", "off"), None: (" SPEC ? ", "unknown")}
+        word, style = badge[s.spec_on]
+        mode = MODE_WORDS.get(s.mode or "", "mode ?")
+        line = Text.assemble((word, self._style(style)), " ",
+                             (mode, self._style("mode" if s.mode in (None, "auto") else "forced")))
+        if s.steps is not None:
+            line.append(f"  draft steps {s.steps}")
+            if s.steps_on is not None and s.steps_on != s.steps:
+                line.append(f" ({s.steps_on} when on)", self._style("muted"))
+        line.append("  server ", self._style("muted"))
+        server = (s.server_state or "?").upper()
+        line.append(server, self._style("mode" if s.server_state in GOOD_SERVER_STATES else "bad"))
+        if s.server_error and s.server_state not in GOOD_SERVER_STATES:
+            line.append(f" {s.server_error}", self._style("bad"))
+        if s.sim:
+            line.append("  ")
+            line.append(" SIM ", self._style("sim"))
+        return line
+
+    def _second_line(self) -> Text:
+        s = self.state
+        line = Text(style=self._style("muted"))
+        if s.switch_t is not None:
+            line.append("last switch ")
+            line.append(s.reason or "?", Style(bold=True))
+            if s.switch_batch is not None:
+                line.append(f" (batch {s.switch_batch})")
+            line.append(f" at {clock(s.switch_t)}")
+            if s.now is not None:
+                line.append(f", {ago(s.now - s.switch_t)}")
+        elif s.reason:
+            line.append("last switch ")
+            line.append(s.reason, Style(bold=True))
+        else:
+            line.append("no switch yet")
+        line.append(f"  · {s.source}")
+        if s.status:
+            line.append("  ")
+            line.append(s.status, self._style("status"))
+        return line

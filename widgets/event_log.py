@@ -1,0 +1,96 @@
+"""The event log: switches, commands, server lifecycle and the server's own log lines.
+
+Each record becomes one line stamped with the record's own time, so a replay
+shows exactly what the operator saw live.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rich.text import Text
+from textual.widgets import RichLog
+
+from .banner import clock
+
+_SKIP = {"v", "t", "kind", "event", "cmd", "ok", "uid", "args"}
+_EVENTS = {"server_start": ("START", "plain"), "server_ready": ("READY", "good"), "server_exit": ("EXIT", "bad"),
+           "server_restart": ("RESTART", "warn"), "server_unreachable": ("UNREACH", "bad"),
+           "gpu_failed": ("GPU", "bad"), "settings": ("SETTINGS", "plain"),
+           "supervisor_start": ("SUPERV", "plain"), "supervisor_stop": ("SUPERV", "plain")}
+
+
+def describe(record: dict[str, Any]) -> tuple[str, str, str]:
+    """(tag, text, tone) for one event or command record; tone is good, bad, warn or plain."""
+    if record.get("kind") == "command":
+        return _command(record)
+    name = str(record.get("event"))
+    if name == "spec_switch":
+        on = bool(record.get("on"))
+        text = f"speculation {'ON' if on else 'OFF'} ({record.get('reason')}, batch {record.get('batch_size')})"
+        return "SWITCH", text, "good" if on else "bad"
+    if name == "server_log":
+        return "LOG", str(record.get("line", "")), "plain"
+    tag, tone = _EVENTS.get(name, (name.upper()[:8], "plain"))
+    return tag, _fields(record), tone
+
+
+def _command(record: dict[str, Any]) -> tuple[str, str, str]:
+    args = record.get("args") or {}
+    shown = " ".join(f"{k}={v}" for k, v in _flatten(args))
+    who = f"uid {record.get('uid')}" if record.get("uid") is not None else "uid ?"
+    user = f" ({record['user']})" if record.get("user") else ""
+    outcome = "ok" if record.get("ok") else f"refused: {(record.get('error') or {}).get('message', '')}"
+    return "CMD", f"{record.get('cmd')} {shown} by {who}{user}: {outcome}", "plain" if record.get("ok") else "bad"
+
+
+def _flatten(args: dict[str, Any]) -> Iterable[tuple[str, Any]]:
+    for key, value in args.items():
+        if isinstance(value, dict):
+            yield from value.items()
+        else:
+            yield key, value
+
+
+def _fields(record: dict[str, Any]) -> str:
+    name = str(record.get("event"))
+    fields = {k: v for k, v in record.items() if k not in _SKIP and v is not None}
+    rest = " ".join(f"{k}={v}" for k, v in _flatten(fields))
+    return f"{name} {rest}".strip()
+
+
+class EventLog(RichLog):
+    """A RichLog that takes records; ``show(records, clear=...)`` appends them."""
+
+    DEFAULT_CSS = """
+    EventLog {
+        height: 1fr;
+        min-height: 3;
+        background: $surface;
+        border: none;
+        padding: 0 1;
+        scrollbar-size-vertical: 1;
+        & > .event-log--time { color: $foreground-muted; }
+        & > .event-log--plain { text-style: bold; }
+        & > .event-log--good { color: $success; text-style: bold; }
+        & > .event-log--bad { color: $error; text-style: bold; }
+        & > .event-log--warn { color: $warning; text-style: bold; }
+    }
+    """
+    COMPONENT_CLASSES = {"event-log--time", "event-log--plain", "event-log--good", "event-log--bad",
+                         "event-log--warn"}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_lines=500, wrap=False, markup=False, auto_scroll=True, **kwargs)
+
+    def show(self, records: list[dict[str, Any]], clear: bool = False) -> None:
+        if clear:
+            self.clear()
+        for record in records:
+            self.write(self._line(record))
+
+    def _line(self, record: dict[str, Any]) -> Text:
+        tag, text, tone = describe(record)
+        style = self.get_component_rich_style
+        return Text.assemble((clock(float(record["t"])), style("event-log--time", partial=True)), " ",
+                             (f"{tag:<8}", style(f"event-log--{tone}", partial=True)), " ", text)

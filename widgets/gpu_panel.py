@@ -1,0 +1,135 @@
+"""One GPU's NVML numbers as coloured bars: a bordered panel, or one line when room is short.
+
+Takes the plain GPU dict of a ``sample`` record (``index``, ``name``,
+``state``, ``util``, ``mem_used``, ...); a field that could not be read is
+None and shows as a dash and an empty bar, never as a made-up number.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.style import Style
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+GIB = 1024**3
+BAR_FULL, BAR_EMPTY = "█", "░"
+DEAD_STATES = ("failed", "unsupported")
+
+
+def short_name(name: str | None) -> str:
+    """"NVIDIA H200" -> "H200": the vendor is the same on every line."""
+    if not name:
+        return "GPU"
+    return name.removeprefix("NVIDIA ").strip() or name
+
+
+def fraction(value: float | None, total: float | None) -> float | None:
+    if value is None or not total:
+        return None
+    return min(max(value / total, 0.0), 1.0)
+
+
+def _fmt(value: float | None, spec: str = ".0f") -> str:
+    return "–" if value is None else format(value, spec)
+
+
+class GpuPanel(Widget):
+    """A GPU's utilisation, memory, power, temperature and SM clock."""
+
+    DEFAULT_CSS = """
+    GpuPanel {
+        height: 7;
+        padding: 0 1;
+        border: round $panel-lighten-2;
+        border-title-color: $foreground;
+        border-title-style: bold;
+        &.-dead { border: round $error; }
+        &.-compact { height: 1; border: none; padding: 0; }
+        & > .gpu-panel--label { color: $foreground-muted; }
+        & > .gpu-panel--util { color: $accent; }
+        & > .gpu-panel--low { color: $success; }
+        & > .gpu-panel--mid { color: $warning; }
+        & > .gpu-panel--high { color: $error; }
+        & > .gpu-panel--empty { color: $panel-lighten-2; }
+        & > .gpu-panel--dead { color: $error; text-style: bold; }
+    }
+    """
+    COMPONENT_CLASSES = {"gpu-panel--label", "gpu-panel--util", "gpu-panel--low", "gpu-panel--mid",
+                         "gpu-panel--high", "gpu-panel--empty", "gpu-panel--dead"}
+
+    gpu: reactive[dict[str, Any] | None] = reactive(None)
+    compact: reactive[bool] = reactive(False, toggle_class="-compact")
+
+    def watch_gpu(self, gpu: dict[str, Any] | None) -> None:
+        gpu = gpu or {}
+        self.border_title = f"GPU {gpu.get('index', '?')} · {short_name(gpu.get('name'))}"
+        self.set_class(gpu.get("state") in DEAD_STATES, "-dead")
+
+    def render(self) -> Text:
+        gpu = self.gpu or {}
+        if gpu.get("state") in DEAD_STATES:
+            return self._render_dead(gpu)
+        return self._render_line(gpu) if self.compact else self._render_full(gpu)
+
+    # -- pieces -------------------------------------------------------------
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"gpu-panel--{name}", partial=True)
+
+    def _level(self, frac: float | None, warn: float = 0.8, high: float = 0.92) -> Style:
+        if frac is None or frac < warn:
+            return self._style("low")
+        return self._style("mid" if frac < high else "high")
+
+    def _bar(self, frac: float | None, width: int, style: Style) -> Text:
+        filled = 0 if frac is None else round(frac * width)
+        return Text.assemble((BAR_FULL * filled, style), (BAR_EMPTY * (width - filled), self._style("empty")))
+
+    def _metrics(self, gpu: dict[str, Any]) -> list[tuple[str, float | None, Style, str]]:
+        """(label, fraction, bar style, numbers) for each barred metric, in display order."""
+        util = gpu.get("util")
+        mem = fraction(gpu.get("mem_used"), gpu.get("mem_total"))
+        power = fraction(gpu.get("power_w"), gpu.get("power_limit_w"))
+        temp = gpu.get("temp_c")
+        temp_frac = None if temp is None else min(max(temp / 100.0, 0.0), 1.0)
+        mem_used = None if gpu.get("mem_used") is None else gpu["mem_used"] / GIB
+        mem_total = None if gpu.get("mem_total") is None else gpu["mem_total"] / GIB
+        return [
+            ("util", None if util is None else util / 100.0, self._style("util"), f"{_fmt(util)}%"),
+            ("mem", mem, self._level(mem, 0.9, 0.97), f"{_fmt(mem_used)}/{_fmt(mem_total)}G"),
+            ("power", power, self._level(power), f"{_fmt(gpu.get('power_w'))}/{_fmt(gpu.get('power_limit_w'))}W"),
+            ("temp", temp_frac, self._level(temp_frac, 0.8, 0.88), f"{_fmt(temp)}°C"),
+        ]
+
+    def _render_full(self, gpu: dict[str, Any]) -> Text:
+        width = max(self.content_region.width, 20)
+        bar_width = max(width - 6 - 12, 4)
+        label = self._style("label")
+        lines = [Text.assemble((f"{name:<6}", label), self._bar(frac, bar_width, style), f" {numbers:>11}")
+                 for name, frac, style, numbers in self._metrics(gpu)]
+        lines.append(Text.assemble(("SM    ", label), f"{_fmt(gpu.get('sm_clock_mhz'))} MHz"))
+        return Text("\n").join(lines)
+
+    def _render_line(self, gpu: dict[str, Any]) -> Text:
+        width = max(self.content_region.width, 40)
+        util, mem, power, temp = self._metrics(gpu)
+        head = f"{gpu.get('index', '?')} {short_name(gpu.get('name'))[:6]:<6} "
+        tail = f" {temp[3]:>5} {_fmt(gpu.get('sm_clock_mhz'))}MHz"
+        texts = [f" {util[3]:>4} ", f" {mem[3]:>8} ", f" {power[3]:>9}"]
+        bar_width = max((width - len(head) - len(tail) - sum(len(t) for t in texts)) // 3, 2)
+        line = Text(head, style=self._style("label"))
+        for (_, frac, style, _), text in zip((util, mem, power), texts):
+            line.append_text(self._bar(frac, bar_width, style))
+            line.append(text)
+        line.append(tail)
+        return line
+
+    def _render_dead(self, gpu: dict[str, Any]) -> Text:
+        state = str(gpu.get("state")).upper()
+        error = gpu.get("error") or ""
+        if self.compact:
+            return Text.assemble((f"{gpu.get('index', '?')} {short_name(gpu.get('name'))[:6]:<6} ", self._style("label")),
+                                 (state, self._style("dead")), f"  {error}")
+        return Text.assemble((state, self._style("dead")), "\n", error, "\nno readings from this GPU")
