@@ -87,7 +87,8 @@ PHASES = ("weights", "kv_cache", "cuda_graphs", "ready")
 _WEIGHTS_BEGIN = "Load weight begin."
 _WEIGHTS_END = "Load weight end."
 _WEIGHTS_BAR = re.compile(r"Loading \S+ checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)")
-_KV_ALLOCATED = "KV Cache is allocated."
+# 0.5.23 says "VA upper bound" instead of "is allocated" while it reserves for post-capture sizing.
+_KV_ALLOCATED = re.compile(r"KV Cache (?:is allocated|VA upper bound)\. dtype:")
 _KV_END = "Memory pool end."
 _GRAPHS_BEGIN = re.compile(r"Capture .* (?:CUDA|CPU) graph begin\.")
 _GRAPHS_BAR = re.compile(r"Capturing batches \([^)]*\):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)")
@@ -132,7 +133,7 @@ class StartupProgress:
             self._move("cuda_graphs", 0.0)
         elif _KV_END in text:
             self._move("kv_cache", 1.0)
-        elif _KV_ALLOCATED in text:
+        elif _KV_ALLOCATED.search(text):
             self._move("kv_cache", None)
         elif _WEIGHTS_END in text:
             self._move("weights", 1.0)

@@ -9,6 +9,7 @@ at import time: the data must be readable on a machine without torch.
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import pkgutil
 from dataclasses import dataclass
@@ -206,7 +207,11 @@ def set_state_output(updated: bool) -> Any:
 
 
 def with_server_args(recv_req: Any, server_args: dict[str, Any]) -> Any:
-    """A copy of a SetInternalStateReq (a msgspec struct in both releases) with other keys."""
-    import msgspec  # SGLang's own dependency; present wherever the plugin runs
+    """A copy of a SetInternalStateReq (a mutable msgspec struct in both releases) with other keys.
 
-    return msgspec.structs.replace(recv_req, server_args=server_args)
+    A copy, not an edit: the scheduler still holds the original request to
+    route the answer back to the HTTP worker.
+    """
+    clone = copy.copy(recv_req)
+    clone.server_args = server_args
+    return clone

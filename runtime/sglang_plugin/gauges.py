@@ -24,7 +24,9 @@ def metrics_observer() -> Observer | None:
     from prometheus_client import Gauge  # after SGLang set the multiprocess folder
 
     def gauge(name: str, doc: str) -> Gauge:
-        return Gauge(name, doc, multiprocess_mode="mostrecent")
+        # registry=None: in multiprocess mode a value reaches /metrics through its file alone,
+        # and staying out of the process's default registry keeps a second observer harmless.
+        return Gauge(name, doc, multiprocess_mode="mostrecent", registry=None)
 
     spec_on = gauge("specctl:spec_on", "1 while specctl lets the server draft, 0 while speculation is off.")
     spec_steps = gauge("specctl:spec_steps", "Draft steps specctl chose for the current batches (0 = off).")

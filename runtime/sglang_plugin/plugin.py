@@ -103,14 +103,19 @@ def check_server_args(release: Release, result: Any, server_args: Any) -> Any:
     return result
 
 
-def install_core_hooks(release: Release) -> None:
-    """Register the hooks listed for this release in compat.RELEASES."""
-    handlers: dict[str, Any] = {
+def core_handlers(release: Release) -> dict[str, Any]:
+    """The callables behind compat's ``HookSpec.handler`` names."""
+    return {
         "params": SglangParams,
         "set_internal_state": set_internal_state,
         "get_internal_state": get_internal_state,
         "check_server_args": functools.partial(check_server_args, release),
     }
+
+
+def install_core_hooks(release: Release) -> None:
+    """Register the hooks listed for this release in compat.RELEASES."""
+    handlers = core_handlers(release)
     for spec in release.hooks:
         compat.register_hook(spec, handlers[spec.handler])
 

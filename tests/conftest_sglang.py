@@ -1,0 +1,161 @@
+"""SGLang's real source, read from its wheels, for the plugin's contract tests.
+
+SGLang cannot be imported without torch and a GPU stack, so the tests read the
+``.py`` files straight out of each supported release's wheel and parse them
+with ``ast``. Wheels are fetched once with ``pip download --no-deps`` into
+``~/.cache/specctl/sglang-wheels`` (``SPECCTL_WHEEL_CACHE`` overrides it) and
+reused from there.
+
+Import the fixture into a test module with
+``from conftest_sglang import sglang_source  # noqa: F401``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import pytest
+
+from specctl.runtime.sglang_plugin.compat import RELEASES, Release
+
+CACHE_ENV = "SPECCTL_WHEEL_CACHE"
+
+
+def wheel_cache() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specctl" / "sglang-wheels")
+
+
+def sglang_wheel(version: str) -> Path:
+    """The cached wheel of ``version``, downloaded on first use."""
+    cache = wheel_cache()
+    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    if found:
+        return found[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+         "--quiet", f"sglang=={version}", "-d", str(cache)],
+        check=True,
+    )
+    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        raise FileNotFoundError(f"pip download left no sglang {version} wheel in {cache}")
+    return found[0]
+
+
+@dataclass
+class Located:
+    """A name found in the source: its module file, and the node (None for a module)."""
+
+    path: str
+    node: ast.AST | None
+    owner: ast.ClassDef | None  # the class a method target belongs to
+
+    @property
+    def module(self) -> str:
+        return self.path.removesuffix("/__init__.py").removesuffix(".py").replace("/", ".")
+
+
+class SglangSource:
+    """One release's source files, read from its wheel."""
+
+    def __init__(self, release: Release, wheel: Path) -> None:
+        self.release = release
+        self._zip = zipfile.ZipFile(wheel)
+        self._names = set(self._zip.namelist())
+        self._trees: dict[str, ast.Module] = {}
+
+    @cached_property
+    def version(self) -> str:
+        tree = self.tree("sglang/_version.py")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                if any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets):
+                    return str(node.value.value)
+        raise LookupError("no __version__ in sglang/_version.py")
+
+    def text(self, path: str) -> str:
+        """A file under the wheel's root, e.g. ``sglang/srt/server_args.py``."""
+        return self._zip.read(path).decode("utf-8")
+
+    def srt(self, rel: str) -> str:
+        return self.text(f"sglang/srt/{rel}")
+
+    def python_files(self, prefix: str) -> list[str]:
+        return sorted(n for n in self._names if n.startswith(prefix) and n.endswith(".py"))
+
+    def tree(self, path: str) -> ast.Module:
+        if path not in self._trees:
+            self._trees[path] = ast.parse(self.text(path), filename=path)
+        return self._trees[path]
+
+    def module_path(self, dotted: str) -> str | None:
+        for candidate in (dotted.replace(".", "/") + ".py", dotted.replace(".", "/") + "/__init__.py"):
+            if candidate in self._names:
+                return candidate
+        return None
+
+    def locate(self, dotted: str) -> Located:
+        """Resolve ``package.module.Class.attr`` the way pkgutil.resolve_name does, in the source."""
+        parts = dotted.split(".")
+        for cut in range(len(parts), 0, -1):
+            path = self.module_path(".".join(parts[:cut]))
+            if path is None:
+                continue
+            node: ast.AST | None = None
+            owner: ast.ClassDef | None = None
+            scope: ast.AST = self.tree(path)
+            for name in parts[cut:]:
+                owner = scope if isinstance(scope, ast.ClassDef) else None
+                node = find_definition(scope, name)
+                if node is None:
+                    raise LookupError(f"{dotted}: {name!r} is not defined in {path}")
+                scope = node
+            return Located(path, node, owner)
+        raise LookupError(f"{dotted}: no such module in the wheel")
+
+
+def find_definition(scope: ast.AST, name: str) -> ast.AST | None:
+    """A class, function, assignment or import binding ``name`` directly in ``scope``."""
+    for node in getattr(scope, "body", []):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return node
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return node
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            return node
+    return None
+
+
+def parameter_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """Parameter names after ``self``/``cls`` (positional, then keyword-only)."""
+    args = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
+    if args and args[0] in ("self", "cls"):
+        args = args[1:]
+    return args + [a.arg for a in fn.args.kwonlyargs]
+
+
+def class_fields(tree: ast.Module) -> set[str]:
+    """Annotated names declared directly in any class body of the module."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(item.target.id)
+    return names
+
+
+@pytest.fixture(scope="session", params=sorted(RELEASES))
+def sglang_source(request: pytest.FixtureRequest) -> SglangSource:
+    release = RELEASES[request.param]
+    return SglangSource(release, sglang_wheel(release.version))

@@ -1,0 +1,418 @@
+"""The plugin against each supported SGLang release's real source (read from its wheel).
+
+Every name the plugin hooks, calls or reads is checked in the source with
+``ast``; where SGLang's code needs only the standard library (HookRegistry,
+the adaptive config loader, the AdaptiveController) it is executed, with our
+params and hooks plugged in as SGLang would plug them.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import logging
+import sys
+import tomllib
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest_sglang import SglangSource, class_fields, find_definition, parameter_names, sglang_source  # noqa: F401
+
+from specctl.runtime.policy import PolicySettings
+from specctl.runtime.sglang_plugin import compat, plugin
+from specctl.runtime.sglang_plugin.adaptive_config import write_config
+from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
+from specctl.runtime.sglang_plugin.params import SpecctlParams
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = PolicySettings(steps=3, off_at=8, on_at=4, dwell=0)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> str:
+    return str(write_config(tmp_path / "adaptive.json", 3))
+
+
+def exec_sglang_module(source: SglangSource, rel: str, inject: dict[str, Any], monkeypatch) -> types.ModuleType:
+    """Run one SGLang module with its ``from sglang... import`` lines replaced by ``inject``."""
+    tree = source.tree(f"sglang/srt/{rel}")
+    body = [n for n in tree.body if not (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang"))]
+    name = "sglang.srt." + rel.removesuffix(".py").replace("/", ".")
+    module = types.ModuleType(name)
+    module.__dict__.update(inject)
+    monkeypatch.setitem(sys.modules, name, module)
+    exec(compile(ast.Module(body=body, type_ignores=[]), f"sglang/srt/{rel}", "exec"), module.__dict__)
+    return module
+
+
+# -- names and signatures in the source ----------------------------------------
+
+
+def test_the_wheel_is_the_release(sglang_source: SglangSource) -> None:
+    assert sglang_source.version == sglang_source.release.version
+
+
+def test_every_hook_target_exists_with_the_parameters_the_plugin_expects(sglang_source: SglangSource) -> None:
+    for spec in sglang_source.release.hooks:
+        located = sglang_source.locate(spec.target)
+        node = located.node
+        if spec.hook_type == "REPLACE":
+            assert isinstance(node, ast.ClassDef), spec.target
+            node = find_definition(node, "__init__")
+        assert isinstance(node, ast.FunctionDef), spec.target
+        assert parameter_names(node) == list(spec.params), spec.target
+
+
+def test_every_handler_accepts_what_hookregistry_passes(sglang_source: SglangSource) -> None:
+    handlers = plugin.core_handlers(sglang_source.release)
+    for spec in sglang_source.release.hooks:
+        handler = handlers[spec.handler]
+        if spec.hook_type == "REPLACE":
+            continue  # checked against the class protocol below
+        is_method = sglang_source.locate(spec.target).owner is not None
+        passed = [None] * (1 + int(is_method) + len(spec.params))  # original or result, self, args
+        inspect.signature(handler).bind(*passed)
+
+
+def test_the_replacement_has_sglangs_constructor_and_methods(sglang_source: SglangSource) -> None:
+    cls = sglang_source.locate(compat.PARAMS_CLASS).node
+    assert isinstance(cls, ast.ClassDef)
+    public = [n for n in cls.body if isinstance(n, ast.FunctionDef) and (n.name == "__init__" or not n.name.startswith("_"))]
+    assert {n.name for n in public} >= {"__init__", "candidate_steps", "get_steps_for_batch", "on_verify_complete"}
+    for fn in public:
+        ours = getattr(plugin.SglangParams, fn.name)
+        decorators = {ast.unparse(d) for d in fn.decorator_list}
+        if decorators & {"property", "cached_property"}:
+            assert isinstance(ours, property), fn.name
+            continue
+        names = [p for p in inspect.signature(ours).parameters if p != "self"]
+        assert names == parameter_names(fn), fn.name
+
+
+def test_the_controller_uses_only_what_the_replacement_provides(sglang_source: SglangSource) -> None:
+    tree = sglang_source.tree("sglang/srt/speculative/adaptive_runtime_state.py")
+    used = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "params"
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "self"
+    }
+    assert used >= {"get_steps_for_batch", "on_verify_complete", "candidate_steps"}
+    assert all(hasattr(SpecctlParams, name) for name in used), used
+
+
+def test_sglang_builds_the_params_with_keywords_our_constructor_takes(sglang_source: SglangSource) -> None:
+    calls = []
+    for path in sglang_source.python_files("sglang/srt/"):
+        if "AdaptiveSpeculativeParams(" not in sglang_source.text(path):
+            continue
+        for node in ast.walk(sglang_source.tree(path)):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("AdaptiveSpeculativeParams"):
+                calls.append((path, node))
+    assert calls
+    for path, call in calls:
+        assert not call.args, path
+        assert {k.arg for k in call.keywords} <= {"initial_steps", "cfg_path"}, path
+
+
+def test_hookregistry_api(sglang_source: SglangSource) -> None:
+    register = sglang_source.locate(compat.HOOK_REGISTRY + ".register").node
+    assert parameter_names(register)[:3] == ["target", "hook", "hook_type"]
+    hook_type = sglang_source.locate(compat.HOOK_TYPE).node
+    members = {t.id for n in hook_type.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    assert {spec.hook_type for spec in sglang_source.release.hooks} <= members
+
+
+def test_our_entry_point_is_in_the_group_sglang_loads(sglang_source: SglangSource) -> None:
+    group = sglang_source.locate("sglang.srt.plugins.GENERAL_PLUGINS_GROUP").node
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    entry_points = pyproject["project"]["entry-points"][group.value.value]
+    assert entry_points["specctl"] == "specctl.runtime.sglang_plugin.plugin:load"
+    assert f"envs.{compat.PLUGINS_ENV}.get()" in sglang_source.srt("plugins/__init__.py")
+    assert sglang_source.locate(f"sglang.srt.environ.Envs.{compat.PLUGINS_ENV}")
+
+
+def test_server_args_the_plugin_reads_exist(sglang_source: SglangSource) -> None:
+    release = sglang_source.release
+    fields: set[str] = set()
+    for rel in release.args_field_files:
+        fields |= class_fields(sglang_source.tree(f"sglang/srt/{rel}"))
+    assert {*compat.ARGS_READ, release.dp_attr} <= fields
+
+
+def test_helpers_the_plugin_calls_exist(sglang_source: SglangSource) -> None:
+    assert sglang_source.locate(sglang_source.release.args_view).node is not None
+    reason = sglang_source.locate(compat.ADAPTIVE_UNSUPPORTED).node
+    assert parameter_names(reason) == ["server_args"]
+    io = "sglang.srt.managers.io_struct."
+    for cls, field in [("SetInternalStateReqOutput", "updated"), ("SetInternalStateReq", "server_args"),
+                       ("GetInternalStateReqOutput", "internal_state")]:
+        assert find_definition(sglang_source.locate(io + cls).node, field) is not None, cls
+    assert sglang_source.locate(compat.SET_STATE_OUTPUT).module == "sglang.srt.managers.io_struct"
+
+
+def test_source_facts_the_adapter_relies_on(sglang_source: SglangSource) -> None:
+    for rel, text in sglang_source.release.source_facts:
+        assert text in sglang_source.srt(rel), (rel, text)
+
+
+# -- SGLang's own code, run with ours plugged in -------------------------------
+
+
+def adaptive_spec_params(source: SglangSource, monkeypatch) -> types.ModuleType:
+    return exec_sglang_module(source, "speculative/adaptive_spec_params.py",
+                              {"log_info_on_rank0": lambda logger, msg: None}, monkeypatch)
+
+
+def test_sglang_reads_the_generated_config(sglang_source: SglangSource, config: str, monkeypatch) -> None:
+    module = adaptive_spec_params(sglang_source, monkeypatch)
+    assert module.resolve_candidate_steps_from_config(cfg_path=config) == [0, 3]
+    theirs = module.AdaptiveSpeculativeParams(initial_steps=3, cfg_path=config)
+    theirs.set_cuda_graph_bs([1, 2, 4, 8, 160, 256])
+    assert theirs.cuda_graph_bs_for_step(0) == [1, 2, 4, 8, 160, 256]
+    assert theirs.get_steps_for_batch(200) == 3
+
+
+class SpecWorker:
+    """SGLang's AdaptiveSpecWorker protocol, without a GPU."""
+
+    def __init__(self, steps: int) -> None:
+        self.speculative_num_steps = steps
+        self.built: dict[int, list[int] | None] = {}
+
+    def build_adaptive_runtime_state(self, speculative_num_steps, speculative_num_draft_tokens, cuda_graph_bs=None):
+        assert speculative_num_draft_tokens == speculative_num_steps + 1
+        self.built[speculative_num_steps] = cuda_graph_bs
+        return types.SimpleNamespace(speculative_num_steps=speculative_num_steps)
+
+    def apply_runtime_state(self, state) -> None:
+        self.speculative_num_steps = state.speculative_num_steps
+
+
+def test_sglangs_controller_switches_states_as_the_policy_decides(sglang_source: SglangSource, config: str,
+                                                                   monkeypatch) -> None:
+    def ours(initial_steps: int, cfg_path: str | None = None) -> SpecctlParams:
+        return SpecctlParams(initial_steps, cfg_path, settings=QUICK)
+
+    # 0.5.17's controller builds the params itself from the name HookRegistry patches.
+    module = exec_sglang_module(sglang_source, "speculative/adaptive_runtime_state.py",
+                                {"AdaptiveSpeculativeParams": ours}, monkeypatch)
+    worker = SpecWorker(3)
+    if "policy" in inspect.signature(module.AdaptiveController).parameters:  # 0.5.23 hands it over
+        controller = module.AdaptiveController(worker, ours(initial_steps=3, cfg_path=config))
+    else:
+        controller = module.AdaptiveController(worker, config_path=config)
+    controller.register(types.SimpleNamespace(speculative_num_steps=3))
+    controller.init_states(cuda_graph_bs=[1, 2, 4, 8, 16])
+    assert worker.built == {0: [1, 2, 4, 8, 16]}
+    seen = []
+    for bs in (1, 2, 9, 9, 16, 3, 1):
+        controller.activate_step_by_batch(bs)
+        seen.append(worker.speculative_num_steps)
+        controller.on_verify_complete([min(2, worker.speculative_num_steps)] * bs, batch_size=bs)
+    assert seen == [3, 3, 0, 0, 0, 3, 3]
+    assert controller.params.state()["accept_mean"] == 2.0
+
+
+# -- the hooks, through SGLang's real HookRegistry -----------------------------
+
+
+@dataclass
+class Answer:
+    """Stand-in for SGLang's SetInternalStateReqOutput."""
+
+    updated: bool
+
+
+@dataclass
+class Request:
+    """Stand-in for SGLang's SetInternalStateReq."""
+
+    server_args: dict[str, Any]
+    rid: str | None = None
+
+
+class StandIns:
+    """The SGLang modules the hooks touch, as tiny stand-ins, plus the real HookRegistry.
+
+    The stand-in methods play SGLang's side: the scheduler's own
+    set_internal_state records what reached it and accepts unless told to refuse.
+    """
+
+    def __init__(self, source: SglangSource, monkeypatch) -> None:
+        self.source = source
+        self.monkeypatch = monkeypatch
+        self.reached: list[dict[str, Any]] = []
+        self.refuse = False
+        self.unsupported_reason: str | None = None
+        self.registry = exec_sglang_module(source, "plugins/hook_registry.py", {}, monkeypatch).HookRegistry
+        self._module("sglang.srt.plugins.hook_registry")
+        self._set(compat.SET_STATE_OUTPUT, Answer)
+        self._set(source.release.args_view, lambda server_args: server_args)
+        self._set(compat.ADAPTIVE_UNSUPPORTED, lambda server_args: self.unsupported_reason)
+        for spec in source.release.hooks:
+            self._set(spec.target, self._original(spec))
+
+    def _module(self, name: str) -> types.ModuleType:
+        """``name`` and its parent packages, created empty where missing."""
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:i])
+            if prefix not in sys.modules:
+                self.monkeypatch.setitem(sys.modules, prefix, types.ModuleType(prefix))
+        return sys.modules[name]
+
+    def _set(self, dotted: str, value: Any) -> None:
+        located = self.source.locate(dotted)
+        module = self._module(located.module)
+        path = dotted[len(located.module) + 1:].split(".")
+        if len(path) == 2:  # Class.method
+            cls = getattr(module, path[0], None) or type(path[0], (), {})
+            setattr(cls, path[1], value)
+            setattr(module, path[0], cls)
+        else:
+            setattr(module, path[0], value)
+
+    def _original(self, spec: HookSpec) -> Any:
+        if spec.hook_type == "REPLACE":
+            return type("AdaptiveSpeculativeParams", (), {})
+
+        def set_internal_state(owner, recv_req):
+            self.reached.append(dict(recv_req.server_args))
+            return Answer(updated=not self.refuse)
+
+        def get_internal_state(owner, recv_req):
+            return types.SimpleNamespace(internal_state={"max_running_requests": 256})
+
+        def check_server_args(*args):
+            return None
+
+        return {"set_internal_state": set_internal_state, "get_internal_state": get_internal_state,
+                "check_server_args": check_server_args}[spec.handler]
+
+    def resolve(self, dotted: str) -> Any:
+        return compat.resolve(dotted)
+
+    def call(self, handler: str, *args: Any) -> Any:
+        """Call the (hooked) SGLang target behind ``handler`` as SGLang would."""
+        spec = next(s for s in self.source.release.hooks if s.handler == handler)
+        located = self.source.locate(spec.target)
+        if located.owner is None:
+            return self.resolve(spec.target)(*args)
+        owner_path, method = spec.target.rsplit(".", 1)
+        owner = self.resolve(owner_path)()
+        if handler == "check_server_args":  # ServerArgs.check_server_args(self): the args are self
+            owner.__dict__.update(vars(args[0]))
+            return getattr(owner, method)()
+        return getattr(owner, method)(*args)
+
+
+@pytest.fixture
+def hooked(sglang_source: SglangSource, config: str, monkeypatch) -> tuple[StandIns, SpecctlParams]:
+    monkeypatch.setenv("SPECCTL_SETTINGS", json.dumps(QUICK.as_dict()))
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    world = StandIns(sglang_source, monkeypatch)
+    plugin.install_core_hooks(sglang_source.release)
+    world.registry.apply_hooks()
+    cls = world.resolve(compat.PARAMS_CLASS)
+    assert cls is plugin.SglangParams
+    return world, cls(initial_steps=3, cfg_path=config)
+
+
+def test_specctl_keys_alone_never_reach_sglangs_handler(hooked) -> None:
+    world, params = hooked
+    answer = world.call("set_internal_state", Request({"specctl_mode": 2}))
+    assert answer.updated is True
+    assert world.reached == []
+    assert params.get_steps_for_batch(1) == 0
+
+
+def test_mixed_keys_split_between_sglang_and_specctl(hooked) -> None:
+    world, params = hooked
+    request = Request({"specctl_off_at": 48, "pp_max_micro_batch_size": 4})
+    assert world.call("set_internal_state", request).updated is True
+    assert world.reached == [{"pp_max_micro_batch_size": 4}]
+    assert request.server_args == {"specctl_off_at": 48, "pp_max_micro_batch_size": 4}
+    assert params.state()["settings"]["off_at"] == 48
+
+
+def test_a_refused_specctl_key_refuses_the_whole_request(hooked, caplog) -> None:
+    world, params = hooked
+    before = params.state()
+    with caplog.at_level(logging.WARNING, logger="specctl.plugin"):
+        answer = world.call("set_internal_state", Request({"specctl_on_at": 99, "pp_max_micro_batch_size": 4}))
+    assert answer.updated is False
+    assert world.reached == []
+    assert params.state() == before
+    assert "specctl_on_at" in caplog.text
+
+
+def test_when_sglang_refuses_its_key_specctl_changes_nothing(hooked) -> None:
+    world, params = hooked
+    world.refuse = True
+    answer = world.call("set_internal_state", Request({"specctl_mode": 2, "pp_max_micro_batch_size": 9999}))
+    assert answer.updated is False
+    assert params.get_steps_for_batch(1) == 3
+
+
+def test_sglang_only_requests_pass_through(hooked) -> None:
+    world, _ = hooked
+    assert world.call("set_internal_state", Request({"pp_max_micro_batch_size": 4})).updated is True
+    assert world.reached == [{"pp_max_micro_batch_size": 4}]
+
+
+def test_internal_state_gains_the_policy_state(hooked) -> None:
+    world, params = hooked
+    params.get_steps_for_batch(12)
+    state = world.call("get_internal_state", Request({})).internal_state
+    assert state["max_running_requests"] == 256
+    assert state["specctl"] == params.state()
+    assert (state["specctl"]["on"], state["specctl"]["batch_size"]) == (False, 12)
+
+
+def good_args(release: Release, config: str) -> dict[str, Any]:
+    return {"speculative_algorithm": "EAGLE3", "speculative_eagle_topk": 1, "speculative_adaptive": True,
+            "speculative_adaptive_config": config, release.dp_attr: release.dp_above}
+
+
+def test_start_up_check_accepts_what_the_launcher_starts(hooked, sglang_source: SglangSource, config: str) -> None:
+    world, _ = hooked
+    assert world.call("check_server_args", types.SimpleNamespace(**good_args(sglang_source.release, config))) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"speculative_algorithm": "NGRAM"}, "--speculative-algorithm must be EAGLE or EAGLE3"),
+        ({"speculative_eagle_topk": 4}, "--speculative-eagle-topk must be 1"),
+        ({"dp": True}, "attention data parallelism"),
+        ({"speculative_adaptive": False}, "--speculative-adaptive is required"),
+        ({"speculative_adaptive_config": None}, "--speculative-adaptive-config is required"),
+        ({"no_off_state": True}, "must list candidate step 0"),
+        ({"sglang_reason": "enable_pdmux=True is not supported"}, "SGLang refuses adaptive speculation here: enable_pdmux"),
+    ],
+)
+def test_start_up_check_names_the_flag(hooked, sglang_source: SglangSource, config: str, tmp_path: Path,
+                                       change: dict[str, Any], words: str) -> None:
+    world, _ = hooked
+    release = sglang_source.release
+    args = good_args(release, config)
+    change = dict(change)  # the parameter is shared by both releases' runs
+    if change.pop("dp", False):
+        args[release.dp_attr] = release.dp_above + 1
+    if change.pop("no_off_state", False):
+        path = tmp_path / "on-only.json"
+        path.write_text(json.dumps({"1": {"candidate_steps": [3]}}))
+        args["speculative_adaptive_config"] = str(path)
+    world.unsupported_reason = change.pop("sglang_reason", None)
+    args.update(change)
+    with pytest.raises(SpecctlPluginError) as err:
+        world.call("check_server_args", types.SimpleNamespace(**args))
+    assert words in str(err.value.code)
