@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import PROTOCOL, __version__
-from .errors import BAD_REQUEST, INTERNAL, UNAVAILABLE, CommandError
+from .errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAVAILABLE, CommandError
 from .hub import Hub, Subscription
 
 log = logging.getLogger(__name__)
 
 MAX_LINE = 64 * 1024  # bytes in one line, not counting the newline
-FORBIDDEN = "forbidden"  # the peer's uid is neither the socket owner's nor root's
 _READ_CHUNK = 64 * 1024
 _SCALARS = (str, int, float, bool, type(None))
 

@@ -8,6 +8,7 @@ UNKNOWN_COMMAND = "unknown_command"
 INVALID_VALUE = "invalid_value"  # a setting or mode that was refused; nothing was applied
 UNAVAILABLE = "unavailable"  # the model server could not be reached or refused the change
 INTERNAL = "internal"
+FORBIDDEN = "forbidden"  # the peer's uid is neither the socket owner's nor root
 
 
 class CommandError(Exception):
