@@ -39,9 +39,12 @@ def sglang_wheel(version: str) -> Path:
     if found:
         return found[0]
     cache.mkdir(parents=True, exist_ok=True)
+    # Only the .py files are read, so any platform's wheel serves; pinning the one
+    # published for CPython 3.11 on x86-64 Linux makes the download the same everywhere.
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-         "--quiet", f"sglang=={version}", "-d", str(cache)],
+         "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+         "--platform", "manylinux_2_34_x86_64", "--quiet", f"sglang=={version}", "-d", str(cache)],
         check=True,
     )
     found = sorted(cache.glob(f"sglang-{version}-*.whl"))
