@@ -416,3 +416,14 @@ def test_start_up_check_names_the_flag(hooked, sglang_source: SglangSource, conf
     with pytest.raises(SpecctlPluginError) as err:
         world.call("check_server_args", types.SimpleNamespace(**args))
     assert words in str(err.value.code)
+
+
+def test_start_up_stops_when_sglang_did_not_apply_a_hook(hooked, sglang_source: SglangSource, config: str) -> None:
+    world, _ = hooked
+    spec = next(s for s in sglang_source.release.hooks if s.handler == "get_internal_state")
+    owner_path, method = spec.target.rsplit(".", 1)
+    owner = world.resolve(owner_path)
+    setattr(owner, method, getattr(owner, method).__wrapped__)  # as if HookRegistry had failed on it
+    with pytest.raises(SpecctlPluginError) as err:
+        world.call("check_server_args", types.SimpleNamespace(**good_args(sglang_source.release, config)))
+    assert spec.target in str(err.value.code)

@@ -18,7 +18,7 @@ import os
 from typing import Any, Callable, Mapping
 
 from ..policy import WIRE_PREFIX, PolicySettings, SettingsError
-from . import compat
+from . import compat, fast_off
 from .compat import Release, SpecctlPluginError
 from .gauges import metrics_observer
 from .params import SpecctlParams, active
@@ -97,10 +97,36 @@ def get_internal_state(result: Any, owner: Any, recv_req: Any) -> Any:
 
 def check_server_args(release: Release, result: Any, server_args: Any) -> Any:
     """AFTER hook on SGLang's own check: stop the launch where specctl cannot work."""
+    missing = unapplied_hooks(release)
+    if missing:
+        raise SpecctlPluginError(
+            f"SGLang did not apply specctl's hooks on {', '.join(missing)} "
+            "(its log says why: 'Failed to apply hooks to ...')"
+        )
     problem = compat.server_args_problem(release, server_args)
     if problem is not None:
         raise SpecctlPluginError(problem)
     return result
+
+
+def unapplied_hooks(release: Release) -> list[str]:
+    """Targets still unhooked after SGLang applied the hooks.
+
+    HookRegistry.apply_hooks logs a target it cannot patch and carries on,
+    which would leave, say, SGLang's own params class in charge; checked in
+    the launcher process, where the same targets are patched as in the
+    scheduler processes.
+    """
+    missing = []
+    for spec in release.hooks:
+        current = compat.resolve(spec.target)
+        if spec.hook_type == "REPLACE":
+            applied = current is SglangParams
+        else:
+            applied = hasattr(current, "__wrapped__")
+        if not applied:
+            missing.append(spec.target)
+    return missing
 
 
 def core_handlers(release: Release) -> dict[str, Any]:
@@ -124,7 +150,7 @@ def install_core_hooks(release: Release) -> None:
 # SGLang applies the registered hooks. To add hooks (the GPU helper's
 # fast_off.install, for one), append a callable that takes the Release here
 # and keep its SGLang-specific targets as data in compat.py.
-INSTALLERS: list[Callable[[Release], None]] = [install_core_hooks]
+INSTALLERS: list[Callable[[Release], None]] = [install_core_hooks, fast_off.install_for_release]
 
 
 def load() -> None:
