@@ -42,6 +42,7 @@ class PerfParams:
     decode_kv_s: float  # seconds per context token read by decode attention (all layers)
     verify_kv_s: float  # the same in target-verify mode (a different, slower kernel on Triton)
     step_overhead_s: float  # fixed cost of one target forward: launches, sampling, scheduler
+    req_overhead_s: float  # per request per target forward: sampling and scheduler bookkeeping
     draft_weight_bytes: float  # draft head, read once per draft forward
     draft_flops_per_token: float
     draft_kv_s: float  # seconds per context token in a draft forward (one layer)
@@ -90,7 +91,7 @@ def mean_accept_len(alpha: float, steps: int) -> float:
 def decode_s(p: PerfParams, bs: int, ctx_tokens: int) -> float:
     """One decode forward without speculation: a roofline GEMM term plus the KV read."""
     gemm = max(p.weight_bytes / p.mem_bw, bs * p.flops_per_token / p.compute)
-    return p.step_overhead_s + gemm + ctx_tokens * p.decode_kv_s
+    return p.step_overhead_s + bs * p.req_overhead_s + gemm + ctx_tokens * p.decode_kv_s
 
 
 def off_s(p: PerfParams, bs: int, ctx_tokens: int) -> float:
@@ -109,7 +110,7 @@ def spec_s(p: PerfParams, bs: int, ctx_tokens: int, steps: int) -> float:
     tokens = bs * (steps + 1)
     drafts = steps * draft_forward_s(p, bs, ctx_tokens)
     gemm = max(p.weight_bytes / p.mem_bw, tokens * p.flops_per_token / p.compute)
-    verify = p.step_overhead_s + gemm + ctx_tokens * p.verify_kv_s
+    verify = p.step_overhead_s + bs * p.req_overhead_s + gemm + ctx_tokens * p.verify_kv_s
     return drafts + verify + draft_forward_s(p, tokens, ctx_tokens)
 
 

@@ -1,0 +1,82 @@
+"""Does the policy's auto mode track the better of speculation on and off at every load?
+
+Offline, in one process, on the simulator's performance model: for each
+concurrency, a closed loop against the same preset with the policy forced on,
+forced off, and in auto with the given settings; prints tokens/s and the ratio
+auto / max(on, off). The goal is >= 0.95 everywhere.
+
+    python bench/policy_envelope.py [--preset rtx-8gpu-report] [--set off_at=48 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from specctl.runtime.policy import SettingsError
+from specctl.runtime.sim.offline import PointResult, run_point
+from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
+
+CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+GOAL = 0.95
+WARMUP_S = 10.0
+WINDOW_S = 30.0
+
+
+def sweep(preset: Preset, settings: dict[str, Any], concurrencies: tuple[int, ...] = CONCURRENCIES,
+          seed: int = 0) -> list[tuple[int, PointResult, PointResult, PointResult]]:
+    """(c, on, off, auto) per concurrency; the same seed for all three, so they see the same requests."""
+    rows = []
+    for c in concurrencies:
+        kw = dict(seed=seed, warmup_s=WARMUP_S, window_s=WINDOW_S)
+        on = run_point(preset, c, "on", settings=settings, **kw)
+        off = run_point(preset, c, "off", settings=settings, **kw)
+        auto = run_point(preset, c, "auto", settings=settings, **kw)
+        rows.append((c, on, off, auto))
+    return rows
+
+
+def render(preset: Preset, settings: dict[str, Any], rows: list[tuple[int, PointResult, PointResult, PointResult]]) -> str:
+    lines = [f"preset {preset.name}; auto settings: {preset.default_settings().with_changes(settings).as_dict()}",
+             f"closed loop, {WARMUP_S:g} s warm-up + {WINDOW_S:g} s window of simulated time per point",
+             "| c | on tok/s | off tok/s | auto tok/s | auto / max(on, off) | auto on-share | switches |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    misses = []
+    for c, on, off, auto in rows:
+        ratio = auto.tok_s / max(on.tok_s, off.tok_s)
+        if ratio < GOAL:
+            misses.append(c)
+        lines.append(f"| {c} | {on.tok_s:.1f} | {off.tok_s:.1f} | {auto.tok_s:.1f} | {ratio:.3f} | "
+                     f"{auto.on_fraction:.2f} | {auto.switches} |")
+    lines.append(f"goal >= {GOAL}: " + ("met at every point" if not misses else
+                                         f"missed at c = {', '.join(map(str, misses))}"))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), action="append",
+                    help=f"preset (repeatable; default {DEFAULT_PRESET})")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="auto-mode policy setting")
+    ns = ap.parse_args(argv)
+    settings: dict[str, Any] = {}
+    for item in ns.set:
+        key, _, value = item.partition("=")
+        settings[key.strip()] = value.strip()
+    started = time.monotonic()
+    for name in ns.preset or [DEFAULT_PRESET]:
+        preset = PRESETS[name]
+        try:
+            preset.default_settings().with_changes(settings)
+        except SettingsError as exc:
+            ap.error(str(exc))
+        print(render(preset, settings, sweep(preset, settings)))
+        print()
+    print(f"({time.monotonic() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The performance model: shapes that must hold, calibration, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from specctl.runtime.policy import SpecPolicy
+from specctl.runtime.sim.calibrate import points
+from specctl.runtime.sim.model import alpha_for, decode_s, mean_accept_len, off_s, spec_s
+from specctl.runtime.sim.offline import run_point
+from specctl.runtime.sim.presets import PRESETS, get_preset
+
+H200 = get_preset("h200-llama8b")
+# Every measured point lands within this factor of the measurement (docs/simulator.md has the table).
+CALIBRATION_TOLERANCE = 0.12
+
+
+def test_step_costs_grow_with_batch_and_context() -> None:
+    p = H200.params
+    for bs in (1, 8, 64, 255):
+        assert decode_s(p, bs + 1, 1000) >= decode_s(p, bs, 1000)
+        assert decode_s(p, bs, 2000) > decode_s(p, bs, 1000)
+        assert spec_s(p, bs, 1000, 3) > decode_s(p, bs, 1000)
+        assert spec_s(p, bs, 1000, 4) > spec_s(p, bs, 1000, 3)
+
+
+def test_off_state_costs_what_no_speculation_costs() -> None:
+    assert off_s(H200.params, 200, 100_000) == decode_s(H200.params, 200, 100_000)
+    off = run_point(H200, 128, "off", window_s=6.0)
+    nospec = run_point(H200, 128, "nospec", window_s=6.0)
+    assert off.tok_s == pytest.approx(nospec.tok_s, rel=0.01)
+    assert off.on_fraction == 0.0
+
+
+@pytest.mark.parametrize("steps", [1, 3, 7])
+def test_alpha_inverts_the_mean_accept_length(steps: int) -> None:
+    target = 1 + 0.6 * steps
+    assert mean_accept_len(alpha_for(target, steps), steps) == pytest.approx(target, abs=1e-9)
+    with pytest.raises(ValueError):
+        alpha_for(steps + 1.5, steps)
+
+
+def test_sampled_acceptance_matches_the_preset() -> None:
+    result = run_point(H200, 16, "on", window_s=6.0)
+    assert result.accept_len == pytest.approx(H200.accept_len, abs=0.08)
+    assert result.on_fraction == 1.0
+
+
+def test_throughput_rises_with_concurrency_without_speculation() -> None:
+    rates = [run_point(H200, c, "nospec", warmup_s=2.0, window_s=4.0).tok_s for c in (1, 4, 16, 64, 256)]
+    assert rates == sorted(rates)
+
+
+def test_speculation_wins_alone_and_loses_under_load() -> None:
+    assert run_point(H200, 1, "on").tok_s > 1.5 * run_point(H200, 1, "nospec").tok_s
+    assert run_point(H200, 256, "nospec").tok_s > 1.5 * run_point(H200, 256, "on").tok_s
+
+
+def test_auto_switches_off_under_load_and_stays_on_when_quiet() -> None:
+    loaded = run_point(H200, 200, "auto")
+    quiet = run_point(H200, 4, "auto")
+    assert loaded.on_fraction is not None and loaded.on_fraction < 0.05
+    assert quiet.on_fraction == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets_land_near_their_measurements(name: str) -> None:
+    for series, concurrency, measured, simulated in points(PRESETS[name]):
+        assert simulated == pytest.approx(measured, rel=CALIBRATION_TOLERANCE), (series, concurrency)
+
+
+def test_a_seed_gives_the_same_run_and_another_seed_a_different_one() -> None:
+    def trace(seed: int) -> list[tuple[float, int, int]]:
+        engine = H200.engine(SpecPolicy(H200.default_settings()), seed=seed)
+        for _ in range(40):
+            engine.submit_random()
+        return [(r.duration, r.tokens, r.steps) for r in (engine.step() for _ in range(300)) if r]
+
+    assert trace(7) == trace(7)
+    assert trace(7) != trace(8)
