@@ -10,11 +10,13 @@ the same control path as the CLI, and the supervisor journals it.
 from __future__ import annotations
 
 import asyncio
+from contextlib import suppress
 from typing import Any, Iterable
 
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.screen import Screen
 
@@ -150,7 +152,8 @@ class SpecctlApp(App[int]):
         self.connected = not message.text
         self._link_text = message.text
         self.refresh_bindings()
-        self.dashboard.show_status(self.timeline, self.status_text())
+        with suppress(NoMatches):  # see _redraw
+            self.dashboard.show_status(self.timeline, self.status_text())
 
     def status_text(self) -> str:
         """The banner's extra words: link trouble, pause, replay position."""
@@ -226,7 +229,10 @@ class SpecctlApp(App[int]):
             self._redraw()
 
     def _redraw(self) -> None:
-        self.dashboard.show(self.timeline, self.status_text(), self.paused)
+        # A record can still be queued while the app shuts down and the dashboard's
+        # widgets are already gone; there is nothing left to draw it on.
+        with suppress(NoMatches):
+            self.dashboard.show(self.timeline, self.status_text(), self.paused)
 
     def action_cycle_theme(self) -> None:
         names = [theme.name for theme in THEMES]

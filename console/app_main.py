@@ -26,7 +26,8 @@ def run_tui(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_NO_SUPERVISOR
     else:
-        from specctl.runtime.supervisor import ConfigError, Supervisor, SupervisorConfig
+        from specctl.runtime.config import ConfigError, SupervisorConfig
+        from specctl.runtime.supervisor import Supervisor
         from .links import LocalLink
 
         try:

@@ -61,7 +61,7 @@ class Link(ABC):
 
 
 class LocalLink(Link):
-    """A :class:`Supervisor` running in the console's own event loop."""
+    """A :class:`Supervisor` running in the console's own event loop, started by the link."""
 
     kind = "local"
 
@@ -69,13 +69,20 @@ class LocalLink(Link):
         self.supervisor = supervisor
         self._sub: Any = None
 
+    @property
+    def describe(self) -> str:
+        return "simulator (in-process)" if getattr(self.supervisor, "sim", False) else "in-process supervisor"
+
     async def open(self) -> None:
+        """Subscribe before starting, so not even the first event is missed."""
         self._sub = self.supervisor.hub.subscribe()
-        await self.supervisor.start()
+        try:
+            await self.supervisor.start()
+        except Exception as exc:  # the operator's environment (a busy socket, a bad path): say so
+            await self.supervisor.stop()
+            raise LinkError(UNAVAILABLE, f"cannot start the supervisor: {exc}") from None
 
     async def records(self) -> AsyncIterator[dict[str, Any]]:
-        for record in list(getattr(self.supervisor, "recent", [])):
-            yield record
         if self._sub is None:
             return
         async for record in self._sub:
@@ -120,6 +127,7 @@ class SocketLink(Link):
     async def open(self) -> None:
         from specctl.runtime.control_client import ControlClient, NoSupervisor
 
+        await self.close()  # a reconnect starts from fresh connections
         self._commands, self._stream = ControlClient(self.path), ControlClient(self.path)
         try:
             await self._commands.connect()
@@ -133,19 +141,25 @@ class SocketLink(Link):
             yield status["sample"]
         async for record in self._stream.subscribe():
             yield record
+        raise LinkError(UNAVAILABLE, "the supervisor went away")
 
     async def request(self, cmd: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        from specctl.runtime.control_client import ControlError
+        from specctl.runtime.control_client import ControlError, ProtocolError
 
+        if self._commands is None:
+            raise LinkError(UNAVAILABLE, "not connected to a supervisor")
         try:
             return await self._commands.request(cmd, args or {})
         except ControlError as exc:
-            raise LinkError(exc.code, str(getattr(exc, "message", exc)), getattr(exc, "field", None)) from None
+            raise LinkError(exc.code, exc.message, _field(exc.details)) from None
+        except (ProtocolError, OSError, RuntimeError) as exc:  # the connection broke under us
+            raise LinkError(UNAVAILABLE, f"lost the supervisor: {exc}") from None
 
     async def close(self) -> None:
         for client in (self._stream, self._commands):
             if client is not None:
                 await client.close()
+        self._stream = self._commands = None
 
 
 class ReplayLink(Link):

@@ -13,11 +13,14 @@ from textual.widgets import RichLog
 
 from .banner import clock
 
-_SKIP = {"v", "t", "kind", "event", "cmd", "ok", "uid", "args"}
+_SKIP = {"v", "t", "kind", "event", "cmd", "ok", "uid", "args", "sim"}
 _EVENTS = {"server_start": ("START", "plain"), "server_ready": ("READY", "good"), "server_exit": ("EXIT", "bad"),
            "server_restart": ("RESTART", "warn"), "server_unreachable": ("UNREACH", "bad"),
            "gpu_failed": ("GPU", "bad"), "settings": ("SETTINGS", "plain"),
-           "supervisor_start": ("SUPERV", "plain"), "supervisor_stop": ("SUPERV", "plain")}
+           "supervisor_start": ("SUPERV", "plain"), "supervisor_stop": ("SUPERV", "plain"),
+           "server_start_failed": ("FAILED", "bad"), "server_stop": ("STOP", "warn"),
+           "gpu_unavailable": ("GPU", "warn"), "settings_restored": ("SETTINGS", "plain"),
+           "settings_restore_failed": ("SETTINGS", "bad")}
 
 
 def describe(record: dict[str, Any]) -> tuple[str, str, str]:
@@ -29,8 +32,6 @@ def describe(record: dict[str, Any]) -> tuple[str, str, str]:
         on = bool(record.get("on"))
         text = f"speculation {'ON' if on else 'OFF'} ({record.get('reason')}, batch {record.get('batch_size')})"
         return "SWITCH", text, "good" if on else "bad"
-    if name == "server_log":
-        return "LOG", str(record.get("line", "")), "plain"
     tag, tone = _EVENTS.get(name, (name.upper()[:8], "plain"))
     return tag, _fields(record), tone
 
@@ -40,7 +41,7 @@ def _command(record: dict[str, Any]) -> tuple[str, str, str]:
     shown = " ".join(f"{k}={v}" for k, v in _flatten(args))
     who = f"uid {record.get('uid')}" if record.get("uid") is not None else "uid ?"
     user = f" ({record['user']})" if record.get("user") else ""
-    outcome = "ok" if record.get("ok") else f"refused: {(record.get('error') or {}).get('message', '')}"
+    outcome = "ok" if record.get("ok") else f"refused: {record.get('message') or record.get('error')}"
     return "CMD", f"{record.get('cmd')} {shown} by {who}{user}: {outcome}", "plain" if record.get("ok") else "bad"
 
 
@@ -87,10 +88,14 @@ class EventLog(RichLog):
         if clear:
             self.clear()
         for record in records:
-            self.write(self._line(record))
+            if record.get("event") == "server_log":  # the server's own log: one line each, dimmed
+                for text in record.get("lines") or []:
+                    self.write(self._stamped(record, "LOG", "time", str(text)))
+            else:
+                tag, text, tone = describe(record)
+                self.write(self._stamped(record, tag, tone, text))
 
-    def _line(self, record: dict[str, Any]) -> Text:
-        tag, text, tone = describe(record)
+    def _stamped(self, record: dict[str, Any], tag: str, tone: str, text: str) -> Text:
         style = self.get_component_rich_style
         return Text.assemble((clock(float(record["t"])), style("event-log--time", partial=True)), " ",
                              (f"{tag:<8}", style(f"event-log--{tone}", partial=True)), " ", text)

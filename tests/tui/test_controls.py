@@ -1,0 +1,188 @@
+"""Every control of the console, driven like an operator would, against a real supervisor.
+
+The supervisor runs in the app's event loop on the embedded simulator (a
+real HTTP server process on loopback); each test presses a key or clicks a
+button and then checks three things a user could check: the banner, the
+supervisor's state and the journal's ``command`` record.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.command import CommandList
+from textual.pilot import Pilot
+
+from specctl.console.app import SpecctlApp
+from specctl.console.links import LocalLink
+from specctl.console.screens.help import HelpScreen
+from specctl.console.screens.messages import SampleArrived
+from specctl.console.screens.thresholds import ThresholdsScreen
+from specctl.runtime.config import SupervisorConfig
+from specctl.runtime.journal import read_journal
+from specctl.runtime.supervisor import Supervisor
+from specctl.widgets.banner import SpecBanner
+
+from tui_helpers import until
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Path:
+    return tmp_path / "run.jsonl"
+
+
+@pytest.fixture
+def app(journal: Path) -> SpecctlApp:
+    config = SupervisorConfig(sim_load="steady:c=4", sim_gpus=2, interval=0.2, journal_path=journal,
+                              socket_path=None)
+    return SpecctlApp(LocalLink(Supervisor(config)), remember_theme=False)
+
+
+def banner(app: SpecctlApp) -> str:
+    return app.dashboard.query_one(SpecBanner).render().plain
+
+
+def commands(journal: Path, cmd: str) -> list[dict[str, Any]]:
+    return [r for r in read_journal(journal) if r.get("kind") == "command" and r.get("cmd") == cmd]
+
+
+async def ready(pilot: Pilot) -> None:
+    await until(pilot, lambda: "SPEC ON" in banner(pilot.app) and "READY" in banner(pilot.app),
+                "the simulator to be ready with speculation on")
+
+
+async def test_force_off_key_reaches_the_supervisor_and_the_journal(app: SpecctlApp, journal: Path) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("x")
+        await until(pilot, lambda: "SPEC OFF" in banner(app) and "FORCED OFF" in banner(app), "SPEC OFF")
+        assert app.link.supervisor.latest_sample["spec"]["mode"] == "off"
+    [record] = commands(journal, "mode")
+    assert record["ok"] and record["args"] == {"mode": "off"} and record["uid"] == os.getuid()
+
+
+async def test_clicking_force_on_then_auto(app: SpecctlApp, journal: Path) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.click("#force-on")
+        await until(pilot, lambda: "FORCED ON" in banner(app), "FORCED ON")
+        await pilot.click("#auto")
+        await until(pilot, lambda: "AUTO" in banner(app) and "FORCED" not in banner(app), "AUTO")
+    assert [r["args"]["mode"] for r in commands(journal, "mode")] == ["on", "auto"]
+
+
+async def test_auto_key(app: SpecctlApp, journal: Path) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("x")
+        await until(pilot, lambda: "FORCED OFF" in banner(app), "FORCED OFF")
+        await pilot.press("a")
+        await until(pilot, lambda: "AUTO" in banner(app) and "FORCED" not in banner(app), "AUTO")
+    assert [r["args"]["mode"] for r in commands(journal, "mode")] == ["off", "auto"]
+
+
+async def test_thresholds_form_applies_what_was_typed(app: SpecctlApp, journal: Path) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("t")
+        assert isinstance(app.screen, ThresholdsScreen)
+        await pilot.click("#field-off_at")
+        await pilot.press("end", "backspace", "backspace", "4", "8", "enter")
+        settings = lambda: app.link.supervisor.latest_sample["spec"]["settings"]  # noqa: E731
+        await until(pilot, lambda: settings()["off_at"] == 48, "off_at 48 on the server")
+        assert not isinstance(app.screen, ThresholdsScreen)
+    [record] = commands(journal, "set")
+    assert record["ok"] and record["args"] == {"settings": {"off_at": 48}}
+
+
+async def test_an_invalid_set_is_refused_whole_and_nothing_is_sent(app: SpecctlApp, journal: Path) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("t")
+        await pilot.click("#field-off_at")
+        await pilot.press("end", "backspace", "backspace", "4", "8")  # a fine change...
+        await pilot.click("#field-on_at")
+        await pilot.press("end", "backspace", "backspace", "9", "0", "enter")  # ...and a bad one
+        await pilot.pause()
+        form = app.screen
+        assert isinstance(form, ThresholdsScreen)
+        assert "on_at: must be below off_at (48)" in str(form.query_one("#form-error").render())
+        assert form.query_one("#apply").disabled
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.link.supervisor.latest_sample["spec"]["settings"]["off_at"] == 64
+    assert commands(journal, "set") == []
+
+
+async def test_pause_freezes_the_view_and_resume_catches_up(app: SpecctlApp) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("p")
+        assert "VIEW PAUSED" in banner(app)
+        frozen = app.dashboard.query_one(SpecBanner).state
+        seen = app.timeline.latest["t"]
+        await until(pilot, lambda: app.timeline.latest["t"] > seen, "a newer sample")
+        assert app.dashboard.query_one(SpecBanner).state is frozen
+        await pilot.press("p")
+        assert "VIEW PAUSED" not in banner(app)
+        assert app.dashboard.query_one(SpecBanner).state.now == app.timeline.now
+
+
+async def test_samples_arrive_as_typed_messages(journal: Path) -> None:
+    posted: list[Any] = []
+    config = SupervisorConfig(sim_load="idle", interval=0.2, journal_path=journal, socket_path=None)
+    app = SpecctlApp(LocalLink(Supervisor(config)), remember_theme=False)
+    async with app.run_test(size=(100, 30), message_hook=posted.append) as pilot:
+        await until(pilot, lambda: any(isinstance(m, SampleArrived) for m in posted), "a SampleArrived")
+    sample = next(m for m in posted if isinstance(m, SampleArrived)).record
+    assert sample["kind"] == "sample" and sample["sim"] is True
+
+
+async def test_help_lists_every_key(replay) -> None:
+    app = replay("one_gpu.jsonl", 100)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        table = app.screen.query_one("DataTable")
+        text = " ".join(str(cell) for i in range(table.row_count) for cell in table.get_row_at(i))
+        for binding in app.BINDINGS:
+            assert app.DETAILS[binding.action] in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_palette_runs_force_off(app: SpecctlApp, journal: Path) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Force speculation off")
+        hits = lambda: app.screen.query_one(CommandList).option_count  # noqa: E731
+        await until(pilot, hits, "palette hits")
+        await pilot.press("enter")
+        await until(pilot, lambda: "FORCED OFF" in banner(app), "FORCED OFF")
+    assert [r["args"]["mode"] for r in commands(journal, "mode")] == ["off"]
+
+
+async def test_theme_is_switched_live_and_remembered() -> None:
+    from specctl.console.links import ReplayLink
+    from specctl.console.screens.prefs import load_prefs
+
+    app = SpecctlApp(ReplayLink(Path(__file__).parent / "fixtures" / "one_gpu.jsonl"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert app.theme == "specctl-dark"
+        await pilot.press("c")
+        assert app.theme == "specctl-light"
+        await until(pilot, lambda: load_prefs().get("theme") == "specctl-light", "the theme saved")
+
+
+async def test_quitting_stops_the_supervisor_and_its_server(app: SpecctlApp) -> None:
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        backend = app.link.supervisor.backend
+        pid = backend.pid
+        await pilot.press("q")
+    assert backend.returncode() is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

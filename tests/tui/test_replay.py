@@ -1,0 +1,82 @@
+"""`specctl replay`: a journal played back in the same screens, with pause, seek and speed."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Button
+
+from specctl.console.links import LinkError, ReplayLink
+from specctl.widgets.banner import SpecBanner
+from specctl.widgets.gpu_panel import GpuPanel
+
+from tui_helpers import FIXTURES, T0
+
+
+def banner(app) -> str:
+    return app.dashboard.query_one(SpecBanner).render().plain
+
+
+async def test_replay_to_a_time_shows_the_state_of_that_time(replay, settled) -> None:
+    app = replay("eight_gpu.jsonl", 180)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settled(pilot)
+        assert "SPEC OFF" in banner(app) and "last switch load (batch 70)" in banner(app)
+        assert app.timeline.latest["t"] == T0 + 180
+        for _ in range(8):
+            await pilot.press("left")  # back to 100 s: before the switch
+        await settled(pilot)
+        assert "SPEC ON" in banner(app) and "no switch yet" in banner(app)
+        assert app.timeline.latest["t"] == T0 + 100
+        await pilot.press("end")
+        await settled(pilot)
+        assert "UNREACHABLE" in banner(app) and "SPEC ?" in banner(app)
+        failed = [p for p in app.dashboard.query(GpuPanel) if "FAILED" in p.render().plain]
+        assert [p.gpu["index"] for p in failed] == [5]
+
+
+async def test_controls_are_greyed_out_in_a_replay(replay, settled) -> None:
+    app = replay("one_gpu.jsonl", 100)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settled(pilot)
+        for action in ("force_on", "force_off", "auto", "thresholds"):
+            assert app.check_action(action, ()) is None  # shown, greyed
+        for ident in ("force-on", "force-off", "auto", "thresholds"):
+            assert app.dashboard.query_one(f"#{ident}", Button).disabled
+        before = len(app.screen_stack)
+        await pilot.press("o", "x", "t")
+        assert len(app.screen_stack) == before and "AUTO" in banner(app)
+
+
+async def test_pause_and_speed_keys(replay, settled) -> None:
+    app = replay("one_gpu.jsonl", 100)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settled(pilot)
+        assert "⏸ x1" in banner(app)
+        await pilot.press("plus", "plus")
+        assert app.link.speed == 4 and "x4" in banner(app)
+        await pilot.press("minus")
+        assert app.link.speed == 2
+        await pilot.press("space")
+        assert not app.link.paused and "▶" in banner(app)
+        await pilot.press("p")
+        assert app.link.paused
+
+
+async def test_a_replay_plays_to_the_end_in_order() -> None:
+    link = ReplayLink(FIXTURES / "one_gpu.jsonl", speed=64.0, start_at=T0 + 296)
+    await link.open()
+    times = []
+    async for record in link.records():
+        times.append(record["t"])
+        if link.paused:  # it pauses itself at the end
+            break
+        if record["t"] >= link.end:
+            break
+    assert times == sorted(times) and times[-1] == link.end
+
+
+async def test_a_replay_refuses_commands_with_a_clear_message() -> None:
+    link = ReplayLink(FIXTURES / "one_gpu.jsonl")
+    with pytest.raises(LinkError) as caught:
+        await link.request("mode", {"mode": "off"})
+    assert caught.value.code == "unavailable" and "replay" in caught.value.message
