@@ -11,7 +11,7 @@ speculation; with FA3 it was 4-10 % slower. specctl's off state has to cost
 what no speculation costs.
 
 What it does (route (a) of docs/fast-off.md), through SGLang's HookRegistry
-only, for every attention backend alike:
+only (AROUND hooks, nothing edited or copied), for every attention backend alike:
 
 1. AROUND ``EAGLEWorkerV2.build_adaptive_runtime_state``: when SGLang builds
    the steps-0 runtime state, give that state its own target attention
@@ -26,7 +26,11 @@ only, for every attention backend alike:
    code (``run_eagle_verify``: ``eagle_sample`` with the trivial 1-node tree,
    accept_lens 1, bonus tokens, the next draft input), so the scheduler gets
    exactly the result format it expects and KV accounting is unchanged.
-3. The draft extend while off is skipped (SGLang's own
+3. AROUND ``EAGLEWorkerV2.forward_batch_generation`` (only when the draft
+   extend is skipped): after an off step, the target DECODE graph's
+   read-done event is handed to the scheduler's WAR barrier, as a server
+   without speculation has it (else the barrier waits for the whole forward).
+4. The draft extend while off is skipped (SGLang's own
    ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``) unless ``SPECCTL_FAST_OFF_WARM=1``:
    it costs ~3.4 ms a step at batch 256 on Triton (about a quarter of a
    decode step), far over the 5 % budget. The price is a cold draft for the
@@ -56,6 +60,7 @@ TARGET_BUILD = (
     "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.build_adaptive_runtime_state"
 )
 TARGET_PREPARE = "sglang.srt.speculative.eagle_utils.eagle_prepare_for_verify"
+TARGET_STEP = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.forward_batch_generation"
 
 # Attribute set on the attention backends this module builds: the per-step
 # hook recognises "off" by it, without any state of its own.
@@ -122,6 +127,8 @@ def install(register: Callable[..., Any] | None = None) -> bool:
 
     register(TARGET_BUILD, around_build_adaptive_runtime_state)
     register(TARGET_PREPARE, around_eagle_prepare_for_verify)
+    if not STATS.warm:
+        register(TARGET_STEP, around_forward_batch_generation)
     STATS.installed = True
     return True
 
@@ -238,6 +245,28 @@ def decode_graph_runner_class() -> type:
 
 
 # ------------------------------------------------------------ per decode step
+def around_forward_batch_generation(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -> Any:
+    """After an off step, hand the target's read-done event to the scheduler's WAR barrier.
+
+    The scheduler fences its next shared-buffer writes on the read-done
+    event of the step's last reader, which for the spec worker is the draft
+    runner (its draft extend). With the draft extend skipped nobody records
+    one, and the scheduler falls back to waiting for the whole forward. In an
+    off step the last reader of req_to_token is the target's DECODE graph,
+    which records exactly that event before its replay (as in a server
+    without speculation), so it is moved to where the scheduler looks.
+    """
+    before = STATS.decode_steps
+    out = original(worker, *args, **kwargs)
+    if STATS.decode_steps != before:
+        target = worker._target_worker.model_runner
+        event = getattr(target, "war_fastpath_read_done_event", None)
+        if event is not None:
+            target.war_fastpath_read_done_event = None
+            worker.war_fastpath_runner.war_fastpath_read_done_event = event
+    return out
+
+
 def around_eagle_prepare_for_verify(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Plan a DECODE forward instead of a 1-token verify while specctl is off."""
     verify_input, req_to_token_pool, batch, target_worker = _prepare_args(args, kwargs)
@@ -345,3 +374,8 @@ def _count(bs: int, graph: bool) -> None:
             bs,
             graph,
         )
+
+
+def install_for_release(release: Any) -> None:
+    """plugin.INSTALLERS entry: the hook targets are the same in the releases tested (0.5.17)."""
+    install()

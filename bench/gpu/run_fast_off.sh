@@ -1,0 +1,300 @@
+#!/usr/bin/env bash
+# run_fast_off.sh - run ON THE GPU machine from the repo root (the carried checkout).
+#     bash bench/gpu/run_fast_off.sh PHASE [PHASE ...]
+# Phases, in the order they make sense:
+#   collect        keep any FA3 parts that travelled (.wheelhouse/fa3p/part*) in /root/fa3parts
+#   install:DIR    the kit's install_on_device.sh on a wheel chunk (e.g. install:.wheelhouse/chunk-1)
+#   project        pip-install this repo (and .whl/*.whl) into /root/site, check the entry point
+#   fa3            assemble sgl_kernel's flash_ops from /root/fa3parts once all parts are there
+#   nospec         server without speculation: greedy reference outputs + the sweep
+#   proof          specctl server, SGLANG_SIMULATE_ACC_LEN unset: plugin proof (mode set/read
+#                  back), greedy outputs forced off / on / switched / auto, KV leak check,
+#                  specctl's headless supervisor journalling against it
+#   offcheck       like proof but only forced off + KV check (cheap correctness for a 2nd backend)
+#   sweep          specctl server with simulated acceptance: per concurrency, forced on,
+#                  forced off and auto, switched through /set_internal_state (one server)
+#   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
+# Knobs (env): ATTN (triton|fa3) CONCS WARMUP DURATION ACC_LEN BUDGET_S OUT TAG MEM_FRAC
+#   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) WARM (SPECCTL_FAST_OFF_WARM)
+set -uo pipefail
+T0=$(date +%s)
+REPO=$(pwd)
+HERE=$REPO/bench/gpu
+OUT=${OUT:-$REPO/gpu-out}
+ATTN=${ATTN:-triton}
+TAG=${TAG:-$ATTN}
+mkdir -p "$OUT" /root/keep
+WORK=/root/keep/$TAG            # survives between calls while the machine stays warm
+mkdir -p "$WORK"
+SITE=/root/site
+export PYTHONPATH=$SITE
+MODELS=/root/models
+PORT=30000
+URL=http://127.0.0.1:$PORT
+CONCS=${CONCS:-"1 16 64 256"}
+WARMUP=${WARMUP:-4}
+DURATION=${DURATION:-10}
+ACC_LEN=${ACC_LEN:-2.8}
+MEM_FRAC=${MEM_FRAC:-0.85}
+BUDGET_S=${BUDGET_S:-570}
+FAST_OFF=${FAST_OFF:-1}
+WARM=${WARM:-0}
+STEPS=3
+CSV=$OUT/sweep-$TAG.csv
+export TRITON_CACHE_DIR=/root/jitcache/triton TVM_FFI_CACHE_DIR=/root/jitcache/tvm-ffi
+export PYTHONUNBUFFERED=1
+mkdir -p /root/jitcache
+
+left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
+log() { echo "[fastoff $(date +%H:%M:%S) +$(( $(date +%s) - T0 ))s $TAG] $*"; }
+
+# ------------------------------------------------------------------ install
+phase_collect() {
+  mkdir -p /root/fa3parts
+  for f in "$REPO"/.wheelhouse/fa3p/part*; do
+    [ -f "$f" ] && cp -f "$f" /root/fa3parts/ && log "kept FA3 part $(basename "$f")"
+  done
+  ls /root/fa3parts | tr '\n' ' '; echo
+}
+
+phase_install() { bash "$REPO/.device-kit/install_on_device.sh" "$1"; }
+
+phase_project() {
+  python3 -c "import setuptools, wheel; print('[project] setuptools', setuptools.__version__)" || return 1
+  python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target "$SITE" --upgrade "$REPO" 2>&1 | tail -3
+  ls "$REPO"/.whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-deps --no-compile --target "$SITE" --upgrade "$REPO"/.whl/*.whl 2>&1 | tail -3
+  python3 - <<'EOF'
+from importlib.metadata import entry_points, version
+print("[project] specctl", version("specctl"), "| plugins:", [e.value for e in entry_points(group="sglang.srt.plugins")])
+import specctl.runtime.sglang_plugin.plugin as p, specctl.runtime.sglang_plugin.fast_off as f
+print("[project] installers:", [getattr(i, "__name__", i) for i in p.INSTALLERS])
+EOF
+}
+
+phase_fa3() {
+  local n; n=$(ls /root/fa3parts/part* 2>/dev/null | wc -l)
+  if [ "$n" -lt "${FA3_PARTS:-7}" ]; then log "FA3: only $n parts here"; return 1; fi
+  if [ ! -f /root/fa3parts/.done ]; then
+    cat /root/fa3parts/part* | xz -dc -T0 > "$SITE/sgl_kernel/flash_ops.abi3.so" && touch /root/fa3parts/.done
+  fi
+  python3 -c "import sgl_kernel.flash_attn as fa; print('[fa3] is_fa3_supported', fa.is_fa3_supported())"
+}
+
+# ------------------------------------------------------------------ servers
+write_models() {
+  python3 - "$MODELS" <<'EOF'
+import json, os, sys
+root = sys.argv[1]
+tgt, dft = os.path.join(root, "llama3-8b-shape"), os.path.join(root, "eagle3-llama3-8b-shape")
+os.makedirs(tgt, exist_ok=True); os.makedirs(dft, exist_ok=True)
+common = {"model_type": "llama", "bos_token_id": 128000, "head_dim": 128, "hidden_act": "silu",
+          "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+          "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+          "use_cache": True, "vocab_size": 128256}
+target = dict(common, architectures=["LlamaForCausalLM"], num_hidden_layers=32,
+              eos_token_id=[128001, 128008, 128009], max_position_embeddings=131072,
+              attention_bias=False, attention_dropout=0.0, mlp_bias=False, pretraining_tp=1,
+              rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 8192, "rope_type": "llama3"})
+draft = dict(common, architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
+             eos_token_id=128001, pad_token_id=0, max_position_embeddings=8192,
+             draft_vocab_size=32000)
+json.dump(target, open(os.path.join(tgt, "config.json"), "w"), indent=1)
+json.dump(draft, open(os.path.join(dft, "config.json"), "w"), indent=1)
+EOF
+}
+
+COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-length 4096
+        --mem-fraction-static "$MEM_FRAC" --max-running-requests 256
+        --cuda-graph-max-bs-decode 256 --disable-prefill-cuda-graph --mm-feature-transport cpu
+        --random-seed 0 --log-level info)
+
+# The specctl server's command and environment, from the project's own launcher.
+specctl_cmd() {  # prints one argument per line
+  python3 - "$MODELS" "$PORT" "$STEPS" "$WORK/adaptive.json" "$ATTN" <<'EOF'
+import json, sys
+from specctl.runtime import launcher
+from specctl.runtime.policy import PolicySettings
+from specctl.runtime.sglang_plugin.adaptive_config import write_config
+models, port, steps, cfg, attn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+write_config(cfg, steps)
+cmd = launcher.build_command(f"{models}/llama3-8b-shape", f"{models}/eagle3-llama3-8b-shape", 1, steps,
+                             port, "127.0.0.1", cfg, extra_args=["--attention-backend", attn])
+env = launcher.launch_env(PolicySettings(steps=steps))
+for k, v in env.items():
+    print(f"ENV {k}={v}")
+for a in cmd:
+    print(a)
+EOF
+}
+
+SPID=""
+stop_server() {
+  [ -n "$SPID" ] || return 0
+  kill -TERM -- -"$SPID" 2>/dev/null
+  for _ in $(seq 1 30); do kill -0 "$SPID" 2>/dev/null || break; sleep 1; done
+  kill -KILL -- -"$SPID" 2>/dev/null
+  SPID=""
+  for _ in $(seq 1 30); do
+    used=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
+    [ -z "$used" ] || [ "$used" -lt 2000 ] && break
+    sleep 1
+  done
+}
+JPID=""
+stop_journal() { [ -n "$JPID" ] && kill -INT "$JPID" 2>/dev/null; sleep 1; [ -n "$JPID" ] && kill -KILL "$JPID" 2>/dev/null; JPID=""; }
+trap 'stop_journal; stop_server' EXIT
+
+start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
+  local name=$1 kind=$2 sim=$3 slog=$WORK/server-$1.log args=() envs=()
+  write_models
+  if [ "$kind" = nospec ]; then
+    args=(python3 -m sglang.launch_server --model-path "$MODELS/llama3-8b-shape" --attention-backend "$ATTN"
+          --host 127.0.0.1 --port "$PORT" --enable-metrics)
+  else
+    while IFS= read -r line; do
+      case $line in ENV\ *) envs+=("${line#ENV }") ;; *) args+=("$line") ;; esac
+    done < <(specctl_cmd)
+    args+=(--speculative-draft-load-format dummy)
+    envs+=("SPECCTL_FAST_OFF=$FAST_OFF" "SPECCTL_FAST_OFF_WARM=$WARM")
+  fi
+  [ "$sim" = 1 ] && envs+=("SGLANG_SIMULATE_ACC_LEN=$ACC_LEN" "SGLANG_SIMULATE_ACC_METHOD=match-expected")
+  log "starting $name: ${envs[*]} ${args[*]} ${COMMON[*]}"
+  env -u SGLANG_SIMULATE_ACC_LEN "${envs[@]}" setsid "${args[@]}" "${COMMON[@]}" > "$slog" 2>&1 &
+  SPID=$!
+  local ts; ts=$(date +%s)
+  while [ $(( $(date +%s) - ts )) -lt 400 ] && [ "$(left)" -gt 30 ]; do
+    kill -0 "$SPID" 2>/dev/null || break
+    if python3 "$HERE/ctl.py" "$URL" info version >/dev/null 2>&1 \
+       && python3 -c "import urllib.request as u; u.urlopen('$URL/health_generate', timeout=20).read()" 2>/dev/null; then
+      log "$name up after $(( $(date +%s) - ts ))s"
+      return 0
+    fi
+    sleep 3
+  done
+  log "$name did NOT come up; log tail:"; grep -v "Capturing batches" "$slog" | tail -n 60
+  stop_server
+  return 1
+}
+
+server_facts() {  # server_facts NAME: memory and state lines worth keeping
+  local name=$1 slog=$WORK/server-$1.log
+  {
+    echo "== $name $(date -u +%FT%TZ) attn=$ATTN"
+    nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+    python3 "$HERE/ctl.py" "$URL" info version attention_backend max_total_num_tokens speculative_num_steps \
+      speculative_num_draft_tokens speculative_adaptive cuda_graph_max_bs_decode disable_overlap_schedule
+    python3 - "$URL" <<'EOF'
+import json, sys, urllib.request
+d = json.load(urllib.request.urlopen(sys.argv[1] + "/server_info", timeout=30))
+st = (d.get("internal_states") or [{}])[0]
+print("memory_usage", json.dumps(st.get("memory_usage"), default=str))
+EOF
+    grep -E "specctl|Built adaptive runtime state|Switch adaptive runtime state|KV Cache is allocated|Capture .*graph end|Load weight end|max_total_num_tokens|Traceback|Error|error" "$slog" \
+      | grep -v "Capturing batches" | cut -c1-400 | tail -n 120
+  } >> "$WORK/facts-$TAG.txt" 2>&1
+}
+
+bench_point() {  # bench_point LABEL C
+  local need=$(( ${WARMUP%.*} + ${DURATION%.*} + 12 ))
+  if [ "$(left)" -lt "$need" ]; then log "skip $1 c=$2: $(left)s left"; return 0; fi
+  python3 "$HERE/bench_spec.py" --url "$URL" --concurrency "$2" --warmup "$WARMUP" --duration "$DURATION" \
+    --input-len 512 --output-len 256 --label "$1" --csv "$CSV" || log "bench $1 c=$2 failed"
+}
+
+# ------------------------------------------------------------------ phases
+phase_nospec() {
+  start_server nospec nospec 0 || return 1
+  server_facts nospec
+  python3 "$HERE/correctness.py" run "$URL" "nospec-$ATTN" "$WORK/corr-nospec.json"
+  for c in $CONCS; do bench_point "nospec-$ATTN" "$c"; done
+  server_facts nospec
+  stop_server
+}
+
+corr() {  # corr LABEL [correctness args]: run, then compare with the nospec reference if here
+  local label=$1; shift
+  python3 "$HERE/correctness.py" run "$URL" "$label" "$WORK/corr-$label.json" "$@"
+  [ -f "$WORK/corr-nospec.json" ] && python3 "$HERE/correctness.py" compare "$WORK/corr-nospec.json" "$WORK/corr-$label.json"
+}
+
+phase_proof() {
+  start_server proof specctl 0 || return 1
+  local P=$WORK/proof-$TAG.txt
+  {
+    echo "== initial state"; python3 "$HERE/ctl.py" "$URL" state
+    for m in off on auto; do echo "== mode $m"; python3 "$HERE/ctl.py" "$URL" mode "$m"; done
+    echo "== KV used before"; python3 "$HERE/ctl.py" "$URL" used
+  } > "$P" 2>&1
+  cat "$P" | cut -c1-300
+  if command -v specctl >/dev/null 2>&1 || [ -x "$SITE/bin/specctl" ]; then
+    PATH=$SITE/bin:$PATH timeout 300 specctl run --headless --attach "$URL" --log "$WORK/journal-$TAG.jsonl" \
+      --socket /tmp/specctl-$TAG.sock --interval 0.5 > "$WORK/supervisor-$TAG.log" 2>&1 &
+    JPID=$!
+    log "specctl run --headless started (pid $JPID)"
+  fi
+  corr "off-$ATTN" --mode off
+  corr "on-$ATTN" --mode on
+  corr "on2-$ATTN" --mode on
+  corr "toggle-$ATTN" --toggle 0.03
+  corr "autoflip-$ATTN" --set min_accept=0.5 accept_window=2 probe_after=4 dwell=1 --mode auto
+  python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_window=64 probe_after=256 dwell=8 >/dev/null
+  corr "off2-$ATTN" --mode off
+  python3 "$HERE/correctness.py" compare "$WORK/corr-on-$ATTN.json" "$WORK/corr-on2-$ATTN.json" "$WORK/corr-toggle-$ATTN.json" "$WORK/corr-autoflip-$ATTN.json" "$WORK/corr-off-$ATTN.json"
+  { echo "== KV used after"; python3 "$HERE/ctl.py" "$URL" used; echo "== final state"; python3 "$HERE/ctl.py" "$URL" state; } >> "$P" 2>&1
+  tail -n 4 "$P" | cut -c1-400
+  sleep 2; stop_journal
+  [ -f "$WORK/journal-$TAG.jsonl" ] && log "journal lines: $(wc -l < "$WORK/journal-$TAG.jsonl")" && tail -n 3 "$WORK/supervisor-$TAG.log"
+  server_facts proof
+  stop_server
+}
+
+phase_offcheck() {
+  start_server offcheck specctl 1 || return 1
+  python3 "$HERE/ctl.py" "$URL" used > "$WORK/offcheck-$TAG.txt" 2>&1
+  corr "off-$ATTN" --mode off
+  python3 "$HERE/ctl.py" "$URL" used >> "$WORK/offcheck-$TAG.txt" 2>&1
+  cat "$WORK/offcheck-$TAG.txt"
+  SKIP_START=1 phase_sweep
+}
+
+phase_sweep() {
+  if [ -z "${SKIP_START:-}" ]; then start_server sweep specctl 1 || return 1; fi
+  server_facts sweep
+  for c in $CONCS; do
+    for m in on off auto; do
+      python3 "$HERE/ctl.py" "$URL" mode "$m" > /dev/null || log "mode $m failed"
+      bench_point "specctl-$m-$ATTN" "$c"
+      python3 "$HERE/ctl.py" "$URL" state | cut -c1-240
+    done
+  done
+  server_facts sweep
+  stop_server
+}
+
+phase_pack() {
+  for f in "$WORK"/server-*.log; do
+    [ -f "$f" ] && grep -v "Capturing batches" "$f" | tail -c 3000000 > "$f.tail"
+  done
+  (cd "$WORK" && tar -czf "$OUT/keep-$TAG.tgz" --exclude='server-*.log' . ) && log "packed $(ls "$WORK" | wc -l) files"
+  cp -f "$WORK/facts-$TAG.txt" "$OUT/" 2>/dev/null
+  true
+}
+
+for ph in "$@"; do
+  log "== phase $ph ($(left)s left)"
+  case $ph in
+    collect) phase_collect ;;
+    install:*) phase_install "${ph#install:}" || { log "install failed"; exit 1; } ;;
+    project) phase_project || { log "project install failed"; exit 1; } ;;
+    fa3) phase_fa3 || log "fa3 not ready" ;;
+    nospec) phase_nospec ;;
+    proof) phase_proof ;;
+    offcheck) phase_offcheck ;;
+    sweep) phase_sweep ;;
+    pack) phase_pack ;;
+    *) log "unknown phase $ph" ;;
+  esac
+done
+log "done"
