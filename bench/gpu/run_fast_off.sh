@@ -13,6 +13,7 @@
 #   offcheck       like proof but only forced off + KV check (cheap correctness for a 2nd backend)
 #   sweep          specctl server with simulated acceptance: per concurrency, forced on,
 #                  forced off and auto, switched through /set_internal_state (one server)
+#   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) CONCS WARMUP DURATION ACC_LEN BUDGET_S OUT TAG MEM_FRAC
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) WARM (SPECCTL_FAST_OFF_WARM)
@@ -59,21 +60,25 @@ phase_collect() {
 
 phase_install() { bash "$REPO/.device-kit/install_on_device.sh" "$1"; }
 
-phase_project() {
-  python3 -c "import setuptools, wheel; print('[project] setuptools', setuptools.__version__)" || return 1
-  python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target "$SITE" --upgrade "$REPO" 2>&1 | tail -3
-  ls "$REPO"/.whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-deps --no-compile --target "$SITE" --upgrade "$REPO"/.whl/*.whl 2>&1 | tail -3
-  python3 - <<'EOF'
+phase_project() {  # the prebuilt wheel in .whl/ (pip wheel on the CPU machine) if there, else build here
+  python3 -c "import setuptools; print('[project] setuptools', setuptools.__version__)"
+  if ls "$REPO"/.whl/specctl-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-deps --no-compile --target "$SITE" --upgrade "$REPO"/.whl/*.whl 2>&1 | tail -3
+  else
+    python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target "$SITE" --upgrade "$REPO" 2>&1 | tail -3
+    ls "$REPO"/.whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-deps --no-compile --target "$SITE" --upgrade "$REPO"/.whl/*.whl 2>&1 | tail -3
+  fi
+  python3 - <<'PYEOF'
 from importlib.metadata import entry_points, version
 print("[project] specctl", version("specctl"), "| plugins:", [e.value for e in entry_points(group="sglang.srt.plugins")])
 import specctl.runtime.sglang_plugin.plugin as p, specctl.runtime.sglang_plugin.fast_off as f
-print("[project] installers:", [getattr(i, "__name__", i) for i in p.INSTALLERS])
-EOF
+print("[project] installers:", [getattr(i, "__name__", i) for i in p.INSTALLERS], "| fast_off", f.__file__)
+PYEOF
 }
 
 phase_fa3() {
   local n; n=$(ls /root/fa3parts/part* 2>/dev/null | wc -l)
-  if [ "$n" -lt "${FA3_PARTS:-7}" ]; then log "FA3: only $n parts here"; return 1; fi
+  if [ "$n" -lt "${FA3_PARTS:-8}" ]; then log "FA3: only $n parts here"; return 1; fi
   if [ ! -f /root/fa3parts/.done ]; then
     cat /root/fa3parts/part* | xz -dc -T0 > "$SITE/sgl_kernel/flash_ops.abi3.so" && touch /root/fa3parts/.done
   fi
@@ -273,6 +278,13 @@ phase_sweep() {
   stop_server
 }
 
+phase_compare() {  # every greedy run of this tag against the no-speculation reference
+  local ref=$WORK/corr-nospec.json
+  [ -f "$ref" ] || { log "no nospec reference yet"; return 0; }
+  python3 "$HERE/correctness.py" compare "$ref" $(ls "$WORK"/corr-*.json | grep -v corr-nospec.json) | tee "$WORK/compare-$TAG.txt"
+  grep -h "KV used\|num_used_tokens" "$WORK"/proof-*.txt "$WORK"/offcheck-*.txt 2>/dev/null | cut -c1-200
+}
+
 phase_pack() {
   for f in "$WORK"/server-*.log; do
     [ -f "$f" ] && grep -v "Capturing batches" "$f" | tail -c 3000000 > "$f.tail"
@@ -293,6 +305,7 @@ for ph in "$@"; do
     proof) phase_proof ;;
     offcheck) phase_offcheck ;;
     sweep) phase_sweep ;;
+    compare) phase_compare ;;
     pack) phase_pack ;;
     *) log "unknown phase $ph" ;;
   esac
