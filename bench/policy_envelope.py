@@ -16,29 +16,29 @@ import time
 from typing import Any
 
 from specctl.runtime.policy import SettingsError
-from specctl.runtime.sim.offline import PointResult, run_point
+from specctl.runtime.sim.offline import PointResult, Server, run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GOAL = 0.95
+Row = tuple[int, PointResult, PointResult, PointResult]  # c, on, off, auto
 WARMUP_S = 10.0  # at least; a preset calibrated at steady state asks for longer (its warmup_s/window_s)
 WINDOW_S = 30.0
 
 
 def sweep(preset: Preset, settings: dict[str, Any], concurrencies: tuple[int, ...] = CONCURRENCIES,
-          seed: int = 0) -> list[tuple[int, PointResult, PointResult, PointResult]]:
+          seed: int = 0) -> list[Row]:
     """(c, on, off, auto) per concurrency; the same seed for all three, so they see the same requests."""
-    rows = []
-    kw = dict(seed=seed, warmup_s=max(WARMUP_S, preset.warmup_s), window_s=max(WINDOW_S, preset.window_s))
-    for c in concurrencies:
-        on = run_point(preset, c, "on", settings=settings, **kw)
-        off = run_point(preset, c, "off", settings=settings, **kw)
-        auto = run_point(preset, c, "auto", settings=settings, **kw)
-        rows.append((c, on, off, auto))
-    return rows
+    warmup_s, window_s = max(WARMUP_S, preset.warmup_s), max(WINDOW_S, preset.window_s)
+
+    def point(c: int, server: Server) -> PointResult:
+        return run_point(preset, c, server, settings=settings, seed=seed, warmup_s=warmup_s, window_s=window_s)
+
+    return [(c, point(c, "on"), point(c, "off"), point(c, "auto")) for c in concurrencies]
 
 
-def render(preset: Preset, settings: dict[str, Any], rows: list[tuple[int, PointResult, PointResult, PointResult]]) -> str:
+def render(preset: Preset, settings: dict[str, Any], rows: list[Row]) -> str:
+    """The table, and which points miss the goal."""
     lines = [f"preset {preset.name}; auto settings: {preset.default_settings().with_changes(settings).as_dict()}",
              f"closed loop, {max(WARMUP_S, preset.warmup_s):g} s warm-up + {max(WINDOW_S, preset.window_s):g} s "
              "window of simulated time per point",

@@ -42,9 +42,6 @@ class LoadSpec:
     kind: str
     params: tuple[tuple[str, float], ...]
 
-    def __getitem__(self, key: str) -> float:
-        return dict(self.params)[key]
-
     def __str__(self) -> str:
         if not self.params:
             return self.kind

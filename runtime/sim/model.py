@@ -202,7 +202,6 @@ class SimEngine:
         self._next_rid = 0
         self._by_tag: dict[str, int] = {}
         self._gauges = _Gauges()
-        self.last_steps = 0
 
     # -- requests ------------------------------------------------------
     def submit(self, input_len: int, output_len: int, tag: str = "load") -> SimRequest:
@@ -266,7 +265,6 @@ class SimEngine:
             tokens, finished = self._advance_plain()
         self.now += duration
         self.busy_s += duration
-        self.last_steps = steps
         self._record(duration, tokens)
         self.prefill_tokens_total += sum(prompts)
         for req in finished:

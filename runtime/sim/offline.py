@@ -44,29 +44,19 @@ def run_point(preset: Preset, concurrency: int, server: Server, *, settings: Map
     engine.on_finish = lambda req: engine.submit_random()
     while engine.now < warmup_s:
         engine.step()
-    tokens0, steps0 = engine.decode_tokens_total, _decode_steps(policy)
-    on0 = policy.state()["steps_on"] if policy else 0
-    switches0 = policy.state()["switches"] if policy else 0
-    t0 = engine.now
-    spec_tokens = 0
-    decode_steps = 0
+    before = policy.state() if policy is not None else None
+    t0, tokens0 = engine.now, engine.decode_tokens_total
+    request_steps = 0  # sum of batch sizes: each running request takes part in each step
     while engine.now < t0 + window_s:
         report = engine.step()
         assert report is not None  # a closed loop always has work
-        spec_tokens += report.tokens
-        decode_steps += report.batch_size
-    elapsed = engine.now - t0
-    tok_s = (engine.decode_tokens_total - tokens0) / elapsed
-    on_fraction = None
-    switches = None
-    if policy is not None:
-        state = policy.state()
-        steps = _decode_steps(policy) - steps0
-        on_fraction = (state["steps_on"] - on0) / steps if steps else None
-        switches = state["switches"] - switches0
-    return PointResult(concurrency, tok_s, spec_tokens / decode_steps if decode_steps else 1.0,
-                       on_fraction, switches)
-
-
-def _decode_steps(policy: SpecPolicy | None) -> int:
-    return policy.step if policy is not None else 0
+        request_steps += report.batch_size
+    tokens = engine.decode_tokens_total - tokens0
+    on_fraction = switches = None
+    if policy is not None and before is not None:
+        after = policy.state()
+        steps = after["step"] - before["step"]
+        on_fraction = (after["steps_on"] - before["steps_on"]) / steps if steps else None
+        switches = after["switches"] - before["switches"]
+    accept = tokens / request_steps if request_steps else 1.0
+    return PointResult(concurrency, tokens / (engine.now - t0), accept, on_fraction, switches)
