@@ -6,7 +6,7 @@ import pytest
 
 from specctl.runtime.policy import SpecPolicy
 from specctl.runtime.sim.calibrate import points
-from specctl.runtime.sim.model import alpha_for, decode_s, mean_accept_len, off_s, spec_s
+from specctl.runtime.sim.model import SimEngine, alpha_for, decode_s, mean_accept_len, off_s, spec_s
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import PRESETS, get_preset
 
@@ -78,3 +78,16 @@ def test_a_seed_gives_the_same_run_and_another_seed_a_different_one() -> None:
 
     assert trace(7) == trace(7)
     assert trace(7) != trace(8)
+
+
+@pytest.mark.parametrize(("max_running", "pool", "fits"), [(8, 10**6, 8), (256, 5000, 3)])
+def test_admission_respects_max_running_and_the_kv_pool(max_running: int, pool: int, fits: int) -> None:
+    engine = SimEngine(H200.params, H200.workload, policy=None, accept_len=2.8, accept_steps=3,
+                       max_running=max_running, kv_pool_tokens=pool)
+    for _ in range(30):
+        engine.submit(1000, 500)
+    for _ in range(600):
+        engine.step()
+        assert len(engine.running) <= fits
+        assert engine.token_usage() <= 1.0
+    assert engine.in_flight("load") < 30  # requests finished and queued ones moved up

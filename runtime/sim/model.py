@@ -192,6 +192,7 @@ class SimEngine:
         self.running: list[SimRequest] = []
         self.queue: deque[SimRequest] = deque()
         self.ctx_tokens = 0
+        self.reserved_tokens = 0  # input + output of running requests: admission never overfills the pool
         self.decode_tokens_total = 0
         self.prefill_tokens_total = 0
         self.busy_s = 0.0  # simulated time spent computing (GPU utilisation)
@@ -231,6 +232,7 @@ class SimEngine:
         elif req in self.running:
             self.running.remove(req)
             self.ctx_tokens -= req.input_len + req.done
+            self.reserved_tokens -= req.input_len + req.output_len
         else:
             return
         req.finished_at = self.now
@@ -282,11 +284,12 @@ class SimEngine:
             req = self.queue[0]
             if prompts and req.input_len > budget:
                 break
-            if self.ctx_tokens + req.input_len > self.kv_pool_tokens and self.running:
+            if self.reserved_tokens + req.input_len + req.output_len > self.kv_pool_tokens and self.running:
                 break
             self.queue.popleft()
             self.running.append(req)
             self.ctx_tokens += req.input_len
+            self.reserved_tokens += req.input_len + req.output_len
             prompts.append(req.input_len)
             budget -= req.input_len
         return prompts
@@ -344,6 +347,7 @@ class SimEngine:
         gone = set(map(id, finished))
         self.running = [r for r in self.running if id(r) not in gone]
         self.ctx_tokens -= sum(r.input_len + r.done for r in finished)
+        self.reserved_tokens -= sum(r.input_len + r.output_len for r in finished)
 
     def _record(self, duration: float, tokens: int) -> None:
         self.decode_tokens_total += tokens

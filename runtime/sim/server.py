@@ -176,6 +176,9 @@ class SimServer:
     async def generate(self, body: Any) -> dict[str, Any]:
         """Queue one request and answer when its simulated tokens are done."""
         prompt_tokens, max_new = _parse_generate(body)
+        if prompt_tokens + max_new > self.engine.kv_pool_tokens:
+            raise BadRequest(f"prompt plus max_new_tokens ({prompt_tokens + max_new}) exceeds the KV pool "
+                             f"({self.engine.kv_pool_tokens} tokens)")
         t0 = self.engine.now
         if max_new == 0:
             return _generate_answer(prompt_tokens, [], None, 0.0, 0)
