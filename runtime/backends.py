@@ -81,7 +81,7 @@ class ProcessBackend:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, env=self.env, start_new_session=True,
-                preexec_fn=_die_with_parent)
+                preexec_fn=_die_with_parent, limit=1 << 20)
         except OSError as exc:
             raise BackendError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from exc
         self._reader = asyncio.create_task(self._read_output(self._proc))
@@ -91,7 +91,7 @@ class ProcessBackend:
         while True:
             try:
                 raw = await proc.stdout.readline()
-            except ValueError:  # a line longer than the stream limit: drop what was buffered
+            except ValueError:  # a line over 1 MiB: asyncio drops it, and we read on
                 continue
             if not raw:
                 return
@@ -141,9 +141,9 @@ class ProcessBackend:
         with contextlib.suppress(ProcessLookupError):
             await proc.wait()
         if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+            # read to EOF so asyncio closes the pipe; give up if an escaped grandchild holds it open
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._reader, 2.0)
 
 
 def _die_with_parent() -> None:

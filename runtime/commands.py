@@ -88,7 +88,8 @@ class CommandHandler:
         self.desired.update(applied)
         self.sup.emit(records.event("settings", changes=applied, settings=new.as_dict()))
         await self.sup.poll_now()
-        return {"settings": new.as_dict()}
+        spec = (self.sup.latest_sample or {}).get("spec") or {}
+        return {"settings": spec.get("settings") or new.as_dict()}  # the server's word, once it has read back
 
     def _current(self) -> PolicySettings:
         """The server's settings as last read; refuses when the server cannot be asked."""

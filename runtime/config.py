@@ -38,6 +38,7 @@ class SupervisorConfig:
     gpu_source: Literal["auto", "nvml", "sim", "none"] = "auto"
     http_timeout: float = 2.0
     restart_backoff: tuple[float, float] = (1.0, 30.0)  # first delay, cap
+    stop_grace_s: float = 30.0  # SIGTERM to SIGKILL, for a real server's ranks to free the GPU
 
     def __post_init__(self) -> None:
         if not 0.05 <= self.interval <= 60:

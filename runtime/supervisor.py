@@ -200,12 +200,15 @@ class Supervisor:
             self.emit(await self._sample(None, None, None))
             return
         client = self._client
+        metrics = info = None
         try:
             healthy = await client.health()
-            metrics, info = (await asyncio.gather(client.metrics(), client.server_info())) if healthy else (None, None)
+            await self._note_health(healthy)  # on becoming ready, settings are restored before reading
+            if healthy:
+                metrics, info = await asyncio.gather(client.metrics(), client.server_info())
         except ServerUnreachable as exc:
-            healthy, metrics, info, self._error = False, None, None, str(exc)
-        await self._note_health(healthy)
+            self._error = str(exc)
+            await self._note_health(False)
         spec = _spec_state(info)
         if spec is not None:
             self._emit_switches(spec)
@@ -221,6 +224,7 @@ class Supervisor:
         code = self.backend.returncode()
         if code is not None:
             self.emit(records.event("server_exit", pid=self.backend.pid, returncode=code))
+            await self.backend.stop()  # the leader died: stop what is left of its group (ranks)
             self._schedule_restart(code)
 
     async def _note_health(self, healthy: bool) -> None:
@@ -266,7 +270,7 @@ class Supervisor:
         return sample
 
     def _server_fields(self, m: Any, info: dict[str, Any] | None) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
+        uptime = round(asyncio.get_running_loop().time() - self._started_at, 3)
         return {
             "state": self.state, "url": self.backend.url, "sim": self.sim,
             "running": _field(m, "running"), "queued": _field(m, "queued"),
@@ -275,9 +279,16 @@ class Supervisor:
             "decode_tokens_total": _field(m, "decode_tokens_total"),
             "model": (info or {}).get("model_path"), "tp": (info or {}).get("tp_size"),
             "pid": self.backend.pid, "restarts": self.restarts, "error": self._error,
-            "progress": self.backend.progress if self.state == "starting" else None,
-            "uptime_s": round(loop.time() - self._started_at, 3),
+            "progress": self._progress(uptime),
+            "uptime_s": uptime,
         }
+
+    def _progress(self, uptime: float) -> dict[str, Any] | None:
+        """Start-up phase from the server's log, while it starts."""
+        progress = self.backend.progress
+        if self.state != "starting" or progress is None:
+            return None
+        return {**progress, "elapsed_s": uptime}
 
 
 def _field(metrics: Any, name: str) -> float | None:

@@ -1,0 +1,34 @@
+"""A real SGLang server, launched by specctl with its plugin in charge of speculation."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .backends import ProcessBackend, free_port
+from .config import SupervisorConfig
+from .launcher import StartupProgress, build_command, launch_env
+from .policy import PolicySettings
+from .sglang_plugin.adaptive_config import write_config
+
+class SGLangBackend(ProcessBackend):
+    """``python -m sglang.launch_server`` in its own process group, on a loopback port."""
+
+    def __init__(self, config: SupervisorConfig) -> None:
+        assert config.model and config.draft
+        self._dir = tempfile.TemporaryDirectory(prefix="specctl-sglang-")
+        adaptive = write_config(Path(self._dir.name) / "adaptive.json", config.spec_steps)
+        port = config.port or free_port()
+        settings = PolicySettings(steps=config.spec_steps).with_changes(config.settings)
+        argv = build_command(config.model, config.draft, config.tp, config.spec_steps, port,
+                             "127.0.0.1", str(adaptive), config.sglang_args)
+        env = {**os.environ, **launch_env(settings, os.environ)}
+        self._startup = StartupProgress()
+        super().__init__(argv, env=env, stop_grace_s=config.stop_grace_s, progress_parser=self._startup.feed)
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def start(self) -> None:
+        self._startup = StartupProgress()
+        self._parse_progress = self._startup.feed
+        await super().start()

@@ -1,0 +1,57 @@
+"""Stand-in for ``python -m sglang.launch_server``: SGLang's start-up log, then the simulator's API.
+
+It takes SGLang's command line (only --port and --speculative-num-steps are
+read), prints SGLang's own start-up log lines slowly, then starts a child
+process, as SGLang starts its ranks, which serves SGLang's endpoints through
+specctl's simulator; the main process exits (17) when that child dies. Behaviour knobs come from the environment:
+STANDIN_IGNORE_SIGTERM=1, STANDIN_CRASH_AFTER=SECONDS, STANDIN_PIDFILE=PATH
+(where the rank's pid is written), STANDIN_STEP_S (delay between log lines).
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+LOG = [
+    "Load weight begin. avail mem=139.20 GB",
+    "Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:01<00:01,  1.50it/s]",
+    "Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:02<00:00,  1.50it/s]",
+    "Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=124.10 GB",
+    "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 845377, K size: 51.60 GB",
+    "Memory pool end. avail mem=18.20 GB",
+    "Capture cuda graph begin. This can take up to several minutes. avail mem=18.00 GB",
+    "Capturing batches (bs=256 avail_mem=17.90 GB):  50%|#####     | 18/36 [00:02<00:02,  8.00it/s]",
+    "Capturing batches (bs=1 avail_mem=17.50 GB): 100%|##########| 36/36 [00:04<00:00,  8.00it/s]",
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--speculative-num-steps", type=int, default=3)
+    args, _ = ap.parse_known_args()
+    if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    step = float(os.environ.get("STANDIN_STEP_S", "0.3"))
+    for line in LOG:
+        print(line, flush=True)
+        time.sleep(step)
+    # the "rank": a child process that serves the HTTP API, as SGLang's processes do together
+    rank = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--host", "127.0.0.1",
+                             "--port", str(args.port), "--steps", str(args.speculative_num_steps),
+                             "--gpus", "1", "--load", "steady:c=8"], stdout=subprocess.DEVNULL)
+    if path := os.environ.get("STANDIN_PIDFILE"):
+        with open(path, "w") as fh:
+            fh.write(str(rank.pid))
+    print("The server is fired up and ready to roll!", flush=True)
+    crash_at = time.monotonic() + float(os.environ.get("STANDIN_CRASH_AFTER", "1e9"))
+    while rank.poll() is None and time.monotonic() < crash_at:
+        time.sleep(0.1)
+    os._exit(17)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Supervising a launched SGLang server, on the CPU: a stand-in `sglang.launch_server` package
+prints SGLang's start-up log, starts a child "rank" that serves the API, and can crash or
+ignore SIGTERM. The supervisor, backend, launcher and log parser are the real ones."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from specctl.runtime.config import SupervisorConfig
+from specctl.runtime.supervisor import Supervisor
+
+from headless_helpers import pid_alive
+
+STANDIN = Path(__file__).parent / "standin_sglang"
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(STANDIN), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("STANDIN_STEP_S", "0.2")
+    pidfile = tmp_path / "rank.pid"
+    monkeypatch.setenv("STANDIN_PIDFILE", str(pidfile))
+    return pidfile
+
+
+def config(**kw) -> SupervisorConfig:
+    return SupervisorConfig(backend="sglang", model="/models/llama", draft="/models/eagle3", interval=0.1,
+                            restart_backoff=(0.2, 1.0), **kw)
+
+
+async def until(predicate, what: str, timeout: float = 60.0):
+    end = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < end:
+        if value := predicate():
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def events(sup: Supervisor, name: str) -> list[dict]:
+    return [r for r in sup.recent if r.get("event") == name]
+
+
+async def test_start_up_shows_progress_then_ready(standin: Path) -> None:
+    sup = Supervisor(config())
+    seen: list[str] = []
+    sub = sup.hub.subscribe()
+    await sup.start()
+    try:
+        async def watch() -> None:
+            async for rec in sub:
+                if rec["kind"] == "sample":
+                    progress = rec["server"]["progress"]
+                    if progress and progress["phase"] not in seen:
+                        seen.append(progress["phase"])
+                        assert progress["elapsed_s"] >= 0
+                    if rec["server"]["state"] == "ready":
+                        return
+        await asyncio.wait_for(watch(), 60)
+        assert seen[0] == "weights" and "cuda_graphs" in seen
+        assert sup.latest_sample["spec"]["settings"]["steps"] == 3
+        logged = [line for r in events(sup, "server_log") for line in r["lines"]]
+        assert any("Load weight begin" in line for line in logged)
+    finally:
+        await sup.stop()
+
+
+async def test_a_crash_is_restarted_with_backoff(standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STANDIN_CRASH_AFTER", "0.5")
+    monkeypatch.setenv("STANDIN_STEP_S", "0.01")
+    sup = Supervisor(config())
+    await sup.start()
+    try:
+        await until(lambda: len(events(sup, "server_restart")) >= 2, "two restarts")
+        exits = events(sup, "server_exit")
+        assert exits[0]["returncode"] == 17
+        delays = [r["delay_s"] for r in events(sup, "server_restart")]
+        assert delays[1] >= delays[0], "backoff grows"
+    finally:
+        await sup.stop()
+
+
+async def test_a_server_that_ignores_sigterm_is_killed_with_its_ranks(standin: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STANDIN_IGNORE_SIGTERM", "1")
+    monkeypatch.setenv("STANDIN_STEP_S", "0.01")
+    sup = Supervisor(config(stop_grace_s=1.0))
+    await sup.start()
+    await until(lambda: sup.state == "ready", "ready")
+    main_pid, rank_pid = sup.backend.pid, int(standin.read_text())
+    await sup.stop()
+    assert not pid_alive(main_pid) and not pid_alive(rank_pid)
+
+
+async def test_commands_reach_the_launched_server(standin: Path) -> None:
+    sup = Supervisor(config(settings={"off_at": "48"}))
+    await sup.start()
+    try:
+        await until(lambda: sup.state == "ready" and sup.latest_sample["spec"], "ready")
+        result = await sup.execute("mode", {"mode": "off"}, uid=os.getuid())
+        assert result["settings"]["mode"] == "off" and result["settings"]["off_at"] == 48
+        assert sup.latest_sample["spec"]["settings"]["mode"] == "off"
+    finally:
+        await sup.stop()
