@@ -1,0 +1,52 @@
+"""Bodies from outside (/generate, /set_internal_state) never raise anything but a client error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings, strategies as st
+
+from specctl.runtime.sim.load import parse_load
+from specctl.runtime.sim.presets import get_preset
+from specctl.runtime.sim.server import BadRequest, SimConfig, SimServer, _parse_generate
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+WIRE_KEYS = st.sampled_from(["specctl_mode", "specctl_off_at", "specctl_on_at", "specctl_steps",
+                             "specctl_min_accept", "specctl_dwell", "specctl_nope", "max_running"])
+WIRE_VALUES = st.one_of(st.integers(-3, 300), st.floats(allow_nan=True), st.booleans(), st.text(max_size=4))
+
+
+def _server() -> SimServer:
+    return SimServer(SimConfig(get_preset("h200-llama8b"), 1, parse_load("idle"), {}))
+
+
+@given(JSON)
+def test_generate_bodies_parse_or_are_refused(body: Any) -> None:
+    try:
+        prompt, max_new = _parse_generate(body)
+    except BadRequest:
+        return
+    assert prompt >= 1 and max_new >= 0
+
+
+@settings(max_examples=200)
+@given(st.one_of(JSON, st.dictionaries(st.just("server_args"), st.dictionaries(WIRE_KEYS, WIRE_VALUES, max_size=3))))
+def test_set_internal_state_is_all_or_nothing(body: Any) -> None:
+    server = _server()
+    before = server.policy.settings
+    try:
+        answer = server.set_internal_state(body)
+    except BadRequest:
+        assert server.policy.settings == before
+        return
+    assert answer in ([True], [False])
+    if answer == [False]:
+        assert server.policy.settings == before
+    else:
+        changed = {k.removeprefix("specctl_") for k in body["server_args"]}
+        assert all(getattr(server.policy.settings, k) == getattr(before, k)
+                   for k in before.as_dict() if k not in changed)
