@@ -83,17 +83,28 @@ class TimeChart(Widget):
         return Text("\n").join([title, *self._rows(plot)])
 
     def _rows(self, plot: "_Plot") -> list[Text]:
-        series = (self._style("series-1"), self._style("series-2"))
-        marks = (self._style("threshold-off"), self._style("threshold-on"))
+        """One Text per plot row, appending runs of equal style (cells one by one cost 10x)."""
+        kinds = {1: self._style("series-1"), 2: self._style("series-2"), -1: self._style("threshold-off"),
+                 -2: self._style("threshold-on"), 0: Style()}
         off, axis = self._style("off"), self._style("axis")
+        styles = {(kind, shaded): (off + style if shaded else style) for kind, style in kinds.items()
+                  for shaded in (False, True)}
         rows = []
         for row in range(plot.rows):
             label = si(plot.top, plot.data.unit_fmt) if row == 0 else ("0" if row == plot.rows - 1 else "")
             line = Text(f"{label:>{_AXIS - 1}}▕", style=axis)
+            run: list[str] = []
+            key: tuple[int, bool] | None = None
             for col in range(plot.cols):
                 char, kind = plot.cell(col, row)
-                style = series[kind - 1] if kind > 0 else marks[-kind - 1] if kind < 0 else Style()
-                line.append(char, off + style if plot.off[col] else style)
+                cell_key = (kind, plot.off[col])
+                if cell_key != key and run:
+                    line.append("".join(run), styles[key])  # type: ignore[index]
+                    run = []
+                key = cell_key
+                run.append(char)
+            if run and key is not None:
+                line.append("".join(run), styles[key])
             rows.append(line)
         return rows
 
