@@ -397,10 +397,11 @@ def test_start_up_check_accepts_what_the_launcher_starts(hooked, sglang_source: 
         ({"speculative_adaptive_config": None}, "--speculative-adaptive-config is required"),
         ({"no_off_state": True}, "must list candidate step 0"),
         ({"sglang_reason": "enable_pdmux=True is not supported"}, "SGLang refuses adaptive speculation here: enable_pdmux"),
+        ({"settings_steps": 5}, "the settings' steps (5) must be a candidate of --speculative-adaptive-config [0, 3]"),
     ],
 )
 def test_start_up_check_names_the_flag(hooked, sglang_source: SglangSource, config: str, tmp_path: Path,
-                                       change: dict[str, Any], words: str) -> None:
+                                       monkeypatch, change: dict[str, Any], words: str) -> None:
     world, _ = hooked
     release = sglang_source.release
     args = good_args(release, config)
@@ -412,6 +413,8 @@ def test_start_up_check_names_the_flag(hooked, sglang_source: SglangSource, conf
         path.write_text(json.dumps({"1": {"candidate_steps": [3]}}))
         args["speculative_adaptive_config"] = str(path)
     world.unsupported_reason = change.pop("sglang_reason", None)
+    if "settings_steps" in change:
+        monkeypatch.setenv("SPECCTL_SETTINGS", json.dumps({"steps": change.pop("settings_steps")}))
     args.update(change)
     with pytest.raises(SpecctlPluginError) as err:
         world.call("check_server_args", types.SimpleNamespace(**args))

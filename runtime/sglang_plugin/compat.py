@@ -179,8 +179,11 @@ def register_hook(spec: HookSpec, hook: Callable[..., Any] | type) -> None:
     registry.register(spec.target, hook, hook_type)
 
 
-def server_args_problem(release: Release, server_args: Any) -> str | None:
-    """Why specctl cannot run under these (resolved) server args, naming the flag; None if it can."""
+def server_args_problem(release: Release, server_args: Any, steps: int) -> str | None:
+    """Why specctl cannot run under these (resolved) server args, naming the flag; None if it can.
+
+    ``steps`` is the policy's draft step count, which must have a runtime state.
+    """
     view = resolve(release.args_view)(server_args)
     algorithm = view.speculative_algorithm
     if algorithm not in ("EAGLE", "EAGLE3"):
@@ -196,8 +199,11 @@ def server_args_problem(release: Release, server_args: Any) -> str | None:
         return "--speculative-adaptive is required (specctl drives SGLang's adaptive controller)"
     if not view.speculative_adaptive_config:
         return "--speculative-adaptive-config is required (the file specctl's launcher writes)"
-    if 0 not in read_candidate_steps(view.speculative_adaptive_config):
+    candidates = read_candidate_steps(view.speculative_adaptive_config)
+    if 0 not in candidates:
         return "--speculative-adaptive-config must list candidate step 0 (speculation off)"
+    if steps not in candidates:
+        return f"the settings' steps ({steps}) must be a candidate of --speculative-adaptive-config {candidates}"
     return None
 
 

@@ -103,7 +103,7 @@ def check_server_args(release: Release, result: Any, server_args: Any) -> Any:
             f"SGLang did not apply specctl's hooks on {', '.join(missing)} "
             "(its log says why: 'Failed to apply hooks to ...')"
         )
-    problem = compat.server_args_problem(release, server_args)
+    problem = compat.server_args_problem(release, server_args, settings_from_env().steps)
     if problem is not None:
         raise SpecctlPluginError(problem)
     return result
