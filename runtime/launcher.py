@@ -102,8 +102,10 @@ class StartupProgress:
     and builds one runtime state per candidate step count, so the log goes
     back to "Load weight begin" after graphs were captured; the phase stays
     at the furthest one reached, and the fraction is that of the latest
-    progress bar seen in it (tqdm rewrites its bar with carriage returns, so
-    a line may hold many updates: the last counts).
+    progress bar seen in it (each capture has its own bar, so it restarts).
+    tqdm rewrites its bar with carriage returns and ends the line only when
+    the bar is done: a reader that splits the output on "\r" as well as "\n"
+    sees the fraction grow; a whole line counts by its last update.
     """
 
     def __init__(self) -> None:

@@ -158,3 +158,59 @@ def test_log_markers_are_sglangs_own(sglang_source: SglangSource) -> None:
     assert " begin. " in setup and ('CUDA graph begin. "' in setup or '"cuda": "CUDA graph"' in setup)
     assert 'f"Capturing batches ({bs=} {avail_mem=:.2f} GB)"' in srt("model_executor/runner/decode_cuda_graph_runner.py")
     assert f'logger.info("{launcher._READY}")' in srt("entrypoints/http_server.py")
+
+
+# An excerpt of a real start-up (SGLang 0.5.17, H200, dummy Llama-3-8B + EAGLE-3
+# draft, 2026-11-29): target and draft weights, both KV pools, the target-verify
+# capture (tqdm's bar interleaved with a Triton warning, updates joined by "\r",
+# the line ended only when the bar is done), the steps-0 state, ready. Trimmed to
+# a few of the bar's 54 updates.
+REAL_0517 = (
+    "[2026-11-29 09:48:56] Load weight begin. avail mem=139.09 GB\n"
+    "[2026-11-29 09:48:56] Load weight end. elapsed=0.26 s, type=LlamaForCausalLM, avail mem=124.07 GB, "
+    "mem usage=15.02 GB.\n"
+    "[2026-11-29 09:48:56] Load weight begin. avail mem=124.07 GB\n"
+    "[2026-11-29 09:48:56] Load weight end. elapsed=0.01 s, type=LlamaForCausalLMEagle3, avail mem=121.91 GB, "
+    "mem usage=2.16 GB.\n"
+    "[2026-11-29 09:48:58] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 805547, K size: 49.17 GB, "
+    "V size: 49.17 GB\n"
+    "[2026-11-29 09:48:58] Memory pool end. avail mem=23.91 GB\n"
+    "[2026-11-29 09:48:58] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 805547, K size: 1.54 GB, "
+    "V size: 1.54 GB\n"
+    "[2026-11-29 09:48:58] Memory pool end. avail mem=20.84 GB\n"
+    "[2026-11-29 09:48:59] Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=4, "
+    "bs=[1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 40, 44, 48, 52, 56, 60, 64], "
+    "avail mem=21.68 GB\n"
+    "\r  0%|          | 0/27 [00:00<?, ?it/s]"
+    "\rCapturing batches (bs=64 avail_mem=21.51 GB):   0%|          | 0/27 [00:00<?, ?it/s]"
+    "/opt/torch/.venv/lib/python3.12/site-packages/triton/language/semantic.py:1670: UserWarning: tl.where "
+    "with a non-boolean condition is deprecated and will error out in a future triton release. Got uint8\n"
+    "  warnings.warn(\n"
+    "\rCapturing batches (bs=64 avail_mem=21.51 GB):   4%|▎         | 1/27 [00:34<14:44, 34.03s/it]"
+    "\rCapturing batches (bs=60 avail_mem=21.33 GB):   7%|▋         | 2/27 [00:34<05:52, 14.10s/it]"
+    "\rCapturing batches (bs=1 avail_mem=21.31 GB):  96%|█████████▋| 26/27 [00:37<00:00,  6.40it/s]"
+    "\rCapturing batches (bs=1 avail_mem=21.31 GB): 100%|██████████| 27/27 [00:37<00:00,  1.40s/it]\n"
+    "[2026-11-29 09:49:38] Capture target verify CUDA graph end. elapsed=38.99 s, mem usage=0.37 GB, "
+    "avail mem=21.31 GB.\n"
+    "[2026-11-29 09:49:51] Built adaptive runtime state steps=0: elapsed=3.65s, mem=0.24GB\n"
+    "[2026-11-29 09:49:58] The server is fired up and ready to roll!\n"
+)
+
+
+def test_a_real_startup_read_line_by_line() -> None:
+    progress = StartupProgress()
+    seen = [p for p in (progress.feed(line) for line in REAL_0517.split("\n")) if p]  # not splitlines: it splits on \r
+    assert [p["phase"] for p in seen] == [
+        "weights", "weights", "weights", "weights",  # target, then draft: each 0 then 1
+        "kv_cache", "kv_cache", "kv_cache", "kv_cache",
+        "cuda_graphs", "cuda_graphs", "ready",
+    ]
+    assert seen[-3:] == [{"phase": "cuda_graphs", "fraction": 0.0}, {"phase": "cuda_graphs", "fraction": 1.0},
+                         {"phase": "ready", "fraction": 1.0}]
+
+
+def test_a_real_startup_read_on_carriage_returns_shows_the_bar_grow() -> None:
+    progress = StartupProgress()
+    pieces = REAL_0517.replace("\r", "\n").split("\n")
+    graphs = [p["fraction"] for p in map(progress.feed, pieces) if p and p["phase"] == "cuda_graphs"]
+    assert graphs == [0.0, 1 / 27, 2 / 27, 26 / 27, 1.0]
