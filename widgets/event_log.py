@@ -37,7 +37,7 @@ def describe(record: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def _command(record: dict[str, Any]) -> tuple[str, str, str]:
-    args = record.get("args") or {}
+    args = record.get("args") if isinstance(record.get("args"), dict) else {}
     shown = " ".join(f"{k}={v}" for k, v in _flatten(args))
     who = f"uid {record.get('uid')}" if record.get("uid") is not None else "uid ?"
     user = f" ({record['user']})" if record.get("user") else ""
@@ -89,7 +89,8 @@ class EventLog(RichLog):
             self.clear()
         for record in records:
             if record.get("event") == "server_log":  # the server's own log: one line each, dimmed
-                for text in record.get("lines") or []:
+                lines = record.get("lines")
+                for text in lines if isinstance(lines, list) else [lines]:
                     self.write(self._stamped(record, "LOG", "time", str(text)))
             else:
                 tag, text, tone = describe(record)
@@ -97,5 +98,7 @@ class EventLog(RichLog):
 
     def _stamped(self, record: dict[str, Any], tag: str, tone: str, text: str) -> Text:
         style = self.get_component_rich_style
-        return Text.assemble((clock(float(record["t"])), style("event-log--time", partial=True)), " ",
+        t = record.get("t")
+        stamp = clock(float(t)) if isinstance(t, (int, float)) else "--:--:--"
+        return Text.assemble((stamp, style("event-log--time", partial=True)), " ",
                              (f"{tag:<8}", style(f"event-log--{tone}", partial=True)), " ", text)

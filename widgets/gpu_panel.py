@@ -32,6 +32,12 @@ def fraction(value: float | None, total: float | None) -> float | None:
     return min(max(value / total, 0.0), 1.0)
 
 
+def _num(gpu: dict[str, Any], key: str) -> float | None:
+    """A numeric field, or None when it is missing or not a number (a record from an odd journal)."""
+    value = gpu.get(key)
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+
+
 def _fmt(value: float | None, spec: str = ".0f") -> str:
     return "–" if value is None else format(value, spec)
 
@@ -89,17 +95,18 @@ class GpuPanel(Widget):
 
     def _metrics(self, gpu: dict[str, Any]) -> list[tuple[str, float | None, Style, str]]:
         """(label, fraction, bar style, numbers) for each barred metric, in display order."""
-        util = gpu.get("util")
-        mem = fraction(gpu.get("mem_used"), gpu.get("mem_total"))
-        power = fraction(gpu.get("power_w"), gpu.get("power_limit_w"))
-        temp = gpu.get("temp_c")
+        util, temp = _num(gpu, "util"), _num(gpu, "temp_c")
+        used, total = _num(gpu, "mem_used"), _num(gpu, "mem_total")
+        watts, limit = _num(gpu, "power_w"), _num(gpu, "power_limit_w")
+        mem, power = fraction(used, total), fraction(watts, limit)
+        util_frac = None if util is None else min(max(util / 100.0, 0.0), 1.0)
         temp_frac = None if temp is None else min(max(temp / 100.0, 0.0), 1.0)
-        mem_used = None if gpu.get("mem_used") is None else gpu["mem_used"] / GIB
-        mem_total = None if gpu.get("mem_total") is None else gpu["mem_total"] / GIB
+        mem_used = None if used is None else used / GIB
+        mem_total = None if total is None else total / GIB
         return [
-            ("util", None if util is None else util / 100.0, self._style("util"), f"{_fmt(util)}%"),
+            ("util", util_frac, self._style("util"), f"{_fmt(util)}%"),
             ("mem", mem, self._level(mem, 0.9, 0.97), f"{_fmt(mem_used)}/{_fmt(mem_total)}G"),
-            ("power", power, self._level(power), f"{_fmt(gpu.get('power_w'))}/{_fmt(gpu.get('power_limit_w'))}W"),
+            ("power", power, self._level(power), f"{_fmt(watts)}/{_fmt(limit)}W"),
             ("temp", temp_frac, self._level(temp_frac, 0.8, 0.88), f"{_fmt(temp)}°C"),
         ]
 
@@ -109,14 +116,14 @@ class GpuPanel(Widget):
         label = self._style("label")
         lines = [Text.assemble((f"{name:<6}", label), self._bar(frac, bar_width, style), f" {numbers:>11}")
                  for name, frac, style, numbers in self._metrics(gpu)]
-        lines.append(Text.assemble(("SM    ", label), f"{_fmt(gpu.get('sm_clock_mhz'))} MHz"))
+        lines.append(Text.assemble(("SM    ", label), f"{_fmt(_num(gpu, 'sm_clock_mhz'))} MHz"))
         return Text("\n").join(lines)
 
     def _render_line(self, gpu: dict[str, Any]) -> Text:
         width = max(self.content_region.width, 40)
         util, mem, power, temp = self._metrics(gpu)
         head = f"{gpu.get('index', '?')} {short_name(gpu.get('name'))[:6]:<6} "
-        tail = f" {temp[3]:>5} {_fmt(gpu.get('sm_clock_mhz'))}MHz"
+        tail = f" {temp[3]:>5} {_fmt(_num(gpu, 'sm_clock_mhz'))}MHz"
         texts = [f" {util[3]:>4} ", f" {mem[3]:>8} ", f" {power[3]:>9}"]
         bar_width = max((width - len(head) - len(tail) - sum(len(t) for t in texts)) // 3, 2)
         line = Text(head, style=self._style("label"))

@@ -46,8 +46,11 @@ class StartupProgress(Widget):
             return
         phase = PHASES.get(str(progress.get("phase")), str(progress.get("phase")))
         self.query_one("#startup-phase", Label).update(f"Starting server: {phase}")
-        fraction = progress.get("fraction")
+        fraction, elapsed = _num(progress.get("fraction")), _num(progress.get("elapsed_s"))
         bar = self.query_one(ProgressBar)
         bar.update(total=None if fraction is None else 100, progress=100 * (fraction or 0.0))
-        elapsed = progress.get("elapsed_s")
         self.query_one("#startup-elapsed", Label).update("" if elapsed is None else f"  {elapsed:.1f} s")
+
+
+def _num(value: Any) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)

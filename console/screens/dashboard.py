@@ -23,7 +23,7 @@ from specctl.widgets.startup import StartupProgress
 from specctl.widgets.timechart import TimeChart
 
 from .charts import build_charts
-from .timeline import Timeline
+from .timeline import Timeline, num, obj, text
 
 COMPACT_BELOW = (120, 36)  # width, height under which the dashboard goes to one line per GPU
 PANEL_WIDTH = 40
@@ -66,13 +66,14 @@ class Dashboard(Screen):
     # -- attributes down --------------------------------------------------
     def show(self, timeline: Timeline, status: str, paused: bool) -> None:
         """Draw the timeline; ``status`` is the banner's extra words (PAUSED, replay position...)."""
-        sample = timeline.latest or {}
+        sample = obj(timeline.latest)
         self.query_one(SpecBanner).state = banner_state(timeline, self._source, status)
-        server = sample.get("server") or {}
-        starting = server.get("state") == "starting"
-        self.query_one(StartupProgress).progress = server.get("progress") if starting else None
+        server = obj(sample.get("server"))
+        progress = server.get("progress") if server.get("state") == "starting" else None
+        self.query_one(StartupProgress).progress = progress if isinstance(progress, dict) else None
         self.query_one(ControlBar).paused = paused
-        self._show_gpus(sample.get("gpus") or [])
+        gpus = sample.get("gpus")
+        self._show_gpus([g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else [])
         tps, accept, requests = build_charts(timeline, WINDOW_S)
         self.query_one("#chart-tps", TimeChart).data = tps
         self.query_one("#chart-accept", TimeChart).data = accept
@@ -112,22 +113,24 @@ class Dashboard(Screen):
 
 def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:
     """Pick the banner's fields out of the latest sample and the last switch event."""
-    sample = timeline.latest or {}
+    sample = obj(timeline.latest)
     spec = sample.get("spec")
-    server = sample.get("server") or {}
-    switch = timeline.last_switch or {}
+    spec = spec if isinstance(spec, dict) else None
+    server = obj(sample.get("server"))
+    switch = obj(timeline.last_switch)
+    steps, steps_on = num(obj(spec).get("steps")), num(timeline.settings().get("steps"))
     return BannerState(
         spec_on=None if spec is None else bool(spec.get("on")),
-        mode=None if spec is None else spec.get("mode"),
-        steps=None if spec is None else spec.get("steps"),
-        steps_on=None if spec is None else (spec.get("settings") or {}).get("steps"),
-        reason=switch.get("reason") or (spec or {}).get("reason"),
-        switch_t=switch.get("t"),
-        switch_batch=switch.get("batch_size"),
+        mode=text(obj(spec).get("mode")),
+        steps=None if steps is None else int(steps),
+        steps_on=None if steps_on is None else int(steps_on),
+        reason=text(switch.get("reason")) or text(obj(spec).get("reason")),
+        switch_t=num(switch.get("t")),
+        switch_batch=None if num(switch.get("batch_size")) is None else int(switch["batch_size"]),
         now=timeline.now,
-        server_state=server.get("state"),
-        server_error=server.get("error"),
-        sim=bool(sample.get("sim")),
+        server_state=text(server.get("state")),
+        server_error=None if server.get("error") is None else str(server.get("error")),
+        sim=sample.get("sim") is True,
         source=source,
         status=status,
     )

@@ -48,7 +48,7 @@ class Timeline:
         elif kind == "sample":
             self._fold_sample(record)
         elif kind in ("event", "command"):
-            if record.get("event") == "spec_switch":
+            if record.get("event") == "spec_switch" and isinstance(record.get("t"), (int, float)):
                 self.last_switch = record
             self.pending_log.append(record)
             del self.pending_log[:-LOG_LINES]
@@ -70,31 +70,45 @@ class Timeline:
         self.now = None
 
     def _fold_sample(self, record: dict[str, Any]) -> None:
+        if not isinstance(record.get("t"), (int, float)):
+            return
         self.latest = record
-        server = record.get("server") or {}
+        server = obj(record.get("server"))
         spec = record.get("spec")
-        point = Point(float(record["t"]), _num(server.get("gen_tps")), _num(server.get("accept_len")),
-                      _num(server.get("running")), _num(server.get("queued")),
-                      None if spec is None else bool(spec.get("on")))
+        point = Point(float(record["t"]), num(server.get("gen_tps")), num(server.get("accept_len")),
+                      num(server.get("running")), num(server.get("queued")),
+                      bool(spec.get("on")) if isinstance(spec, dict) else None)
         self.points.append(point)
         while self.points and self.points[0].t < point.t - HISTORY_S:
             self.points.popleft()
 
     def thresholds(self) -> tuple[float | None, float | None]:
         """(off_at, on_at) of the latest sample's settings, for the request chart."""
-        spec = (self.latest or {}).get("spec") or {}
-        settings = spec.get("settings") or {}
-        return _num(settings.get("off_at")), _num(settings.get("on_at"))
+        settings = self.settings()
+        return num(settings.get("off_at")), num(settings.get("on_at"))
+
+    def settings(self) -> dict[str, Any]:
+        """The policy settings of the latest sample, {} when it has none."""
+        return obj(obj(obj(self.latest).get("spec")).get("settings"))
 
 
     def max_accept(self) -> float:
         """The accept-length chart's top: steps + 1 (every draft token plus the bonus one)."""
-        spec = (self.latest or {}).get("spec") or {}
-        steps = _num((spec.get("settings") or {}).get("steps"))
-        return 1.0 + (steps if steps is not None else 3.0)
+        steps = num(self.settings().get("steps"))
+        return 1.0 + (steps if steps is not None and 0 < steps < 64 else 3.0)
 
 
-def _num(value: Any) -> float | None:
+# Records may come from any journal file: these read a field as the type the console
+# needs, or as "missing", so one odd value cannot take the screen down.
+def obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
+
+
+def text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

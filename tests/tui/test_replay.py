@@ -80,3 +80,12 @@ async def test_a_replay_refuses_commands_with_a_clear_message() -> None:
     with pytest.raises(LinkError) as caught:
         await link.request("mode", {"mode": "off"})
     assert caught.value.code == "unavailable" and "replay" in caught.value.message
+
+
+async def test_no_color_picks_the_high_contrast_theme_and_keeps_the_words(replay, settled, monkeypatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = replay("eight_gpu.jsonl", 180)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settled(pilot)
+        assert app.no_color and app.theme == "specctl-contrast"
+        assert "SPEC OFF" in banner(app) and "SIM" in banner(app)

@@ -1,0 +1,80 @@
+"""The console's pure parts: folding records into a timeline, charts and banner from it.
+
+Records can come from any journal file, so the fold is also fed arbitrary
+JSON by hypothesis: whatever a journal holds, the console draws what it can
+and never raises.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specctl.console.links import RESET
+from specctl.console.screens.charts import build_charts, off_spans
+from specctl.console.screens.dashboard import banner_state
+from specctl.console.screens.timeline import Point, Timeline
+from specctl.runtime import records
+
+T = 1764400000.0
+
+
+def sample(t: float, on: bool | None, running: int = 10) -> dict:
+    spec = None if on is None else {"mode": "auto", "on": on, "steps": 3 if on else 0, "reason": "load",
+                                    "settings": {"steps": 3, "off_at": 64, "on_at": 32}}
+    return records.sample({"state": "ready", "running": running, "queued": 0, "gen_tps": 100.0,
+                           "accept_len": 2.5 if on else None}, spec, [], [], sim=True, t=t)
+
+
+def test_off_spans_run_from_the_first_off_sample_to_the_next_on_one() -> None:
+    points = [Point(T + i, None, None, None, None, on) for i, on in
+              enumerate([True, False, False, True, None, False])]
+    assert off_spans(points) == ((T + 1, T + 3), (T + 5, T + 5))
+
+
+def test_the_banner_takes_the_last_switch_from_its_event_and_ago_from_record_time() -> None:
+    timeline = Timeline()
+    timeline.fold(sample(T, True))
+    timeline.fold(records.event("spec_switch", t=T + 1, on=False, reason="load", batch_size=70, step=9))
+    timeline.fold(sample(T + 31, False))
+    state = banner_state(timeline, "replay", "")
+    assert (state.spec_on, state.reason, state.switch_batch, state.now - state.switch_t) == (False, "load", 70, 30)
+
+
+def test_a_reset_forgets_everything_shown() -> None:
+    timeline = Timeline()
+    timeline.fold(sample(T, True))
+    timeline.fold(records.event("server_start", t=T, pid=1, url="u"))
+    timeline.fold({"v": 1, "t": T, "kind": RESET})
+    assert timeline.latest is None and not timeline.points and timeline.take_log() == (True, [])
+
+
+def test_charts_cover_the_window_and_draw_the_thresholds() -> None:
+    timeline = Timeline()
+    for i in range(700):
+        timeline.fold(sample(T + i, i < 650, running=i % 100))
+    tps, accept, requests = build_charts(timeline, 300.0)
+    assert tps.series[0][0][0] == T + 399 and tps.series[0][-1][0] == T + 699
+    assert requests.thresholds == ((64.0, "off_at"), (32.0, "on_at"))
+    assert accept.off_spans == ((T + 650, T + 699),)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                        max_size=4),
+                           max_leaves=10)
+junk_records = st.fixed_dictionaries(
+    {"t": st.floats(T, T + 1000), "kind": st.sampled_from(["sample", "event", "command", RESET, "other"])},
+    optional={"server": json_values, "spec": json_values, "gpus": json_values, "event": json_values,
+              "sim": json_values})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(junk_records, max_size=20))
+def test_any_journal_content_folds_and_draws_without_raising(recs: list[dict]) -> None:
+    timeline = Timeline()
+    for record in recs:
+        timeline.fold(record)
+    build_charts(timeline, 300.0)
+    banner_state(timeline, "replay", "")
+    timeline.take_log()
