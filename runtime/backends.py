@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol
 import psutil
 
 LOG_TAIL = 200
+MAX_LINE = 1 << 16  # longer lines are cut to their last 64 KiB
 PR_SET_PDEATHSIG = 1
 
 
@@ -87,20 +88,25 @@ class ProcessBackend:
         self._reader = asyncio.create_task(self._read_output(self._proc))
 
     async def _read_output(self, proc: asyncio.subprocess.Process) -> None:
+        """Split output on newlines *and* carriage returns, so tqdm bars show as they grow."""
         assert proc.stdout is not None
-        while True:
-            try:
-                raw = await proc.stdout.readline()
-            except ValueError:  # a line over 1 MiB: asyncio drops it, and we read on
-                continue
-            if not raw:
-                return
-            line = raw.decode("utf-8", "replace").rstrip()
-            self._tail.append(line)
-            self._fresh.append(line)
-            del self._fresh[:-LOG_TAIL]
-            if self._parse_progress is not None:
-                self._progress = self._parse_progress(line) or self._progress
+        pending = b""
+        while chunk := await proc.stdout.read(65536):
+            parts = (pending + chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+            pending = parts.pop()[-MAX_LINE:]
+            for raw in parts:
+                self._note(raw.decode("utf-8", "replace").rstrip())
+        if pending:
+            self._note(pending.decode("utf-8", "replace").rstrip())
+
+    def _note(self, line: str) -> None:
+        if not line:
+            return
+        self._tail.append(line)
+        self._fresh.append(line)
+        del self._fresh[:-LOG_TAIL]
+        if self._parse_progress is not None:
+            self._progress = self._parse_progress(line) or self._progress
 
     @property
     def pid(self) -> int | None:

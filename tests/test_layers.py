@@ -13,7 +13,8 @@ import pytest
 HEADLESS = [
     "specctl.runtime.policy", "specctl.runtime.supervisor", "specctl.runtime.control",
     "specctl.runtime.control_client", "specctl.runtime.sim.server", "specctl.console.cli",
-    "specctl.console.headless", "specctl.console.verbs",
+    "specctl.console.headless", "specctl.console.verbs", "specctl.runtime.launcher",
+    "specctl.runtime.sglang_plugin.plugin",
 ]
 
 
