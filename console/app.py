@@ -149,6 +149,8 @@ class SpecctlApp(App[int]):
 
     @on(LinkChanged)
     def _link_changed(self, message: LinkChanged) -> None:
+        if message.text and message.text != self._link_text:
+            self.notify(message.text, title=self.link.describe, severity="error", timeout=10)
         self.connected = not message.text
         self._link_text = message.text
         self.refresh_bindings()

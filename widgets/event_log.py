@@ -6,6 +6,8 @@ shows exactly what the operator saw live.
 
 from __future__ import annotations
 
+import pwd
+from functools import lru_cache
 from typing import Any, Iterable
 
 from rich.text import Text
@@ -39,10 +41,21 @@ def describe(record: dict[str, Any]) -> tuple[str, str, str]:
 def _command(record: dict[str, Any]) -> tuple[str, str, str]:
     args = record.get("args") if isinstance(record.get("args"), dict) else {}
     shown = " ".join(f"{k}={v}" for k, v in _flatten(args))
-    who = f"uid {record.get('uid')}" if record.get("uid") is not None else "uid ?"
-    user = f" ({record['user']})" if record.get("user") else ""
+    uid = record.get("uid")
+    who = f"uid {uid}" if uid is not None else "uid ?"
+    name = record.get("user") or (user_name(uid) if isinstance(uid, int) else None)
+    user = f" ({name})" if name else ""
     outcome = "ok" if record.get("ok") else f"refused: {record.get('message') or record.get('error')}"
     return "CMD", f"{record.get('cmd')} {shown} by {who}{user}: {outcome}", "plain" if record.get("ok") else "bad"
+
+
+@lru_cache(maxsize=64)
+def user_name(uid: int) -> str | None:
+    """The local login of a uid, looked up once (a journal from another host may not have it)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return None
 
 
 def _flatten(args: dict[str, Any]) -> Iterable[tuple[str, Any]]:

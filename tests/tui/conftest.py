@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from specctl.widgets import event_log
+
 from tui_helpers import replay_app, settle
 
 
 @pytest.fixture(autouse=True)
 def frozen_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Clock times render in UTC, preferences go to a temp dir, colour is on."""
+    """Clock times render in UTC, uid 1000 is "operator", preferences go to a temp dir, colour is on."""
+    monkeypatch.setattr(event_log, "user_name", {1000: "operator"}.get)
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
     monkeypatch.setenv("SPECCTL_STATE_DIR", str(tmp_path / "state"))

@@ -25,6 +25,7 @@ from specctl.runtime.config import SupervisorConfig
 from specctl.runtime.journal import read_journal
 from specctl.runtime.supervisor import Supervisor
 from specctl.widgets.banner import SpecBanner
+from specctl.widgets.event_log import EventLog
 
 from tui_helpers import until
 
@@ -59,6 +60,9 @@ async def test_force_off_key_reaches_the_supervisor_and_the_journal(app: Specctl
         await pilot.press("x")
         await until(pilot, lambda: "SPEC OFF" in banner(app) and "FORCED OFF" in banner(app), "SPEC OFF")
         assert app.link.supervisor.latest_sample["spec"]["mode"] == "off"
+        log = app.dashboard.query_one(EventLog)
+        await until(pilot, lambda: [s for s in log.lines if f"mode mode=off by uid {os.getuid()}" in s.text],
+                    "the command in the event log")
     [record] = commands(journal, "mode")
     assert record["ok"] and record["args"] == {"mode": "off"} and record["uid"] == os.getuid()
 
