@@ -10,6 +10,7 @@ the same control path as the CLI, and the supervisor journals it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from contextlib import suppress
 from typing import Any, Iterable
 
@@ -124,7 +125,7 @@ class SpecctlApp(App[int]):
     @work(exclusive=True, group="link", exit_on_error=False)
     async def _pump(self) -> None:
         """Open the link and fold its records in; a socket link reconnects with backoff."""
-        for attempt in range(10**9):
+        for attempt in itertools.count():
             try:
                 await self.link.open()
                 self.post_message(LinkChanged(""))

@@ -136,11 +136,16 @@ class SocketLink(Link):
             raise LinkError(UNAVAILABLE, str(exc)) from None
 
     async def records(self) -> AsyncIterator[dict[str, Any]]:
+        from specctl.runtime.control_client import ControlError, ProtocolError
+
         status = await self.request("status")
         if status.get("sample"):
             yield status["sample"]
-        async for record in self._stream.subscribe():
-            yield record
+        try:
+            async for record in self._stream.subscribe():
+                yield record
+        except (ControlError, ProtocolError, OSError, RuntimeError, asyncio.TimeoutError) as exc:
+            raise LinkError(UNAVAILABLE, f"lost the supervisor: {exc}") from None
         raise LinkError(UNAVAILABLE, "the supervisor went away")
 
     async def request(self, cmd: str, args: dict[str, Any] | None = None) -> dict[str, Any]:

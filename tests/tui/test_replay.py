@@ -89,3 +89,20 @@ async def test_no_color_picks_the_high_contrast_theme_and_keeps_the_words(replay
         await settled(pilot)
         assert app.no_color and app.theme == "specctl-contrast"
         assert "SPEC OFF" in banner(app) and "SIM" in banner(app)
+
+
+async def test_more_gpus_than_fit_scroll(tmp_path, settled) -> None:
+    from specctl.console.app import SpecctlApp
+    from specctl.runtime.journal import Journal
+    from specctl.runtime.records import sample
+
+    gpus = [{"index": i, "name": "NVIDIA H200", "state": "ok", "util": 50.0} for i in range(12)]
+    journal = Journal(tmp_path / "twelve.jsonl")
+    journal.write(sample({"state": "ready"}, None, gpus, [], sim=True, t=T0))
+    journal.close()
+    app = SpecctlApp(ReplayLink(tmp_path / "twelve.jsonl", paused=True), remember_theme=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settled(pilot)
+        box = app.dashboard.query_one("#gpus")
+        assert len(box.query(GpuPanel)) == 12
+        assert box.size.height == 8 and box.max_scroll_y == 4
