@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.worker import WorkerCancelled, WorkerFailed
 
 from specctl.themes.console_themes import DEFAULT_THEME, HIGH_CONTRAST, THEMES
 
@@ -108,10 +109,19 @@ class SpecctlApp(App[int]):
         await self.close_link()
 
     async def close_link(self) -> None:
-        """Stop what the console started (the in-process supervisor and its server), once."""
-        if not self._closed:
-            self._closed = True
-            await self.link.close()
+        """Stop what the console started (the in-process supervisor and its server), once.
+
+        The link's worker goes first: a quit during start-up must not race the
+        supervisor's start against its stop.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for worker in [w for w in self.workers if w.group == "link"]:
+            worker.cancel()
+            with suppress(WorkerCancelled, WorkerFailed):
+                await worker.wait()
+        await self.link.close()
 
     async def action_quit(self) -> None:
         await self.close_link()

@@ -190,3 +190,13 @@ async def test_quitting_stops_the_supervisor_and_its_server(app: SpecctlApp) -> 
     assert backend.returncode() is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_quitting_during_start_up_leaves_no_server_behind(app: SpecctlApp) -> None:
+    async with app.run_test(size=(100, 30)) as pilot:
+        backend = app.link.supervisor.backend
+        await until(pilot, lambda: backend.pid, "the simulator process to exist")
+        pid = backend.pid
+        await pilot.press("q")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
