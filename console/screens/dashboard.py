@@ -2,7 +2,8 @@
 
 The app hands it the timeline and a few words of status (``show``); it picks
 plain data out for each widget and sets it as attributes. It adapts to the
-terminal: one line per GPU below 120x36, bordered panels in a grid above.
+terminal: bordered panels in a grid where they all fit in half the height,
+one line per GPU otherwise (see ``gpu_layout``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from specctl.widgets.timechart import TimeChart
 from .charts import build_charts
 from .timeline import Timeline, num, obj, text
 
-COMPACT_BELOW = (120, 36)  # width, height under which the dashboard goes to one line per GPU
-PANEL_WIDTH = 40
+COMPACT_WIDTH = 100  # below this many columns: one line per GPU
+PANEL_WIDTH, PANEL_HEIGHT, MAX_COLUMNS = 40, 7, 4
 WINDOW_S = 300.0
 
 
@@ -57,11 +58,6 @@ class Dashboard(Screen):
 
     def on_resize(self, event: events.Resize) -> None:
         self._lay_out_gpus()
-
-    @property
-    def compact(self) -> bool:
-        width, height = self.size
-        return width < COMPACT_BELOW[0] or height < COMPACT_BELOW[1]
 
     # -- attributes down --------------------------------------------------
     def show(self, timeline: Timeline, status: str, paused: bool) -> None:
@@ -102,13 +98,23 @@ class Dashboard(Screen):
             panel.gpu = gpu
 
     def _lay_out_gpus(self, panels: list[GpuPanel] | None = None) -> None:
-        compact = self.compact
+        compact, columns = gpu_layout(self.size.width, self.size.height, self._gpu_count)
         self.set_class(compact, "-compact")
         box = self.query_one("#gpus", VerticalScroll)
         for panel in panels if panels is not None else box.query(GpuPanel):
             panel.compact = compact
-        columns = max(1, min(self._gpu_count, self.size.width // PANEL_WIDTH, 4))
-        box.styles.grid_size_columns = 1 if compact else columns
+        box.styles.grid_size_columns = columns
+
+
+def gpu_layout(width: int, height: int, gpus: int) -> tuple[bool, int]:
+    """(compact, columns): bordered panels only where all of them fit in half the height.
+
+    Otherwise one line per GPU, so 8 GPUs fit 80x24 and charts keep their room.
+    """
+    columns = max(1, min(gpus, width // PANEL_WIDTH, MAX_COLUMNS))
+    rows = -(-gpus // columns)
+    compact = width < COMPACT_WIDTH or rows * PANEL_HEIGHT > height // 2
+    return compact, 1 if compact else columns
 
 
 def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:

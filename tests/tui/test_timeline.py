@@ -78,3 +78,13 @@ def test_any_journal_content_folds_and_draws_without_raising(recs: list[dict]) -
     build_charts(timeline, 300.0)
     banner_state(timeline, "replay", "")
     timeline.take_log()
+
+
+def test_gpu_panels_are_bordered_only_where_they_all_fit_in_half_the_height() -> None:
+    from specctl.console.screens.dashboard import gpu_layout
+
+    assert gpu_layout(160, 48, 8) == (False, 4)  # 2 rows of 4 panels
+    assert gpu_layout(120, 40, 8) == (True, 1)  # 3 rows would take more than half
+    assert gpu_layout(120, 40, 2) == (False, 2)
+    assert gpu_layout(80, 24, 1) == (True, 1)  # narrow: one line per GPU
+    assert gpu_layout(160, 48, 16) == (True, 1)  # 4 rows of panels do not fit; lines scroll
