@@ -45,7 +45,8 @@ def build_charts(timeline: Timeline, window_s: float) -> tuple[ChartData, ChartD
     marks = tuple((v, name) for v, name in ((off_at, "off_at"), (on_at, "on_at")) if v is not None)
     rules = "  ".join(f"┈{name} {v:.0f}" for v, name in marks)
     return (
-        ChartData("Output tok/s", now, window_s, (tps,), spans, legend=_last(tps, ".0f")),
+        ChartData("Output tok/s", now, window_s, (tps,), spans,
+                  legend=_last(tps, ".0f"), note="shaded: spec off" if spans else ""),
         ChartData("Accept length", now, window_s, (accept,), spans, legend=_last(accept, ".2f"),
                   y_min_top=timeline.max_accept(), unit_fmt=".1f"),
         ChartData("Requests", now, window_s, (running, queued), spans, marks,
