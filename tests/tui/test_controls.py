@@ -104,7 +104,7 @@ async def test_thresholds_form_applies_what_was_typed(app: SpecctlApp, journal: 
 async def test_an_invalid_set_is_refused_whole_and_nothing_is_sent(app: SpecctlApp, journal: Path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
-        await pilot.press("t")
+        await pilot.click("#thresholds")
         await pilot.click("#field-off_at")
         await pilot.press("end", "backspace", "backspace", "4", "8")  # a fine change...
         await pilot.click("#field-on_at")
@@ -129,7 +129,7 @@ async def test_pause_freezes_the_view_and_resume_catches_up(app: SpecctlApp) -> 
         seen = app.timeline.latest["t"]
         await until(pilot, lambda: app.timeline.latest["t"] > seen, "a newer sample")
         assert app.dashboard.query_one(SpecBanner).state is frozen
-        await pilot.press("p")
+        await pilot.click("#pause")  # the button resumes as the key does
         assert "VIEW PAUSED" not in banner(app)
         assert app.dashboard.query_one(SpecBanner).state.now == app.timeline.now
 
