@@ -46,11 +46,14 @@ class PolicySettings:
 
     mode: Mode = "auto"
     steps: int = 3  # draft steps when speculation is on
-    off_at: int = 64  # batch size at or above which auto turns speculation off
-    on_at: int = 32  # batch size at or below which auto turns it back on
-    min_accept: float = 0.0  # mean accepted draft tokens below which auto turns off; 0 disables
+    # Defaults from the simulator's policy envelope (docs/simulator.md), calibrated to the
+    # H200 sweep (static EAGLE-3 and no speculation level at 32 requests) and the 8-GPU
+    # report (speculation that never pays, accept length 2.0, caught by min_accept).
+    off_at: int = 32  # batch size at or above which auto turns speculation off
+    on_at: int = 24  # batch size at or below which auto turns it back on
+    min_accept: float = 1.3  # mean accepted draft tokens below which auto turns off; 0 disables
     accept_window: int = 64  # verifies the acceptance mean is taken over
-    probe_after: int = 256  # steps after a low_accept switch before trying again
+    probe_after: int = 4096  # steps after a low_accept switch before trying again
     dwell: int = 8  # minimum steps between two automatic switches
 
     def __post_init__(self) -> None:

@@ -23,6 +23,7 @@ from specctl.console.screens.messages import SampleArrived
 from specctl.console.screens.thresholds import ThresholdsScreen
 from specctl.runtime.config import SupervisorConfig
 from specctl.runtime.journal import read_journal
+from specctl.runtime.policy import PolicySettings
 from specctl.runtime.supervisor import Supervisor
 from specctl.widgets.banner import SpecBanner
 from specctl.widgets.event_log import EventLog
@@ -116,7 +117,7 @@ async def test_an_invalid_set_is_refused_whole_and_nothing_is_sent(app: SpecctlA
         assert form.query_one("#apply").disabled
         await pilot.press("escape")
         await pilot.pause()
-        assert app.link.supervisor.latest_sample["spec"]["settings"]["off_at"] == 64
+        assert app.link.supervisor.latest_sample["spec"]["settings"]["off_at"] == PolicySettings().off_at
     assert commands(journal, "set") == []
 
 
