@@ -216,7 +216,45 @@ def check_step(fo) -> None:
     draft.war_fastpath_read_done_event, target.war_fastpath_read_done_event = None, "ev2"
     assert fo.around_forward_batch_generation(lambda w, b: "on", worker, "batch") == "on"
     assert draft.war_fastpath_read_done_event is None, "an on step must not move events"
+    target = SimpleNamespace(shared_read_done_event="ev3")
+    reader = SimpleNamespace(shared_read_done_event=None)
+    worker = SimpleNamespace(_target_worker=SimpleNamespace(model_runner=target), last_shared_read_runner=reader)
+    fo.around_forward_batch_generation(off_step, worker, "batch")
+    assert reader.shared_read_done_event == "ev3" and target.shared_read_done_event is None
     print("[cpu-check] step: read-done event handed to the WAR barrier after off steps only: ok")
+
+
+SOURCE_FACTS = (
+    # (file under sglang/srt/, text): what fast_off's hooks and helpers rely on
+    ("speculative/eagle_worker_v2.py", "class EAGLEWorkerV2("),
+    ("speculative/eagle_worker_v2.py", "    def build_adaptive_runtime_state("),
+    ("speculative/eagle_worker_v2.py", "    def forward_batch_generation("),
+    ("speculative/eagle_worker_v2.py", "    def _override_worker_state("),
+    ("speculative/eagle_worker_v2.py", "_get_attention_backend("),
+    ("speculative/eagle_worker_v2.py", "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"),
+    ("speculative/eagle_utils.py", "def eagle_prepare_for_verify("),
+    ("speculative/eagle_worker_common.py", "eagle_prepare_for_verify,"),
+    ("model_executor/runner/decode_cuda_graph_runner.py", "    def capture(self) -> None:"),
+    ("model_executor/runner/decode_cuda_graph_runner.py", "    def get_spec_info(self, num_tokens: int):"),
+    ("model_executor/forward_batch_info.py", "def mark_forward_metadata_ready(self"),
+)
+# The scheduler's WAR-barrier names changed between releases; one of these pairs must hold.
+READ_DONE_FACTS = (
+    ("managers/scheduler.py", "runner.war_fastpath_read_done_event"),
+    ("managers/scheduler.py", "runner.shared_read_done_event"),
+)
+
+
+def check_sources(roots: list[Path]) -> None:
+    """The hook targets and helpers exist in each SGLang source tree given (skipped if absent)."""
+    for root in roots:
+        if not root.is_dir():
+            print(f"[cpu-check] sources: {root} not here, skipped")
+            continue
+        missing = [(f, t) for f, t in SOURCE_FACTS if t not in (root / f).read_text()]
+        assert not missing, f"{root}: missing {missing}"
+        assert any(t in (root / f).read_text() for f, t in READ_DONE_FACTS), f"{root}: no WAR barrier names"
+        print(f"[cpu-check] sources: all {len(SOURCE_FACTS)} facts found in {root}")
 
 
 def main() -> int:
@@ -226,6 +264,8 @@ def main() -> int:
     check_prepare(fo)
     check_build(fo)
     check_step(fo)
+    check_sources([Path(p) for p in os.environ.get(
+        "SGLANG_SRC", "/tmp/sgl/0.5.17/sglang/srt:/tmp/sgl/0.5.23/sglang/srt").split(":")])
     print("[cpu-check] all ok")
     return 0
 

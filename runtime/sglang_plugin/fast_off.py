@@ -259,12 +259,31 @@ def around_forward_batch_generation(original: Callable[..., Any], worker: Any, *
     before = STATS.decode_steps
     out = original(worker, *args, **kwargs)
     if STATS.decode_steps != before:
-        target = worker._target_worker.model_runner
-        event = getattr(target, "war_fastpath_read_done_event", None)
-        if event is not None:
-            target.war_fastpath_read_done_event = None
-            worker.war_fastpath_runner.war_fastpath_read_done_event = event
+        _hand_over_read_done(worker)
     return out
+
+
+# (worker property naming the runner the scheduler's barrier reads, event attribute):
+# 0.5.17 names, then 0.5.23's.
+_READ_DONE_NAMES = (
+    ("war_fastpath_runner", "war_fastpath_read_done_event"),
+    ("last_shared_read_runner", "shared_read_done_event"),
+)
+
+
+def _hand_over_read_done(worker: Any) -> None:
+    """Move the target runner's read-done event to the runner the scheduler reads."""
+    target = worker._target_worker.model_runner
+    for runner_prop, event_attr in _READ_DONE_NAMES:
+        event = getattr(target, event_attr, None)
+        if event is None:
+            continue
+        reader = getattr(worker, runner_prop, None)
+        if reader is None or reader is target:
+            return
+        setattr(target, event_attr, None)
+        setattr(reader, event_attr, event)
+        return
 
 
 def around_eagle_prepare_for_verify(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
