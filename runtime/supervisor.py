@@ -54,6 +54,7 @@ class Supervisor:
         self._last_seq: int | None = None
         self._error: str | None = None
         self._started_at = 0.0
+        self._thresholds_checked = False
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -111,6 +112,7 @@ class Supervisor:
         self.state = "starting"
         self._error = None
         self._last_seq = 0 if self.backend.owns_process else None
+        self._thresholds_checked = False
         loop = asyncio.get_running_loop()
         self._started_at = loop.time()
         try:
@@ -206,6 +208,8 @@ class Supervisor:
             await self._note_health(healthy)  # on becoming ready, settings are restored before reading
             if healthy:
                 metrics, info = await asyncio.gather(client.metrics(), client.server_info())
+                if not self._thresholds_checked:
+                    info = await self._adopt_thresholds(client, info)
         except ServerUnreachable as exc:
             self._error = str(exc)
             await self._note_health(False)
@@ -213,6 +217,15 @@ class Supervisor:
         if spec is not None:
             self._emit_switches(spec)
         self.emit(await self._sample(metrics, info, spec))
+
+    async def _adopt_thresholds(self, client: SGLangClient, info: dict[str, Any]) -> dict[str, Any]:
+        """First answer of a server we launched: thresholds for its attention backend, read back."""
+        self._thresholds_checked = True
+        if not self.backend.owns_process or self.sim:
+            return info
+        if await self.commands.adopt_backend_thresholds(info):
+            return await client.server_info()
+        return info
 
     async def _watch_process(self) -> None:
         if not self.backend.owns_process or self.state == "stopped":
