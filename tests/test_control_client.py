@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
-import tempfile
 from pathlib import Path
-from typing import AsyncIterator, Iterator
+from typing import AsyncIterator
 
 import pytest
 
@@ -18,13 +16,6 @@ from specctl.runtime.control import ControlServer
 from specctl.runtime.control_client import ControlClient, ControlError, NoSupervisor, ProtocolError, call
 
 GUARD = 20.0
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="sc-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

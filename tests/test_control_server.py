@@ -9,12 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import socket
 import stat
-import tempfile
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator
 
 import pytest
 
@@ -25,14 +23,6 @@ from specctl.runtime.control import MAX_LINE, ControlServer, ControlSocketError,
 
 CODES = {"bad_request", "unknown_command", "invalid_value", "unavailable", "internal"}
 GUARD = 20.0  # seconds before a hung test fails instead of hanging
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    """A short directory: a Unix socket path must fit in 108 bytes, pytest's tmp_path may not."""
-    path = Path(tempfile.mkdtemp(prefix="sc-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

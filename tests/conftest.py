@@ -1,0 +1,18 @@
+"""Fixtures shared across test modules."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short directory: a Unix socket path must fit in 108 bytes, pytest's tmp_path may not."""
+    path = Path(tempfile.mkdtemp(prefix="sc-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
