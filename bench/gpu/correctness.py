@@ -24,7 +24,6 @@ import random
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
