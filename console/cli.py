@@ -26,11 +26,12 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
                    help="draft steps when speculation is on (default 3)")
     g.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     g.add_argument("--attach", metavar="URL", help="supervise a server started elsewhere")
-    g.add_argument("--sim-preset", default="h200-llama8b", help="simulator preset (default h200-llama8b)")
+    g.add_argument("--sim-preset", help="simulator preset (default h200-llama8b)")
     g.add_argument("--sim-gpus", type=int, default=None, help="simulated GPUs (default: the preset's)")
-    g.add_argument("--sim-load", default="bursts",
-                   help="simulator load: idle, steady:c=N, ramp:from=A,to=B,period=S, bursts[:low=A,high=B,period=S]")
-    g.add_argument("--interval", type=float, default=0.5, help="seconds between samples (default 0.5)")
+    g.add_argument("--sim-load",
+                   help="simulator load: idle, steady:c=N, ramp:from=A,to=B,period=S, bursts[:low=A,high=B,period=S] "
+                        "(default bursts)")
+    g.add_argument("--interval", type=float, help="seconds between samples (default 0.5)")
     g.add_argument("--socket", help="control socket path (default $XDG_RUNTIME_DIR/specctl.sock)")
     g.add_argument("--log", metavar="FILE.jsonl", help="journal file (JSONL)")
     g.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..runtime import paths, records
+from ..runtime import config_file, paths, records
 from ..runtime.control_client import ControlError, NoSupervisor, ProtocolError, call
 from .cli import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
@@ -27,9 +27,12 @@ class UsageError(Exception):
 
 def run_verb(args: argparse.Namespace) -> int:
     """Run one verb; returns the process exit code."""
+    try:
+        path = Path(args.socket) if args.socket else config_file.socket_path()
+    except config_file.ConfigFileError as e:
+        return _fail(f"specctl: {e}", EXIT_USAGE)
     if args.verb == "locate":
-        return _locate(args)
-    path = Path(args.socket) if args.socket else paths.socket_path()
+        return _locate(path)
     try:
         return VERBS[args.verb](path, args)
     except UsageError as e:
@@ -200,9 +203,8 @@ def _server(path: Path, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _locate(args: argparse.Namespace) -> int:
+def _locate(socket: Path) -> int:
     """Where things live; needs no supervisor."""
-    socket = Path(args.socket) if args.socket else paths.socket_path()
     print(f"socket  {socket}")
     print(f"config  {paths.config_file()}")
     print(f"state   {paths.state_dir()}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import paths
+from . import config_file
 from .policy import PolicySettings, SettingsError
 
 BackendKind = Literal["sim", "sglang", "attach"]
@@ -58,20 +58,27 @@ class SupervisorConfig:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "SupervisorConfig":
-        """Build from the `specctl run`/`specctl tui` arguments."""
+        """Build from the `specctl run`/`specctl tui` arguments over the config file's defaults."""
         backend: BackendKind = "attach" if args.attach else "sglang" if args.model else "sim"
         if args.attach and args.model:
             raise ConfigError("choose one of --attach URL and --model")
         if args.draft and not args.model:
             raise ConfigError("--draft needs --model")
-        socket_path = Path(args.socket) if args.socket else paths.socket_path()
+        try:
+            site = config_file.load()
+        except config_file.ConfigFileError as exc:
+            raise ConfigError(str(exc)) from None
+        sup = site.supervisor
+        log = args.log or sup.get("log")
         return cls(
             backend=backend, url=args.attach, model=args.model, draft=args.draft, tp=args.tp,
             spec_steps=args.spec_steps, port=args.port, sglang_args=list(args.sglang_args or []),
-            sim_preset=args.sim_preset, sim_gpus=args.sim_gpus, sim_load=args.sim_load,
-            interval=args.interval, socket_path=socket_path,
-            journal_path=Path(args.log) if args.log else None,
-            settings=parse_pairs(args.settings),
+            sim_preset=args.sim_preset or sup.get("sim_preset", "h200-llama8b"),
+            sim_gpus=args.sim_gpus, sim_load=args.sim_load or sup.get("sim_load", "bursts"),
+            interval=args.interval if args.interval is not None else float(sup.get("interval", 0.5)),
+            socket_path=Path(args.socket) if args.socket else config_file.socket_path(),
+            journal_path=Path(log) if log else None,
+            settings={**site.policy, **parse_pairs(args.settings)},
         )
 
 

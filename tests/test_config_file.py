@@ -1,0 +1,64 @@
+"""The site config file: strict, overridden by flags, and never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specctl.console.cli import build_parser
+from specctl.runtime.config import ConfigError, SupervisorConfig
+from specctl.runtime.config_file import ConfigFileError, load
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "specctl.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_absent_file_is_an_empty_config(tmp_path: Path) -> None:
+    assert load(tmp_path / "nope.toml").policy == {}
+
+
+@pytest.mark.parametrize("text, named", [
+    ("[polcy]\noff_at = 4\n", "[polcy]"),
+    ("[policy]\nof_at = 4\n", "of_at"),
+    ("[policy]\noff_at = 8\non_at = 9\n", "on_at"),
+    ("[supervisor]\ninterval = 'fast'\n", "interval"),
+    ("[supervisor]\nsokcet = '/x'\n", "sokcet"),
+    ("[policy\n", "specctl.toml"),
+])
+def test_mistakes_name_the_culprit(tmp_path: Path, text: str, named: str) -> None:
+    with pytest.raises(ConfigFileError, match=named.replace("[", r"\[")):
+        load(write(tmp_path, text))
+
+
+def test_flags_override_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "[policy]\noff_at = 48\non_at = 16\n[supervisor]\ninterval = 2\n"
+                           f"log = '{tmp_path}/run.jsonl'\nsocket = '{tmp_path}/s.sock'\n")
+    monkeypatch.setenv("SPECCTL_CONFIG", str(path))
+    monkeypatch.delenv("SPECCTL_SOCKET", raising=False)
+    args = build_parser().parse_args(["run", "--headless", "--set", "on_at=8", "--interval", "1"])
+    cfg = SupervisorConfig.from_args(args)
+    assert cfg.settings == {"off_at": 48, "on_at": "8"}
+    assert cfg.interval == 1.0 and cfg.journal_path == tmp_path / "run.jsonl"
+    assert cfg.socket_path == tmp_path / "s.sock"
+
+
+def test_a_broken_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    path = write(tmp_path, "[policy]\nsteps = 0\n")
+    env = {"SPECCTL_CONFIG": str(path), "PATH": "/usr/bin:/bin"}
+    for argv in (["run", "--headless"], ["status"]):
+        out = subprocess.run([sys.executable, "-m", "specctl.console.cli", *argv], capture_output=True,
+                             text=True, env=env, timeout=60)
+        assert out.returncode == 2, out.stderr
+        assert "steps" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_from_args_turns_file_errors_into_config_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECCTL_CONFIG", str(write(tmp_path, "[supervisor]\nsim_load = 3\n")))
+    with pytest.raises(ConfigError, match="sim_load"):
+        SupervisorConfig.from_args(build_parser().parse_args(["run", "--headless"]))
