@@ -147,6 +147,20 @@ def parameter_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     return args + [a.arg for a in fn.args.kwonlyargs]
 
 
+def required_parameter_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The parameters of ``parameter_names`` that have no default (a call must pass them)."""
+    positional = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
+    required = positional[: len(positional) - len(fn.args.defaults)]
+    if required and required[0] in ("self", "cls"):
+        required = required[1:]
+    return required + [a.arg for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is None]
+
+
+def attribute_names(tree: ast.AST) -> set[str]:
+    """Every ``x.name`` read or written anywhere in ``tree``."""
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+
+
 def class_fields(tree: ast.Module) -> set[str]:
     """Annotated names declared directly in any class body of the module."""
     names: set[str] = set()

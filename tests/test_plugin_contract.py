@@ -1,9 +1,9 @@
 """The plugin against each supported SGLang release's real source (read from its wheel).
 
-Every name the plugin hooks, calls or reads is checked in the source with
-``ast``; where SGLang's code needs only the standard library (HookRegistry,
-the adaptive config loader, the AdaptiveController) it is executed, with our
-params and hooks plugged in as SGLang would plug them.
+Every name the plugin (fast_off included) hooks, calls or reads is checked in
+the source with ``ast``; where SGLang's code needs only the standard library
+(HookRegistry, the adaptive config loader, the AdaptiveController) it is
+executed, with our params and hooks plugged in as SGLang would plug them.
 """
 
 from __future__ import annotations
@@ -20,10 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_sglang import SglangSource, class_fields, find_definition, parameter_names, sglang_source  # noqa: F401
+from conftest_sglang import (  # noqa: F401
+    SglangSource,
+    attribute_names,
+    class_fields,
+    find_definition,
+    parameter_names,
+    required_parameter_names,
+    sglang_source,
+)
 
 from specctl.runtime.policy import PolicySettings
-from specctl.runtime.sglang_plugin import compat, plugin
+from specctl.runtime.sglang_plugin import compat, fast_off, plugin
 from specctl.runtime.sglang_plugin.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.params import SpecctlParams
@@ -56,26 +64,87 @@ def test_the_wheel_is_the_release(sglang_source: SglangSource) -> None:
     assert sglang_source.version == sglang_source.release.version
 
 
+def all_hooks(release: Release) -> list[tuple[HookSpec, Any]]:
+    """Every hook the plugin may register for ``release``, with its handler."""
+    core, fast = plugin.core_handlers(release), fast_off.handlers(release)
+    return [(s, core[s.handler]) for s in release.hooks] + [(s, fast[s.handler]) for s in release.fast_off_hooks]
+
+
 def test_every_hook_target_exists_with_the_parameters_the_plugin_expects(sglang_source: SglangSource) -> None:
-    for spec in sglang_source.release.hooks:
+    for spec, _ in all_hooks(sglang_source.release):
         located = sglang_source.locate(spec.target)
         node = located.node
         if spec.hook_type == "REPLACE":
             assert isinstance(node, ast.ClassDef), spec.target
             node = find_definition(node, "__init__")
+        else:  # undecorated, so that the start-up check's __wrapped__ can only be HookRegistry's
+            assert isinstance(node, ast.FunctionDef) and not node.decorator_list, spec.target
         assert isinstance(node, ast.FunctionDef), spec.target
         assert parameter_names(node) == list(spec.params), spec.target
 
 
+def fast_off_spec(release: Release, handler: str) -> HookSpec:
+    return next(s for s in release.fast_off_hooks if s.handler == handler)
+
+
+def test_fast_off_reads_its_hook_arguments_where_the_release_has_them(sglang_source: SglangSource) -> None:
+    build = fast_off_spec(sglang_source.release, "build_adaptive_runtime_state").params
+    assert (build.index("speculative_num_steps"), build.index("cuda_graph_bs")) == (0, 2)  # fast_off._arg's
+    assert fast_off._PREPARE_NAMES == fast_off_spec(sglang_source.release, "eagle_prepare_for_verify").params
+
+
 def test_every_handler_accepts_what_hookregistry_passes(sglang_source: SglangSource) -> None:
-    handlers = plugin.core_handlers(sglang_source.release)
-    for spec in sglang_source.release.hooks:
-        handler = handlers[spec.handler]
+    for spec, handler in all_hooks(sglang_source.release):
         if spec.hook_type == "REPLACE":
             continue  # checked against the class protocol below
         is_method = sglang_source.locate(spec.target).owner is not None
         passed = [None] * (1 + int(is_method) + len(spec.params))  # original or result, self, args
         inspect.signature(handler).bind(*passed)
+
+
+def test_what_fast_off_calls_takes_what_it_passes(sglang_source: SglangSource) -> None:
+    for call in compat.FAST_OFF_CALLS:
+        node = sglang_source.locate(call.target).node
+        assert isinstance(node, ast.FunctionDef), call.target
+        assert set(call.params) <= set(parameter_names(node)), call.target
+        assert set(required_parameter_names(node)) <= set(call.params), call.target
+
+
+def test_what_fast_off_imports_and_reads_exists(sglang_source: SglangSource) -> None:
+    tree = ast.parse((ROOT / "runtime" / "sglang_plugin" / "fast_off.py").read_text())
+    imported = [f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and (n.module or "").startswith("sglang") for a in n.names]
+    assert imported
+    for name in [*imported, *compat.FAST_OFF_NAMES, f"sglang.srt.environ.Envs.{fast_off.SKIP_DRAFT_EXTEND_ENV}"]:
+        assert sglang_source.locate(name).node is not None, name
+    # SGLang's own switch, which fast_off sets, is read in the steps-0 step.
+    assert f"envs.{fast_off.SKIP_DRAFT_EXTEND_ENV}.get()" in sglang_source.srt("speculative/eagle_worker_v2.py")
+
+
+def test_sglang_prepares_its_verify_through_the_hooked_function(sglang_source: SglangSource) -> None:
+    spec = fast_off_spec(sglang_source.release, "eagle_prepare_for_verify")
+    name = spec.target.rsplit(".", 1)[1]
+    calls = [node for node in ast.walk(sglang_source.tree("sglang/srt/speculative/eagle_worker_common.py"))
+             if isinstance(node, ast.Call) and ast.unparse(node.func) == name]
+    assert calls
+    for call in calls:
+        assert len(call.args) <= len(spec.params) and {k.arg for k in call.keywords} <= set(spec.params)
+
+
+def test_the_war_barrier_reads_the_names_fast_off_hands_over(sglang_source: SglangSource) -> None:
+    names = sglang_source.release.read_done
+    worker = fast_off_spec(sglang_source.release, fast_off.STEP_HANDLER).target.rsplit(".", 1)[0]
+    prop = sglang_source.locate(f"{worker}.{names.runner_property}").node
+    assert isinstance(prop, ast.FunctionDef) and "property" in {ast.unparse(d) for d in prop.decorator_list}
+    scheduler = sglang_source.tree("sglang/srt/managers/scheduler.py")
+    assert {names.runner_property, names.event_attr} <= attribute_names(scheduler)
+    runner_attrs = attribute_names(sglang_source.tree("sglang/srt/model_executor/model_runner.py"))
+    graph_attrs = attribute_names(sglang_source.tree("sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"))
+    assert names.event_attr in runner_attrs and names.event_attr in graph_attrs  # the DECODE graph records it
+    # No other release's event exists here, so looking up only this release's names
+    # behaves as the try-every-release's-names lookup that ran on the GPU.
+    others = {r.read_done.event_attr for r in compat.RELEASES.values()} - {names.event_attr}
+    assert not others & runner_attrs
 
 
 def test_the_replacement_has_sglangs_constructor_and_methods(sglang_source: SglangSource) -> None:
@@ -127,7 +196,7 @@ def test_hookregistry_api(sglang_source: SglangSource) -> None:
     assert parameter_names(register)[:3] == ["target", "hook", "hook_type"]
     hook_type = sglang_source.locate(compat.HOOK_TYPE).node
     members = {t.id for n in hook_type.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
-    assert {spec.hook_type for spec in sglang_source.release.hooks} <= members
+    assert {spec.hook_type for spec, _ in all_hooks(sglang_source.release)} <= members
 
 
 def test_our_entry_point_is_in_the_group_sglang_loads(sglang_source: SglangSource) -> None:
@@ -243,7 +312,9 @@ class StandIns:
     """The SGLang modules the hooks touch, as tiny stand-ins, plus the real HookRegistry.
 
     The stand-in methods play SGLang's side: the scheduler's own
-    set_internal_state records what reached it and accepts unless told to refuse.
+    set_internal_state records what reached it and accepts unless told to refuse;
+    fast_off's targets record their calls, and the decode step counts as an off
+    step (as prepare_decode_forward counts one) when told to.
     """
 
     def __init__(self, source: SglangSource, monkeypatch) -> None:
@@ -252,6 +323,8 @@ class StandIns:
         self.reached: list[dict[str, Any]] = []
         self.refuse = False
         self.unsupported_reason: str | None = None
+        self.fast_off_calls: list[str] = []
+        self.off_step = False
         self.registry = exec_sglang_module(source, "plugins/hook_registry.py", {}, monkeypatch).HookRegistry
         self._module("sglang.srt.plugins.hook_registry")
         self._set(compat.SET_STATE_OUTPUT, Answer)
@@ -259,6 +332,8 @@ class StandIns:
         self._set(compat.ADAPTIVE_UNSUPPORTED, lambda server_args: self.unsupported_reason)
         for spec in source.release.hooks:
             self._set(spec.target, self._original(spec))
+        for spec in source.release.fast_off_hooks:
+            self._set(spec.target, self._fast_off_original(spec))
 
     def _module(self, name: str) -> types.ModuleType:
         """``name`` and its parent packages, created empty where missing."""
@@ -297,8 +372,21 @@ class StandIns:
         return {"set_internal_state": set_internal_state, "get_internal_state": get_internal_state,
                 "check_server_args": check_server_args}[spec.handler]
 
+    def _fast_off_original(self, spec: HookSpec) -> Any:
+        def original(*args: Any, **kwargs: Any) -> str:
+            self.fast_off_calls.append(spec.handler)
+            if self.off_step:
+                fast_off._count(1, True)
+            return "sglang's result"
+
+        return original
+
     def resolve(self, dotted: str) -> Any:
         return compat.resolve(dotted)
+
+    def unhook(self, spec: HookSpec) -> None:
+        """Put SGLang's original back, as if HookRegistry had failed on ``spec.target``."""
+        self._set(spec.target, self.resolve(spec.target).__wrapped__)
 
     def call(self, handler: str, *args: Any) -> Any:
         """Call the (hooked) SGLang target behind ``handler`` as SGLang would."""
@@ -315,12 +403,26 @@ class StandIns:
 
 
 @pytest.fixture
-def hooked(sglang_source: SglangSource, config: str, monkeypatch) -> tuple[StandIns, SpecctlParams]:
+def world(sglang_source: SglangSource, monkeypatch) -> StandIns:
+    """Stand-ins and a fresh HookRegistry; nothing registered yet, fast off on by default."""
     monkeypatch.setenv("SPECCTL_SETTINGS", json.dumps(QUICK.as_dict()))
-    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
-    world = StandIns(sglang_source, monkeypatch)
-    plugin.install_core_hooks(sglang_source.release)
+    for name in ("PROMETHEUS_MULTIPROC_DIR", fast_off.ENV_ENABLE, fast_off.ENV_WARM, fast_off.SKIP_DRAFT_EXTEND_ENV):
+        monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
+    return StandIns(sglang_source, monkeypatch)
+
+
+def install_all(world: StandIns) -> None:
+    """What load() does in an SGLang process, then SGLang's apply_hooks."""
+    for install in plugin.INSTALLERS:
+        install(world.source.release)
     world.registry.apply_hooks()
+
+
+@pytest.fixture
+def hooked(world: StandIns, config: str) -> tuple[StandIns, SpecctlParams]:
+    install_all(world)
     cls = world.resolve(compat.PARAMS_CLASS)
     assert cls is plugin.SglangParams
     return world, cls(initial_steps=3, cfg_path=config)
@@ -424,9 +526,54 @@ def test_start_up_check_names_the_flag(hooked, sglang_source: SglangSource, conf
 def test_start_up_stops_when_sglang_did_not_apply_a_hook(hooked, sglang_source: SglangSource, config: str) -> None:
     world, _ = hooked
     spec = next(s for s in sglang_source.release.hooks if s.handler == "get_internal_state")
-    owner_path, method = spec.target.rsplit(".", 1)
-    owner = world.resolve(owner_path)
-    setattr(owner, method, getattr(owner, method).__wrapped__)  # as if HookRegistry had failed on it
+    world.unhook(spec)
     with pytest.raises(SpecctlPluginError) as err:
         world.call("check_server_args", types.SimpleNamespace(**good_args(sglang_source.release, config)))
     assert spec.target in str(err.value.code)
+
+
+@pytest.mark.parametrize("handler", ["build_adaptive_runtime_state", "eagle_prepare_for_verify",
+                                     fast_off.STEP_HANDLER])
+def test_start_up_stops_when_sglang_did_not_apply_a_fast_off_hook(hooked, sglang_source: SglangSource, config: str,
+                                                                   handler: str) -> None:
+    world, _ = hooked
+    spec = fast_off_spec(sglang_source.release, handler)
+    world.unhook(spec)
+    with pytest.raises(SpecctlPluginError) as err:
+        world.call("check_server_args", types.SimpleNamespace(**good_args(sglang_source.release, config)))
+    message = str(err.value.code)
+    assert f"fast-off hooks on {spec.target} " in message
+    assert "SPECCTL_FAST_OFF=0" in message
+
+
+@pytest.mark.parametrize(("env", "hooked_handlers"), [
+    ({"SPECCTL_FAST_OFF": "0"}, set()),
+    ({"SPECCTL_FAST_OFF_WARM": "1"}, {"build_adaptive_runtime_state", "eagle_prepare_for_verify"}),
+])
+def test_start_up_checks_only_the_fast_off_hooks_in_use(world: StandIns, sglang_source: SglangSource, config: str,
+                                                        monkeypatch, env: dict[str, str],
+                                                        hooked_handlers: set[str]) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    install_all(world)
+    applied = {s.handler for s in sglang_source.release.fast_off_hooks
+               if hasattr(world.resolve(s.target), "__wrapped__")}
+    assert applied == hooked_handlers
+    assert world.call("check_server_args", types.SimpleNamespace(**good_args(sglang_source.release, config))) is None
+
+
+def test_an_off_step_hands_the_read_done_event_to_the_releases_war_barrier(hooked, sglang_source: SglangSource) -> None:
+    world, _ = hooked
+    names = sglang_source.release.read_done
+    owner_path, method = fast_off_spec(sglang_source.release, fast_off.STEP_HANDLER).target.rsplit(".", 1)
+    worker = world.resolve(owner_path)()
+    target = types.SimpleNamespace(**{names.event_attr: "read-done event"})
+    reader = types.SimpleNamespace(**{names.event_attr: None})
+    worker._target_worker = types.SimpleNamespace(model_runner=target)
+    setattr(worker, names.runner_property, reader)
+    assert getattr(worker, method)("batch") == "sglang's result"
+    assert getattr(reader, names.event_attr) is None  # an on step moves nothing
+    world.off_step = True
+    assert getattr(worker, method)("batch") == "sglang's result"
+    assert (getattr(reader, names.event_attr), getattr(target, names.event_attr)) == ("read-done event", None)
+    assert world.fast_off_calls == [fast_off.STEP_HANDLER] * 2

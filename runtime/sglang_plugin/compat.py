@@ -1,10 +1,11 @@
 """Everything that differs between the SGLang releases the plugin supports.
 
-The hook targets, the server-args attributes read at start-up and the source
-facts the adapter relies on are *data* here, so that the contract tests
-(tests/test_plugin_contract.py) check the very list the plugin installs
-against each release's real source. This module imports nothing from SGLang
-at import time: the data must be readable on a machine without torch.
+The hook targets (the plugin's own and fast_off's), the server-args attributes
+read at start-up and the source facts the adapter and fast_off rely on are
+*data* here, so that the contract tests (tests/test_plugin_contract.py) check
+the very list the plugin installs against each release's real source. This
+module imports nothing from SGLang at import time: the data must be readable
+on a machine without torch.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class SpecctlPluginError(SystemExit):
 class HookSpec:
     """One HookRegistry registration.
 
-    ``handler`` names the plugin callable (see plugin.HANDLERS); ``params`` are
+    ``handler`` names the callable (plugin.core_handlers for ``Release.hooks``,
+    fast_off.handlers for ``Release.fast_off_hooks``); ``params`` are
     the target's parameter names (after ``self``) that the handler relies on.
     For a class target they are the constructor's.
     """
@@ -54,6 +56,30 @@ class HookSpec:
     hook_type: str  # a HookType member name: REPLACE, AROUND, AFTER
     handler: str
     params: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """A SGLang callable that fast_off calls itself (not a hook target).
+
+    ``params`` are the parameter names its call passes (positional ones by the
+    name they bind to): the target must take all of them and need no other.
+    """
+
+    target: str
+    params: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReadDoneNames:
+    """Where the scheduler's WAR barrier finds the step's read-done event (renamed in 0.5.23).
+
+    fast_off moves the target runner's event to the runner the barrier reads
+    after an off step (see fast_off.around_forward_batch_generation).
+    """
+
+    runner_property: str  # spec-worker property: the runner whose event the barrier waits on
+    event_attr: str  # model-runner attribute holding that event
 
 
 @dataclass(frozen=True)
@@ -72,9 +98,24 @@ class Release:
     # (file under sglang/srt/, text) pairs the adapter's assumptions rest on, e.g. that the
     # per-request counts SGLang passes to on_verify_complete already exclude the bonus token.
     source_facts: tuple[tuple[str, str], ...]
+    # fast_off's AROUND hooks, in registration order (fast_off.hooks_for picks those in use).
+    fast_off_hooks: tuple[HookSpec, ...]
+    read_done: ReadDoneNames
 
 
 _PARAMS_HOOK = HookSpec(PARAMS_CLASS, "REPLACE", "params", ("initial_steps", "cfg_path"))
+
+_EAGLE_WORKER = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
+# fast_off's hooks on building the steps-0 runtime state and on preparing a verify:
+# the same targets and parameters in both releases. Handler names: fast_off.handlers.
+_FAST_OFF_BUILD = HookSpec(f"{_EAGLE_WORKER}.build_adaptive_runtime_state", "AROUND", "build_adaptive_runtime_state",
+                           ("speculative_num_steps", "speculative_num_draft_tokens", "cuda_graph_bs"))
+_FAST_OFF_PREPARE = HookSpec("sglang.srt.speculative.eagle_utils.eagle_prepare_for_verify", "AROUND",
+                             "eagle_prepare_for_verify",
+                             ("verify_input", "req_to_token_pool", "batch", "target_worker"))
+# The step hook passes every argument through; its parameters are listed so that a
+# change of the step's signature is seen.
+_FAST_OFF_STEP = f"{_EAGLE_WORKER}.forward_batch_generation"
 
 RELEASES: dict[str, Release] = {
     "0.5.17": Release(
@@ -101,6 +142,13 @@ RELEASES: dict[str, Release] = {
             ("managers/scheduler.py", "(GetInternalStateReq, self.get_internal_state)"),
             ("entrypoints/engine.py", "server_args.check_server_args()"),
         ),
+        fast_off_hooks=(
+            _FAST_OFF_BUILD,
+            _FAST_OFF_PREPARE,
+            HookSpec(_FAST_OFF_STEP, "AROUND", "forward_batch_generation",
+                     ("batch", "on_publish", "grammar_barrier")),
+        ),
+        read_done=ReadDoneNames("war_fastpath_runner", "war_fastpath_read_done_event"),
     ),
     "0.5.23": Release(
         version="0.5.23",
@@ -136,8 +184,45 @@ RELEASES: dict[str, Release] = {
             ("entrypoints/engine.py", "server_args.check_server_args()"),
             ("server_args.py", "from sglang.srt.arg_groups.validation_hook import check_server_args"),
         ),
+        fast_off_hooks=(
+            _FAST_OFF_BUILD,
+            _FAST_OFF_PREPARE,
+            HookSpec(_FAST_OFF_STEP, "AROUND", "forward_batch_generation",
+                     ("batch", "on_publish", "grammar_barrier", "pp_proxy_tensors")),
+        ),
+        read_done=ReadDoneNames("last_shared_read_runner", "shared_read_done_event"),
     ),
 }
+
+_DECODE_GRAPHS = "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner"
+_FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info.ForwardBatch"
+
+# What fast_off calls besides its hook targets, the same in every release. capture and
+# get_spec_info are overridden by fast_off's decode graph runner, so their parameters matter too.
+FAST_OFF_CALLS = (
+    CallSpec(f"{_EAGLE_WORKER}._override_worker_state",
+             ("speculative_num_steps", "speculative_num_draft_tokens", "cuda_graph_bs")),
+    CallSpec("sglang.srt.model_executor.model_runner.ModelRunner._get_attention_backend", ("init_new_workspace",)),
+    CallSpec(f"{_DECODE_GRAPHS}.__init__",
+             ("model_runner", "attn_backend", "speculative_num_steps", "speculative_num_draft_tokens")),
+    CallSpec(f"{_DECODE_GRAPHS}.capture", ()),
+    CallSpec(f"{_DECODE_GRAPHS}.get_spec_info", ("num_tokens",)),
+    CallSpec(f"{_DECODE_GRAPHS}.can_run_graph", ("forward_batch",)),
+    CallSpec(f"{_DECODE_GRAPHS}.load_batch", ("forward_batch",)),
+    CallSpec(f"{_FORWARD_BATCH}.init_new",
+             ("batch", "model_runner", "capture_hidden_mode", "return_hidden_states_before_norm")),
+    CallSpec(f"{_FORWARD_BATCH}.mark_forward_metadata_ready", ()),
+    CallSpec("sglang.kernels.ops.speculative.cache_locs.assign_extend_cache_locs_uniform_func",
+             ("req_pool_indices", "req_to_token", "start_offset", "batch_size", "draft_token_num", "device")),
+    CallSpec("sglang.srt.utils.common.get_available_gpu_memory", ("device", "gpu_id")),
+)
+# Class fields and enum members fast_off reads or sets, the same in every release.
+FAST_OFF_NAMES = (
+    "sglang.srt.speculative.adaptive_runtime_state.SpecRuntimeState.target_attn_backend",
+    "sglang.srt.speculative.adaptive_runtime_state.SpecRuntimeState.target_graph_runner",
+    "sglang.srt.model_executor.forward_batch_info.ForwardMode.DECODE",
+    "sglang.srt.model_executor.forward_batch_info.CaptureHiddenMode.FULL",
+)
 
 # Server-args attributes the start-up check reads, in every release (plus Release.dp_attr).
 ARGS_READ = (

@@ -36,6 +36,10 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
    decode step), far over the 5 % budget. The price is a cold draft for the
    positions generated while off; greedy outputs do not depend on it.
 
+The hook targets and the WAR-barrier names, per SGLang release, are data in
+compat.py (``Release.fast_off_hooks``, ``Release.read_done``), where the
+contract tests check them against each release's source.
+
 Knobs (environment, read once at install): ``SPECCTL_FAST_OFF`` ("0"
 disables everything here: SGLang's steps-0 path runs), ``SPECCTL_FAST_OFF_WARM``
 ("1" keeps the draft extend while off). Any failure while building the
@@ -44,11 +48,14 @@ decode state leaves SGLang's own steps-0 state in place and logs why.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
+
+from .compat import HookSpec, ReadDoneNames, Release, register_hook
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +63,8 @@ ENV_ENABLE = "SPECCTL_FAST_OFF"
 ENV_WARM = "SPECCTL_FAST_OFF_WARM"
 SKIP_DRAFT_EXTEND_ENV = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
 
-TARGET_BUILD = (
-    "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.build_adaptive_runtime_state"
-)
-TARGET_PREPARE = "sglang.srt.speculative.eagle_utils.eagle_prepare_for_verify"
-TARGET_STEP = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.forward_batch_generation"
+# The HookSpec.handler of the step hook, registered only when the draft extend is skipped.
+STEP_HANDLER = "forward_batch_generation"
 
 # Attribute set on the attention backends this module builds: the per-step
 # hook recognises "off" by it, without any state of its own.
@@ -103,11 +107,33 @@ def state() -> dict[str, Any]:
     return STATS.as_dict()
 
 
-def install(register: Callable[..., Any] | None = None) -> bool:
-    """Register the two hooks; call from the plugin's load(), before apply_hooks.
+def handlers(release: Release) -> dict[str, Callable[..., Any]]:
+    """The callables behind compat's ``HookSpec.handler`` names in ``release.fast_off_hooks``."""
+    return {
+        "build_adaptive_runtime_state": around_build_adaptive_runtime_state,
+        "eagle_prepare_for_verify": around_eagle_prepare_for_verify,
+        STEP_HANDLER: functools.partial(around_forward_batch_generation, release.read_done),
+    }
 
-    ``register(target, hook)`` defaults to SGLang's ``HookRegistry.register``
-    with ``HookType.AROUND``; tests pass their own.
+
+def hooks_for(release: Release) -> tuple[HookSpec, ...]:
+    """The hooks install registers under the current environment.
+
+    None when fast off is disabled; no step hook when the draft stays warm
+    (its draft extend records the read-done event itself). The plugin's
+    start-up check verifies that exactly these were applied.
+    """
+    if not _env_flag(ENV_ENABLE, True):
+        return ()
+    warm = _env_flag(ENV_WARM, False)
+    return tuple(spec for spec in release.fast_off_hooks if not (warm and spec.handler == STEP_HANDLER))
+
+
+def install(release: Release, register: Callable[[HookSpec, Callable[..., Any]], None] = register_hook) -> bool:
+    """plugin.INSTALLERS entry: register the release's hooks, before SGLang applies them.
+
+    ``register(spec, hook)`` defaults to SGLang's ``HookRegistry.register``
+    (through compat); tests pass their own.
     Returns whether the hooks were registered.
     """
     STATS.enabled = _env_flag(ENV_ENABLE, True)
@@ -119,16 +145,9 @@ def install(register: Callable[..., Any] | None = None) -> bool:
         # Read by SGLang at every steps-0 step; set before the scheduler
         # processes start so that they inherit it.
         os.environ.setdefault(SKIP_DRAFT_EXTEND_ENV, "1")
-    if register is None:
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-        def register(target: str, hook: Callable[..., Any]) -> None:
-            HookRegistry.register(target, hook, HookType.AROUND)
-
-    register(TARGET_BUILD, around_build_adaptive_runtime_state)
-    register(TARGET_PREPARE, around_eagle_prepare_for_verify)
-    if not STATS.warm:
-        register(TARGET_STEP, around_forward_batch_generation)
+    by_name = handlers(release)
+    for spec in hooks_for(release):
+        register(spec, by_name[spec.handler])
     STATS.installed = True
     return True
 
@@ -245,7 +264,9 @@ def decode_graph_runner_class() -> type:
 
 
 # ------------------------------------------------------------ per decode step
-def around_forward_batch_generation(original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any) -> Any:
+def around_forward_batch_generation(
+    names: ReadDoneNames, original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any
+) -> Any:
     """After an off step, hand the target's read-done event to the scheduler's WAR barrier.
 
     The scheduler fences its next shared-buffer writes on the read-done
@@ -255,35 +276,26 @@ def around_forward_batch_generation(original: Callable[..., Any], worker: Any, *
     off step the last reader of req_to_token is the target's DECODE graph,
     which records exactly that event before its replay (as in a server
     without speculation), so it is moved to where the scheduler looks.
+    ``names`` are the release's (compat ``Release.read_done``), bound by ``handlers``.
     """
     before = STATS.decode_steps
     out = original(worker, *args, **kwargs)
     if STATS.decode_steps != before:
-        _hand_over_read_done(worker)
+        _hand_over_read_done(worker, names)
     return out
 
 
-# (worker property naming the runner the scheduler's barrier reads, event attribute):
-# 0.5.17 names, then 0.5.23's.
-_READ_DONE_NAMES = (
-    ("war_fastpath_runner", "war_fastpath_read_done_event"),
-    ("last_shared_read_runner", "shared_read_done_event"),
-)
-
-
-def _hand_over_read_done(worker: Any) -> None:
+def _hand_over_read_done(worker: Any, names: ReadDoneNames) -> None:
     """Move the target runner's read-done event to the runner the scheduler reads."""
     target = worker._target_worker.model_runner
-    for runner_prop, event_attr in _READ_DONE_NAMES:
-        event = getattr(target, event_attr, None)
-        if event is None:
-            continue
-        reader = getattr(worker, runner_prop, None)
-        if reader is None or reader is target:
-            return
-        setattr(target, event_attr, None)
-        setattr(reader, event_attr, event)
+    event = getattr(target, names.event_attr, None)
+    if event is None:
         return
+    reader = getattr(worker, names.runner_property, None)
+    if reader is None or reader is target:
+        return
+    setattr(target, names.event_attr, None)
+    setattr(reader, names.event_attr, event)
 
 
 def around_eagle_prepare_for_verify(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -393,8 +405,3 @@ def _count(bs: int, graph: bool) -> None:
             bs,
             graph,
         )
-
-
-def install_for_release(release: Any) -> None:
-    """plugin.INSTALLERS entry: the hook targets are the same in the releases tested (0.5.17)."""
-    install()

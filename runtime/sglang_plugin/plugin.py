@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 from ..policy import WIRE_PREFIX, PolicySettings, SettingsError
 from . import compat, fast_off
-from .compat import Release, SpecctlPluginError
+from .compat import HookSpec, Release, SpecctlPluginError
 from .gauges import metrics_observer
 from .params import SpecctlParams, active
 
@@ -97,28 +97,38 @@ def get_internal_state(result: Any, owner: Any, recv_req: Any) -> Any:
 
 def check_server_args(release: Release, result: Any, server_args: Any) -> Any:
     """AFTER hook on SGLang's own check: stop the launch where specctl cannot work."""
-    missing = unapplied_hooks(release)
-    if missing:
-        raise SpecctlPluginError(
-            f"SGLang did not apply specctl's hooks on {', '.join(missing)} "
-            "(its log says why: 'Failed to apply hooks to ...')"
-        )
+    check_hooks_applied(release)
     problem = compat.server_args_problem(release, server_args, settings_from_env().steps)
     if problem is not None:
         raise SpecctlPluginError(problem)
     return result
 
 
-def unapplied_hooks(release: Release) -> list[str]:
-    """Targets still unhooked after SGLang applied the hooks.
+def check_hooks_applied(release: Release) -> None:
+    """Stop the launch if SGLang left one of specctl's hooks unapplied, naming it.
 
     HookRegistry.apply_hooks logs a target it cannot patch and carries on,
-    which would leave, say, SGLang's own params class in charge; checked in
-    the launcher process, where the same targets are patched as in the
-    scheduler processes.
+    which would leave, say, SGLang's own params class in charge, or fast off
+    half installed (a DECODE state that no verify uses, or off steps whose
+    read-done event the WAR barrier never sees); checked in the launcher
+    process, where the same targets are patched as in the scheduler processes.
     """
+    why = "its log says why: 'Failed to apply hooks to ...'"
+    missing = unapplied_hooks(release.hooks)
+    if missing:
+        raise SpecctlPluginError(f"SGLang did not apply specctl's hooks on {', '.join(missing)} ({why})")
+    missing = unapplied_hooks(fast_off.hooks_for(release))
+    if missing:
+        raise SpecctlPluginError(
+            f"SGLang did not apply specctl's fast-off hooks on {', '.join(missing)} "
+            f"({why}; {fast_off.ENV_ENABLE}=0 runs SGLang's own steps-0 path instead)"
+        )
+
+
+def unapplied_hooks(specs: tuple[HookSpec, ...]) -> list[str]:
+    """The targets of ``specs`` still unhooked after SGLang applied the hooks."""
     missing = []
-    for spec in release.hooks:
+    for spec in specs:
         current = compat.resolve(spec.target)
         if spec.hook_type == "REPLACE":
             applied = current is SglangParams
@@ -147,10 +157,10 @@ def install_core_hooks(release: Release) -> None:
 
 
 # Hook installers, run in order by load() in every SGLang process, before
-# SGLang applies the registered hooks. To add hooks (the GPU helper's
-# fast_off.install, for one), append a callable that takes the Release here
-# and keep its SGLang-specific targets as data in compat.py.
-INSTALLERS: list[Callable[[Release], None]] = [install_core_hooks, fast_off.install_for_release]
+# SGLang applies the registered hooks. To add hooks, append a callable that
+# takes the Release here, keep its SGLang-specific targets as data in
+# compat.py (as fast_off's are) and cover them in check_hooks_applied.
+INSTALLERS: list[Callable[[Release], object]] = [install_core_hooks, fast_off.install]
 
 
 def load() -> None:

@@ -1,0 +1,292 @@
+"""fast_off's hooks against stand-ins for the SGLang pieces they touch, without a GPU.
+
+Why: the logic that needs no GPU (which hooks are registered, the hooks'
+argument handling, the decode view of the batch and its restoration, the
+DECODE capture switch of the graph runner, the fallback on a failed build,
+the WAR-barrier hand-over) is checked here; that the names and parameters
+exist in each release is test_plugin_contract.py's job, and the kernels the
+GPU run's.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import types
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from specctl.runtime.sglang_plugin import compat, fast_off
+from specctl.runtime.sglang_plugin.compat import RELEASES
+
+RELEASE = RELEASES["0.5.17"]
+
+
+class Vec(list):
+    """A list that adds like a tensor (enough for seq_lens)."""
+
+    def __add__(self, k):  # type: ignore[override]
+        return Vec(x + k for x in self)
+
+    def sum(self) -> int:
+        return sum(self)
+
+
+class ForwardMode(enum.Enum):
+    DECODE = 1
+    TARGET_VERIFY = 2
+    IDLE = 3
+
+    def is_idle(self) -> bool:
+        return self is ForwardMode.IDLE
+
+
+class CaptureHiddenMode(enum.IntEnum):
+    NULL = 0
+    LAST = 1
+    FULL = 2
+
+
+class ForwardBatch(SimpleNamespace):
+    """Records what the batch looked like when SGLang's init_new would have read it."""
+
+    @classmethod
+    def init_new(cls, batch, runner, *, capture_hidden_mode, return_hidden_states_before_norm):
+        return cls(mode=batch.forward_mode, seq_lens=batch.seq_lens, seq_lens_cpu=batch.seq_lens_cpu,
+                   seq_lens_sum=batch.seq_lens_sum, orig=batch.orig_seq_lens, spec_info=batch.spec_info,
+                   input_ids=batch.input_ids, out_cache_loc=batch.out_cache_loc,
+                   capture_hidden_mode=capture_hidden_mode, ready=False)
+
+    def mark_forward_metadata_ready(self) -> None:
+        self.ready = True
+
+
+class DecodeCudaGraphRunner:
+    """Captures in its constructor, as SGLang's does; records the capture mode."""
+
+    def __init__(self, model_runner, *, attn_backend=None, speculative_num_steps=None,
+                 speculative_num_draft_tokens=None):
+        self.captured_req_width = speculative_num_draft_tokens
+        self.capture_forward_mode = ForwardMode.TARGET_VERIFY
+        self.capture_hidden_mode = CaptureHiddenMode.NULL
+        self.capture_bs = [1, 2, 4]
+        self.loaded: list[Any] = []
+        self.capture()
+
+    def capture(self) -> None:
+        self.captured = (self.capture_forward_mode, self.capture_hidden_mode, self.get_spec_info(4))
+
+    def get_spec_info(self, num_tokens: int) -> Any:
+        return "verify-input"
+
+    def can_run_graph(self, forward_batch) -> bool:
+        return True
+
+    def load_batch(self, forward_batch) -> None:
+        self.loaded.append(forward_batch)
+
+
+@pytest.fixture(autouse=True)
+def fake_sglang(monkeypatch) -> None:
+    """The SGLang modules fast_off imports lazily, as stand-ins; fresh fast_off state."""
+    modules = {
+        "sglang.kernels.ops.speculative.cache_locs": {"assign_extend_cache_locs_uniform_func":
+            lambda **kw: ("locs", tuple(kw["start_offset"]), kw["draft_token_num"])},
+        "sglang.srt.model_executor.forward_batch_info": {"ForwardMode": ForwardMode,
+            "CaptureHiddenMode": CaptureHiddenMode, "ForwardBatch": ForwardBatch},
+        "sglang.srt.model_executor.runner": {"DecodeCudaGraphRunner": DecodeCudaGraphRunner},
+        "sglang.srt.utils.common": {"get_available_gpu_memory": lambda device, gpu: 10.0},
+    }
+    for name, attrs in modules.items():
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            monkeypatch.setitem(sys.modules, ".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+        module = types.ModuleType(name)
+        module.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
+    monkeypatch.setattr(fast_off, "_RUNNER_CLASS", None)
+    for name in (fast_off.ENV_ENABLE, fast_off.ENV_WARM, fast_off.SKIP_DRAFT_EXTEND_ENV):
+        monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
+        monkeypatch.delenv(name)
+
+
+# -- install -------------------------------------------------------------------
+
+
+def installed(release: compat.Release = RELEASE) -> list[str]:
+    seen: list[str] = []
+    fast_off.install(release, lambda spec, hook: seen.append(spec.handler))
+    return seen
+
+
+@pytest.mark.parametrize("version", sorted(RELEASES))
+def test_install_registers_the_releases_hooks_and_skips_the_draft_extend(version: str) -> None:
+    assert installed(RELEASES[version]) == [s.handler for s in RELEASES[version].fast_off_hooks]
+    assert [s.handler for s in RELEASES[version].fast_off_hooks] == [
+        "build_adaptive_runtime_state", "eagle_prepare_for_verify", fast_off.STEP_HANDLER]
+    assert os.environ[fast_off.SKIP_DRAFT_EXTEND_ENV] == "1"
+
+
+def test_a_warm_draft_needs_no_step_hook(monkeypatch) -> None:
+    monkeypatch.setenv(fast_off.ENV_WARM, "1")
+    assert installed() == ["build_adaptive_runtime_state", "eagle_prepare_for_verify"]
+    assert fast_off.SKIP_DRAFT_EXTEND_ENV not in os.environ
+
+
+def test_disabled_fast_off_registers_nothing(monkeypatch) -> None:
+    monkeypatch.setenv(fast_off.ENV_ENABLE, "0")
+    assert installed() == []
+    assert fast_off.hooks_for(RELEASE) == ()
+    assert not fast_off.STATS.installed
+
+
+# -- verify preparation while off ----------------------------------------------
+
+
+def make_batch() -> SimpleNamespace:
+    return SimpleNamespace(
+        forward_mode=ForwardMode.TARGET_VERIFY, seq_lens=Vec([5, 9]), seq_lens_cpu=Vec([5, 9]),
+        seq_lens_sum=None, orig_seq_lens=Vec([5, 9]), spec_info="verify", req_pool_indices=[0, 1],
+        input_ids=None, out_cache_loc=None, device="cpu")
+
+
+@pytest.fixture
+def off_target() -> SimpleNamespace:
+    """A target worker whose active backend is one fast_off built, with DECODE graphs."""
+    backend = SimpleNamespace(**{fast_off.MARK: True})
+    graph = DecodeCudaGraphRunner(None, speculative_num_draft_tokens=1)
+    return SimpleNamespace(model_runner=SimpleNamespace(attn_backend=backend, decode_cuda_graph_runner=graph))
+
+
+def test_an_off_verify_becomes_a_decode_forward_over_the_same_slot(off_target) -> None:
+    verify = SimpleNamespace(draft_token=[7, 8], draft_token_num=1, seq_lens_cpu=None, seq_lens_sum=None)
+    pool, batch, called = SimpleNamespace(req_to_token="r2t"), make_batch(), []
+    fb, can = fast_off.around_eagle_prepare_for_verify(lambda *a, **k: called.append(1), verify, pool, batch,
+                                                       off_target)
+    assert not called and can and fb.ready
+    assert fb.mode is ForwardMode.DECODE and fb.spec_info is None
+    assert list(fb.seq_lens) == [6, 10] and list(fb.seq_lens_cpu) == [6, 10] and list(fb.orig) == [6, 10]
+    assert fb.out_cache_loc == ("locs", (5, 9), 1) and fb.input_ids == [7, 8]
+    assert fb.capture_hidden_mode == CaptureHiddenMode.FULL
+    assert off_target.model_runner.decode_cuda_graph_runner.loaded == [fb]
+    assert fast_off.STATS.decode_steps == fast_off.STATS.graph_steps == 1
+
+
+def test_the_batch_is_left_as_sglangs_later_steps_expect(off_target) -> None:
+    verify = SimpleNamespace(draft_token=[7, 8], draft_token_num=1, seq_lens_cpu=None, seq_lens_sum=None)
+    batch = make_batch()
+    fast_off.around_eagle_prepare_for_verify(None, verify, SimpleNamespace(req_to_token="r2t"), batch, off_target)
+    assert batch.forward_mode is ForwardMode.TARGET_VERIFY and list(batch.seq_lens) == [5, 9]
+    assert batch.spec_info == "verify" and batch.seq_lens_sum is None and verify.seq_lens_sum == 14
+
+
+def test_other_verifies_reach_sglang_with_the_arguments_as_given(off_target) -> None:
+    verify = SimpleNamespace(draft_token=[7, 8], draft_token_num=1)
+    pool, batch = SimpleNamespace(req_to_token="r2t"), make_batch()
+    off_target.model_runner.attn_backend = SimpleNamespace()  # not ours: speculation is on
+    out = fast_off.around_eagle_prepare_for_verify(lambda *a, **k: ("sglang", len(a), sorted(k)), verify, pool,
+                                                   batch=batch, target_worker=off_target)
+    assert out == ("sglang", 2, ["batch", "target_worker"])
+    off_target.model_runner.attn_backend = SimpleNamespace(**{fast_off.MARK: True})
+    verify.draft_token_num = 4  # a real verify
+    assert fast_off.around_eagle_prepare_for_verify(lambda *a, **k: "sglang", verify, pool, batch,
+                                                    off_target) == "sglang"
+
+
+# -- building the steps-0 state -------------------------------------------------
+
+
+class Worker:
+    """EAGLEWorkerV2's side of the state build: the capture override and the target runner."""
+
+    def __init__(self) -> None:
+        self.device, self.gpu_id = "cuda", 0
+        self.overrides: list[tuple[str, tuple[Any, ...]]] = []
+        runner = SimpleNamespace(init_new_workspace=False)
+
+        def get_backend(init_new_workspace: bool) -> SimpleNamespace:
+            runner.init_new_workspace = True
+            return SimpleNamespace(kind="fresh")
+
+        runner._get_attention_backend = get_backend
+        self._target_worker = SimpleNamespace(model_runner=runner)
+
+    def _override_worker_state(self, steps: int, tokens: int, cuda_graph_bs: list[int] | None = None):
+        log, args = self.overrides, (steps, tokens, cuda_graph_bs)
+
+        class Override:
+            def __enter__(self) -> None:
+                log.append(("enter", args))
+
+            def __exit__(self, *exc: object) -> None:
+                log.append(("exit", args))
+
+        return Override()
+
+
+def sglang_state() -> SimpleNamespace:
+    return SimpleNamespace(target_attn_backend="verify-backend", target_graph_runner="verify-graphs")
+
+
+def test_only_the_steps_0_state_is_changed() -> None:
+    state = sglang_state()
+    out = fast_off.around_build_adaptive_runtime_state(lambda w, *a, **k: state, Worker(), speculative_num_steps=3,
+                                                       speculative_num_draft_tokens=4, cuda_graph_bs=[1, 2])
+    assert out.target_attn_backend == "verify-backend"
+
+
+def test_the_steps_0_state_gets_a_decode_backend_and_decode_graphs() -> None:
+    worker = Worker()
+    out = fast_off.around_build_adaptive_runtime_state(lambda w, *a, **k: sglang_state(), worker,
+                                                       speculative_num_steps=0, speculative_num_draft_tokens=1,
+                                                       cuda_graph_bs=[1, 2])
+    assert getattr(out.target_attn_backend, fast_off.MARK) is True
+    assert out.target_graph_runner.captured == (ForwardMode.DECODE, CaptureHiddenMode.FULL, None)
+    assert worker.overrides == [("enter", (0, 1, [1, 2])), ("exit", (0, 1, [1, 2]))]
+    assert worker._target_worker.model_runner.init_new_workspace is False
+    assert fast_off.STATS.built and fast_off.STATS.graph_bs == 3
+
+
+def test_a_failed_build_keeps_sglangs_steps_0_state() -> None:
+    worker = Worker()
+
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("no memory")
+
+    worker._target_worker.model_runner._get_attention_backend = broken
+    out = fast_off.around_build_adaptive_runtime_state(lambda w, *a, **k: sglang_state(), worker, 0, 1, None)
+    assert out.target_attn_backend == "verify-backend"
+    assert "RuntimeError" in fast_off.STATS.build_error
+
+
+# -- the WAR-barrier hand-over -------------------------------------------------
+
+
+@pytest.mark.parametrize("version", sorted(RELEASES))
+def test_the_read_done_event_moves_after_off_steps_only(version: str) -> None:
+    names = RELEASES[version].read_done
+    step = fast_off.handlers(RELEASES[version])[fast_off.STEP_HANDLER]
+    target = SimpleNamespace(**{names.event_attr: "event"})
+    reader = SimpleNamespace(**{names.event_attr: None})
+    worker = SimpleNamespace(_target_worker=SimpleNamespace(model_runner=target), **{names.runner_property: reader})
+    assert step(lambda w, batch: "on", worker, "batch") == "on"
+    assert getattr(reader, names.event_attr) is None
+
+    def off_step(w: Any, batch: Any) -> str:
+        fast_off._count(1, True)
+        return "off"
+
+    assert step(off_step, worker, "batch") == "off"
+    assert (getattr(reader, names.event_attr), getattr(target, names.event_attr)) == ("event", None)
+
+
+def test_no_hand_over_when_the_target_itself_is_the_barriers_runner() -> None:
+    names = RELEASE.read_done
+    target = SimpleNamespace(**{names.event_attr: "event"})
+    worker = SimpleNamespace(_target_worker=SimpleNamespace(model_runner=target), **{names.runner_property: target})
+    fast_off._hand_over_read_done(worker, names)
+    assert getattr(target, names.event_attr) == "event"
