@@ -64,7 +64,7 @@ class SpecctlApp(App[int]):
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
     ]
-    APPLIES = {**{a: "live (greyed in replay)" for a in CONTROL_ACTIONS},
+    APPLIES = {**{a: "live" for a in CONTROL_ACTIONS},
                **{a: "replay only" for a in REPLAY_ACTIONS}}
     DETAILS = {
         "force_on": "Force speculation on (mode on)",

@@ -363,8 +363,8 @@ class ControlServer:
             raise SocketInUse(f"{self.path} exists and could not be probed ({e!r}); remove it if no "
                               f"supervisor runs") from None
         writer.close()
-        raise SocketInUse(f"another specctl supervisor is listening on {self.path}; stop it first "
-                          f"or choose another socket with --socket")
+        raise SocketInUse(f"another specctl supervisor is listening on {self.path}; watch it with "
+                          f"`specctl tui --connect {self.path}`, stop it first, or choose another socket with --socket")
 
     def _bind(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -36,7 +36,8 @@ class HelpScreen(ModalScreen[None]):
             table.add_columns("Key", "Action", "Applies")
             table.add_rows(self._rows)
             yield table
-            yield Static("Every action is also in the command palette (ctrl+p), and the buttons "
+            yield Static("Keys marked live are greyed out in a replay and while a connection is lost. "
+                         "Every action is also in the command palette (ctrl+p), and the buttons "
                          "under the banner run the same actions.", id="help-note")
 
 
