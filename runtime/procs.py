@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -137,3 +138,22 @@ def _prime(proc: psutil.Process) -> None:
         proc.cpu_percent(None)
     except psutil.Error:
         pass  # gone or hidden: the pass that reads it will skip it or report None
+
+
+def listening_pid(url: str) -> int | None:
+    """The local process serving ``url`` (for a server started elsewhere), or None.
+
+    Only loopback and local addresses can be ours to see; seeing another user's
+    sockets may need privileges, and without them the answer is None, not a guess.
+    """
+    parsed = urlsplit(url)
+    if parsed.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") or parsed.port is None:
+        return None
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == parsed.port and conn.pid:
+            return int(conn.pid)
+    return None

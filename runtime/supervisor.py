@@ -21,7 +21,7 @@ from .config import SupervisorConfig
 from .gpus import GpuSource, NvmlUnavailable, open_gpu_source
 from .hub import Hub
 from .journal import Journal
-from .procs import ProcSampler
+from .procs import ProcSampler, listening_pid
 from .sglang_client import SGLangClient, ServerUnreachable
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class Supervisor:
             if self._gpus is not None:
                 await self._gpus.aclose()
             self._gpus = await self._open_gpus()
-        pid = self.backend.pid
+        pid = self.backend.pid if self.backend.owns_process else listening_pid(self.backend.url)
         self._procs = ProcSampler(pid) if pid is not None else None
 
     async def _open_gpus(self) -> GpuSource | None:

@@ -120,3 +120,17 @@ def _state(pid: int) -> str:
     """The process state letter from /proc (Linux), read directly to avoid trusting the code under test."""
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_process_listening_on_a_local_url_is_found() -> None:
+    import socket as socketlib
+
+    from specctl.runtime.procs import listening_pid
+
+    with socketlib.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert listening_pid(f"http://127.0.0.1:{port}") == os.getpid()
+    assert listening_pid("http://10.1.2.3:80") is None
+    assert listening_pid("http://127.0.0.1") is None
