@@ -5,7 +5,7 @@ concurrency, a closed loop against the same preset with the policy forced on,
 forced off, and in auto with the given settings; prints tokens/s and the ratio
 auto / max(on, off). The goal is >= 0.95 everywhere.
 
-    python bench/policy_envelope.py [--preset rtx-8gpu-report] [--set off_at=48 ...]
+    python bench/policy_envelope.py [--preset h200-llama8b-fa3 | --all-presets] [--set off_at=48 ...]
 """
 
 from __future__ import annotations
@@ -58,8 +58,10 @@ def render(preset: Preset, settings: dict[str, Any], rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", choices=sorted(PRESETS), action="append",
-                    help=f"preset (repeatable; default {DEFAULT_PRESET})")
+    chosen = ap.add_mutually_exclusive_group()
+    chosen.add_argument("--preset", choices=sorted(PRESETS), action="append",
+                        help=f"preset (repeatable; default {DEFAULT_PRESET})")
+    chosen.add_argument("--all-presets", action="store_true", help="one table per known preset")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="auto-mode policy setting")
     ns = ap.parse_args(argv)
     settings: dict[str, Any] = {}
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         key, _, value = item.partition("=")
         settings[key.strip()] = value.strip()
     started = time.monotonic()
-    for name in ns.preset or [DEFAULT_PRESET]:
+    names = sorted(PRESETS) if ns.all_presets else ns.preset or [DEFAULT_PRESET]
+    for name in names:
         preset = PRESETS[name]
         try:
             preset.default_settings().with_changes(settings)

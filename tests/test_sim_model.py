@@ -11,8 +11,6 @@ from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import PRESETS, get_preset
 
 H200 = get_preset("h200-llama8b")
-# Every measured point lands within this factor of the measurement (docs/simulator.md has the table).
-CALIBRATION_TOLERANCE = 0.10
 
 
 def test_step_costs_grow_with_batch_and_context() -> None:
@@ -68,8 +66,10 @@ def test_auto_switches_off_under_load_and_stays_on_when_quiet() -> None:
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_presets_land_near_their_measurements(name: str) -> None:
-    for series, concurrency, measured, simulated in points(PRESETS[name]):
-        assert simulated == pytest.approx(measured, rel=CALIBRATION_TOLERANCE), (series, concurrency)
+    preset = PRESETS[name]  # each states its tolerance; docs/simulator.md has the tables
+    assert preset.tolerance <= 0.12
+    for series, concurrency, measured, simulated in points(preset):
+        assert simulated == pytest.approx(measured, rel=preset.tolerance), (series, concurrency)
 
 
 def test_a_seed_gives_the_same_run_and_another_seed_a_different_one() -> None:

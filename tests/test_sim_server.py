@@ -143,6 +143,14 @@ def test_sim_endpoints_gpus_and_load(start_sim: Start) -> None:
         assert client.get("/nowhere").status_code == 404
 
 
+def test_server_info_names_the_preset_and_its_attention_backend(start_sim: Start) -> None:
+    _, url = start_sim("--load", "idle", "--preset", "h200-llama8b-fa3")
+    with httpx.Client(base_url=url, timeout=30) as client:
+        info = client.get("/server_info").json()
+    assert info["attention_backend"] == "fa3"  # the supervisor picks load thresholds by it
+    assert info["specctl_sim"]["preset"] == "h200-llama8b-fa3"
+
+
 def test_startup_delay_then_sigterm_exits_cleanly(start_sim: Start) -> None:
     proc, url = start_sim("--load", "steady:c=8", "--startup-delay", "3")
     with httpx.Client(base_url=url, timeout=30) as client:

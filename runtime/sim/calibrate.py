@@ -5,6 +5,8 @@ measurement used (see offline.py) and prints simulated against measured
 tokens/s. ``--fit`` searches the named cost parameters (coordinate descent on
 the squared log error) and prints them, for re-calibrating a preset when new
 measurements arrive; the preset file is then edited by hand, with the why.
+A preset's ``checks`` (other runs it was not fitted to) are printed below its
+table and never enter the fit.
 """
 
 from __future__ import annotations
@@ -22,28 +24,45 @@ SERIES_SERVER: dict[str, Server] = {"nospec": "nospec", "eagle3": "on"}
 FIT_FACTORS = (1.4, 1 / 1.4, 1.1, 1 / 1.1, 1.03, 1 / 1.03)
 
 
-def points(preset: Preset) -> list[tuple[str, int, float, float]]:
-    """(series, concurrency, measured, simulated) for every measured point."""
+Measured = dict[str, dict[int, float]]
+Row = tuple[str, int, float, float]  # series, concurrency, measured, simulated
+
+
+def points(preset: Preset, measured: Measured | None = None) -> list[Row]:
+    """(series, concurrency, measured, simulated) for every point of ``measured`` (default: the fitted ones)."""
     rows = []
-    for series, measured in preset.measured.items():
-        for concurrency, value in measured.items():
+    for series, values in (preset.measured if measured is None else measured).items():
+        for concurrency, value in values.items():
             result = run_point(preset, concurrency, SERIES_SERVER[series], warmup_s=preset.warmup_s,
                                window_s=preset.window_s)
             rows.append((series, concurrency, value, result.tok_s))
     return rows
 
 
+def worst(rows: list[Row]) -> float:
+    """The largest relative miss, the figure a preset's ``tolerance`` bounds."""
+    return max(abs(sim / meas - 1) for _, _, meas, sim in rows)
+
+
+def render(rows: list[Row]) -> list[str]:
+    """Markdown rows of simulated against measured."""
+    lines = ["| series | concurrency | measured tok/s | simulated tok/s | sim / measured |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {series} | {c} | {meas:.1f} | {sim:.1f} | {sim / meas:.3f} |" for series, c, meas, sim in rows]
+    return lines
+
+
 def table(preset: Preset) -> str:
-    """A Markdown table of the preset's points, with the worst error below it."""
+    """The fitted points with the worst error, then each check (data the preset was not fitted to)."""
     rows = points(preset)
     lines = [f"preset {preset.name}: {preset.description}",
              f"closed loop, {preset.warmup_s:g} s warm-up + {preset.window_s:g} s window (simulated)",
-             "| series | concurrency | measured tok/s | simulated tok/s | sim / measured |",
-             "| --- | ---: | ---: | ---: | ---: |"]
-    for series, c, measured, simulated in rows:
-        lines.append(f"| {series} | {c} | {measured:.1f} | {simulated:.1f} | {simulated / measured:.3f} |")
-    worst = max(abs(sim / meas - 1) for _, _, meas, sim in rows)
-    lines.append(f"worst point: {worst * 100:.1f} % off")
+             *render(rows),
+             f"worst point: {worst(rows) * 100:.1f} % off (tolerance {preset.tolerance * 100:g} %)"]
+    for check in preset.checks:
+        rows = points(preset, check.measured)
+        lines += ["", f"check (not fitted): {check.label}, {check.source}", *render(rows),
+                  f"worst point: {worst(rows) * 100:.1f} % off"]
     return "\n".join(lines)
 
 

@@ -149,6 +149,7 @@ class SimServer:
             "served_model_name": p.model_path,
             "tp_size": p.tp_size,
             "dp_size": 1,
+            "attention_backend": p.attention_backend,
             "speculative_algorithm": "EAGLE3",
             "speculative_draft_model_path": p.draft_model_path,
             "speculative_num_steps": steps,

@@ -1,0 +1,59 @@
+"""The FA3 preset: where speculation pays at every load, unlike the Triton one it was derived from."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specctl.runtime.sim.calibrate import points, table
+from specctl.runtime.sim.offline import run_point
+from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
+
+TRITON = get_preset("h200-llama8b")
+FA3 = get_preset("h200-llama8b-fa3")
+NEVER_OFF_FOR_LOAD = {"off_at": 1 << 20, "on_at": (1 << 20) - 1}
+
+
+def test_fa3_is_known_and_names_its_backend() -> None:
+    assert "h200-llama8b-fa3" in PRESETS and DEFAULT_PRESET == "h200-llama8b"
+    assert (TRITON.attention_backend, FA3.attention_backend) == ("triton", "fa3")
+    assert "Triton" in TRITON.description and "FA3" in FA3.description
+    assert set(FA3.measured) == {"nospec", "eagle3"}
+
+
+def test_fa3_differs_from_triton_only_in_what_the_attention_backend_changes() -> None:
+    changed = {f.name for f in dataclasses.fields(FA3.params)
+               if getattr(FA3.params, f.name) != getattr(TRITON.params, f.name)}
+    assert changed == {"verify_kv_s", "draft_overhead_s", "draft_kv_s"}
+    assert FA3.params.verify_kv_s < TRITON.params.verify_kv_s / 10  # Triton's verify runs its extend kernel
+    kv_bytes = 32 * 8 * 128 * 2 * 2  # per context token: layers x KV heads x head dim x (K, V) x bf16
+    assert FA3.params.verify_kv_s >= 0.999 * kv_bytes / FA3.params.mem_bw  # no faster than HBM allows
+
+
+def test_fa3_lands_within_its_tolerance_at_every_measured_point() -> None:
+    rows = points(FA3)
+    assert len(rows) == 8
+    for series, concurrency, measured, simulated in rows:
+        assert simulated == pytest.approx(measured, rel=FA3.tolerance), (series, concurrency)
+
+
+@pytest.mark.parametrize("concurrency", [1, 64, 256])
+def test_speculation_beats_no_speculation_on_fa3(concurrency: int) -> None:
+    on = run_point(FA3, concurrency, "on").tok_s
+    assert on > 1.05 * run_point(FA3, concurrency, "nospec").tok_s
+    assert on > run_point(TRITON, concurrency, "on").tok_s
+
+
+def test_load_thresholds_from_triton_cost_fa3_and_never_off_for_load_does_not() -> None:
+    on = run_point(FA3, 256, "on").tok_s
+    default = run_point(FA3, 256, "auto")  # off_at 32: switched off for load
+    never = run_point(FA3, 256, "auto", settings=NEVER_OFF_FOR_LOAD)
+    assert default.on_fraction == 0.0 and default.tok_s < 0.95 * on
+    assert never.on_fraction == 1.0 and never.tok_s >= 0.95 * on
+
+
+def test_calibrate_shows_the_triton_sweep_as_an_unfitted_check() -> None:
+    text = table(TRITON)
+    assert "check (not fitted): Triton sweep" in text
+    assert len(points(TRITON, TRITON.checks[0].measured)) == 8
