@@ -16,7 +16,7 @@ from . import records
 from .errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from .policy import MODES, PolicySettings, SettingsError
 from .sglang_client import ServerUnreachable
-from .thresholds import LOAD_KEYS, attention_backend, for_backend
+from .thresholds import attention_backend, for_backend
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -118,18 +118,18 @@ class CommandHandler:
         self.sup.emit(records.event("settings_restored", ok=bool(ok) and all(ok), changes=self.desired))
 
     async def adopt_backend_thresholds(self, info: dict[str, Any] | None) -> bool:
-        """Once per server start: load thresholds measured for its attention backend.
+        """Once per server start: thresholds measured for its attention backend.
 
-        Only for a server specctl launched, and only where the operator chose no
-        load threshold (runtime/thresholds.py says why one pair does not fit all).
+        Only for a server specctl launched, and only for the settings the operator
+        did not choose (runtime/thresholds.py says why one set does not fit all).
         """
         backend = attention_backend(info)
-        pair = for_backend(backend)
+        pair = {k: v for k, v in (for_backend(backend) or {}).items() if k not in self.desired}
         client = self.sup._client
-        if pair is None or client is None or any(k in self.desired for k in LOAD_KEYS):
+        if not pair or client is None:
             return False
         try:
-            wire = PolicySettings().with_changes(pair).to_wire(pair.keys())
+            wire = PolicySettings().with_changes({**self.desired, **pair}).to_wire(pair.keys())
             ok = await client.set_internal_state(wire)
         except (SettingsError, ServerUnreachable) as exc:
             self.sup.emit(records.event("backend_thresholds_failed", backend=backend, error=str(exc)))

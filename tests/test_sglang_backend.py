@@ -12,6 +12,7 @@ import pytest
 
 from specctl.runtime.config import SupervisorConfig
 from specctl.runtime.supervisor import Supervisor
+from specctl.runtime.thresholds import BY_BACKEND
 
 from headless_helpers import pid_alive
 
@@ -104,5 +105,35 @@ async def test_commands_reach_the_launched_server(standin: Path) -> None:
         result = await sup.execute("mode", {"mode": "off"}, uid=os.getuid())
         assert result["settings"]["mode"] == "off" and result["settings"]["off_at"] == 48
         assert sup.latest_sample["spec"]["settings"]["mode"] == "off"
+    finally:
+        await sup.stop()
+
+
+async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STANDIN_PRESET", "h200-llama8b-fa3")
+    sup = Supervisor(config())
+    await sup.start()
+    try:
+        [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the backend")
+        assert adopted["backend"] == "fa3" and adopted["ok"] is True
+        settings = await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings"),
+                               "settings read back")
+        assert settings["off_at"] == BY_BACKEND["fa3"]["off_at"]
+        assert settings["min_accept"] == BY_BACKEND["fa3"]["min_accept"]
+    finally:
+        await sup.stop()
+
+
+async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STANDIN_PRESET", "h200-llama8b-fa3")
+    sup = Supervisor(config(settings={"off_at": "48", "on_at": "40"}))
+    await sup.start()
+    try:
+        [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the backend")
+        assert adopted["changes"] == {"min_accept": BY_BACKEND["fa3"]["min_accept"]}
+        await sup.poll_now()
+        settings = sup.latest_sample["spec"]["settings"]
+        assert (settings["off_at"], settings["on_at"]) == (48, 40)
     finally:
         await sup.stop()

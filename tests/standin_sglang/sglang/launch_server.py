@@ -5,7 +5,8 @@ read), prints SGLang's own start-up log lines slowly, then starts a child
 process, as SGLang starts its ranks, which serves SGLang's endpoints through
 specctl's simulator; the main process exits (17) when that child dies. Behaviour knobs come from the environment:
 STANDIN_IGNORE_SIGTERM=1, STANDIN_CRASH_AFTER=SECONDS, STANDIN_PIDFILE=PATH
-(where the rank's pid is written), STANDIN_STEP_S (delay between log lines).
+(where the rank's pid is written), STANDIN_STEP_S (delay between log lines),
+STANDIN_PRESET (the simulator preset, which decides the attention backend it reports).
 """
 
 import argparse
@@ -42,7 +43,9 @@ def main() -> None:
     # the "rank": a child process that serves the HTTP API, as SGLang's processes do together
     rank = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--host", "127.0.0.1",
                              "--port", str(args.port), "--steps", str(args.speculative_num_steps),
-                             "--gpus", "1", "--load", "steady:c=8"], stdout=subprocess.DEVNULL)
+                             "--gpus", "1", "--load", "steady:c=8",
+                             "--preset", os.environ.get("STANDIN_PRESET", "h200-llama8b")],
+                            stdout=subprocess.DEVNULL)
     if path := os.environ.get("STANDIN_PIDFILE"):
         with open(path, "w") as fh:
             fh.write(str(rank.pid))
