@@ -84,7 +84,8 @@ class CommandHandler:
         except ServerUnreachable as exc:
             raise CommandError(UNAVAILABLE, f"the model server did not answer: {exc}") from None
         if not answers or not all(answers):
-            raise CommandError(UNAVAILABLE, "the model server refused the settings (see its log); nothing changed")
+            raise CommandError(INVALID_VALUE, "the model server refused the settings (its log names the field); "
+                                              "nothing changed")
         applied = {k: getattr(new, k) for k in changes}
         self.desired.update(applied)
         self.sup.emit(records.event("settings", changes=applied, settings=new.as_dict()))

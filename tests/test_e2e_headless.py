@@ -49,6 +49,9 @@ def test_set_is_all_or_nothing_from_the_cli(sup: Headless) -> None:
     bad = sup.cli("set", "off_at=48", "on_at=60")
     assert bad.returncode == 1 and "on_at" in bad.stderr
     assert sup.status()["spec"]["settings"] == before, "nothing applied"
+    refused = sup.cli("set", "steps=5")  # valid for the policy, but the server built no steps-5 state
+    assert refused.returncode == 1 and "refused" in refused.stderr
+    assert sup.status()["spec"]["settings"] == before
     good = sup.cli("set", "off_at=48", "on_at=16", "min_accept=0.8")
     assert good.returncode == 0, good.stderr
     settings = sup.status()["spec"]["settings"]

@@ -62,6 +62,8 @@ class SimServer:
         self.cfg = cfg
         p = cfg.preset
         self.policy = SpecPolicy(p.default_settings().with_changes(cfg.policy_changes))
+        # Like SGLang under specctl's generated config, only the launch's step count has a runtime state.
+        self.built_steps = self.policy.settings.steps
         self.engine: SimEngine = p.engine(self.policy, seed=cfg.seed)
         self.engine.on_finish = self._finished
         self.driver = LoadDriver(cfg.load)
@@ -196,7 +198,8 @@ class SimServer:
 
     # -- /set_internal_state ----------------------------------------------
     def set_internal_state(self, body: Any) -> list[bool]:
-        """Apply ``specctl_*`` server_args all-or-nothing; ``[false]`` for unknown keys or bad values."""
+        """Apply ``specctl_*`` server_args all-or-nothing; ``[false]`` for unknown keys or bad values,
+        and for a step count other than the launch's (SGLang built no runtime state for it)."""
         if not isinstance(body, dict) or not isinstance(body.get("server_args"), dict):
             raise BadRequest('body must be a JSON object with a "server_args" object')
         args: dict[str, Any] = body["server_args"]
@@ -206,6 +209,8 @@ class SimServer:
         try:
             new = settings_from_wire(self.policy.settings, args)
         except SettingsError:
+            return [False]
+        if new.steps != self.built_steps:
             return [False]
         self.policy.apply(new.as_dict())
         return [True]
