@@ -18,6 +18,7 @@ from typing import Any
 from specctl.runtime.policy import SettingsError
 from specctl.runtime.sim.offline import PointResult, Server, run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
+from specctl.runtime.thresholds import for_backend
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GOAL = 0.95
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"preset (repeatable; default {DEFAULT_PRESET})")
     chosen.add_argument("--all-presets", action="store_true", help="one table per known preset")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="auto-mode policy setting")
+    ap.add_argument("--no-backend-thresholds", action="store_true",
+                    help="use the policy's defaults only, not the thresholds specctl picks for the preset's "
+                         "attention backend (runtime/thresholds.py) as it does for a server it launches")
     ns = ap.parse_args(argv)
     settings: dict[str, Any] = {}
     for item in ns.set:
@@ -72,11 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     names = sorted(PRESETS) if ns.all_presets else ns.preset or [DEFAULT_PRESET]
     for name in names:
         preset = PRESETS[name]
+        chosen_settings = dict(settings)
+        if not ns.no_backend_thresholds:
+            backend = for_backend(preset.attention_backend) or {}
+            chosen_settings = {**{k: v for k, v in backend.items() if k not in settings}, **settings}
         try:
-            preset.default_settings().with_changes(settings)
+            preset.default_settings().with_changes(chosen_settings)
         except SettingsError as exc:
             ap.error(str(exc))
-        print(render(preset, settings, sweep(preset, settings)))
+        print(render(preset, chosen_settings, sweep(preset, chosen_settings)))
         print()
     print(f"({time.monotonic() - started:.1f} s)")
     return 0
