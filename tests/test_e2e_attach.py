@@ -1,0 +1,68 @@
+"""`specctl run --headless --attach URL`: watch and steer a server started elsewhere, never own it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headless_helpers import Headless, pid_alive, wait_for
+
+
+def start_sim(tmp: Path, port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+    port_file = tmp / f"port-{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", str(port),
+                             "--port-file", str(port_file), "--load", "steady:c=100", "--gpus", "1"],
+                            stdout=subprocess.DEVNULL, start_new_session=True)
+    wait_for(port_file.exists, "the simulator's port file")
+    return proc, f"http://127.0.0.1:{port_file.read_text().strip()}"
+
+
+@pytest.fixture
+def sim(tmp_path: Path):
+    proc, url = start_sim(tmp_path)
+    yield proc, url
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_attached_server_is_steered_and_outlives_the_supervisor(tmp_path: Path, sim) -> None:
+    proc, url = sim
+    h = Headless(tmp_path, "--attach", url)
+    try:
+        sample = h.ready_sample()
+        assert sample["server"]["url"] == url and sample["sim"] is False
+        assert sample["procs"] and sample["procs"][0]["pid"] == proc.pid, "found by its listening port"
+        assert h.cli("force-off").returncode == 0
+        assert h.status()["spec"]["mode"] == "off"
+        refused = h.cli("server", "stop")
+        assert refused.returncode == 1 and "started elsewhere" in refused.stderr
+    finally:
+        assert h.stop() == 0
+    assert pid_alive(proc.pid), "specctl never stops a server it did not start"
+
+
+def test_a_vanished_attached_server_is_unreachable_then_back(tmp_path: Path, sim) -> None:
+    proc, url = sim
+    h = Headless(tmp_path, "--attach", url)
+    try:
+        h.ready_sample()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        h.wait_event("server_unreachable")
+        assert not h.records("event", "server_restart"), "nothing to restart: the server is not ours"
+        wait_for(lambda: h.status()["server"]["state"] == "unreachable", "state unreachable")
+        assert h.status()["spec"] is None, "no made-up policy state"
+        again, _ = start_sim(tmp_path, port=int(url.rsplit(":", 1)[1]))
+        try:
+            wait_for(lambda: len(h.records("event", "server_ready")) >= 2, "ready again")
+        finally:
+            again.terminate()
+            again.wait(timeout=30)
+    finally:
+        h.stop()
