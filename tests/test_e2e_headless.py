@@ -114,3 +114,21 @@ def test_socket_abuse_does_not_disturb_the_supervisor(sup: Headless) -> None:
     assert sup.status()["spec"]["mode"] == "off"
     assert all(isinstance(r, dict) for r in read_journal(sup.journal))
     assert sup.proc.poll() is None
+
+
+def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
+    first = sup.ready_sample()["server"]["pid"]
+    stopped = sup.cli("server", "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert sup.status()["server"]["state"] == "stopped"
+    wait_for(lambda: not pid_alive(first), "the simulator to be stopped")
+    assert not sup.records("event", "server_restart"), "a stopped server stays stopped"
+    assert sup.cli("set", "off_at=48").returncode == 1, "no server to take settings"
+    assert sup.cli("server", "start").returncode == 0
+    second = wait_for(lambda: sup.status()["server"]["state"] == "ready" and sup.status()["server"]["pid"],
+                      "the server started again")
+    assert second != first
+    assert sup.cli("server", "restart").returncode == 0
+    third = wait_for(lambda: sup.status()["server"]["state"] == "ready" and sup.status()["server"]["pid"],
+                     "the server restarted")
+    assert third not in (first, second) and not pid_alive(second)
