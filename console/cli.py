@@ -34,6 +34,8 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--interval", type=float, help="seconds between samples (default 0.5)")
     g.add_argument("--socket", help="control socket path (default $XDG_RUNTIME_DIR/specctl.sock)")
     g.add_argument("--log", metavar="FILE.jsonl", help="journal file (JSONL)")
+    g.add_argument("--log-max-mb", type=float, metavar="MB",
+                   help="rotate the journal past this size (default 64); FILE.1 .. FILE.3 are kept")
     g.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                    help="initial policy setting, e.g. --set off_at=48 (repeatable)")
     g.add_argument("sglang_args", nargs=argparse.REMAINDER,

@@ -34,6 +34,7 @@ class SupervisorConfig:
     interval: float = 0.5
     socket_path: Path | None = None  # None: no control socket
     journal_path: Path | None = None
+    journal_max_mb: float = 64.0  # rotation size; three older files are kept
     settings: dict[str, Any] = field(default_factory=dict)  # initial policy settings
     gpu_source: Literal["auto", "nvml", "sim", "none"] = "auto"
     http_timeout: float = 2.0
@@ -47,6 +48,8 @@ class SupervisorConfig:
             raise ConfigError("--attach needs a URL, e.g. --attach http://127.0.0.1:30000")
         if self.backend == "sglang" and not (self.model and self.draft):
             raise ConfigError("--model needs --draft (the EAGLE-3 draft model path)")
+        if not 0.01 <= self.journal_max_mb <= 1_000_000:
+            raise ConfigError(f"--log-max-mb must be between 0.01 and 1000000, got {self.journal_max_mb}")
         if not 1 <= self.tp <= 64:
             raise ConfigError(f"--tp must be between 1 and 64, got {self.tp}")
         if self.sim_gpus is not None and not 1 <= self.sim_gpus <= 16:
@@ -78,6 +81,7 @@ class SupervisorConfig:
             interval=args.interval if args.interval is not None else float(sup.get("interval", 0.5)),
             socket_path=Path(args.socket) if args.socket else config_file.socket_path(),
             journal_path=Path(log) if log else None,
+            journal_max_mb=float(args.log_max_mb if args.log_max_mb is not None else sup.get("log_max_mb", 64.0)),
             settings={**site.policy, **parse_pairs(args.settings)},
         )
 

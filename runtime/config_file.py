@@ -8,6 +8,7 @@ min_accept = 1.0
 [supervisor]
 interval = 0.5        # seconds between samples
 log = "/var/log/specctl/run.jsonl"
+log_max_mb = 64       # rotate past this size; three older files are kept
 socket = "/run/specctl/specctl.sock"
 sim_preset = "h200-llama8b"
 sim_load = "bursts"
@@ -29,7 +30,8 @@ from . import paths
 from .policy import PolicySettings, SettingsError
 
 SUPERVISOR_KEYS: dict[str, type | tuple[type, ...]] = {
-    "interval": (int, float), "log": str, "socket": str, "sim_preset": str, "sim_load": str,
+    "interval": (int, float), "log": str, "log_max_mb": (int, float), "socket": str, "sim_preset": str,
+    "sim_load": str,
 }
 
 

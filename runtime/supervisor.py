@@ -60,7 +60,8 @@ class Supervisor:
     async def start(self) -> None:
         """Open the journal and socket, start the server, begin sampling."""
         if self.config.journal_path is not None:
-            self._journal = Journal(self.config.journal_path)
+            self._journal = Journal(self.config.journal_path,
+                                    max_bytes=int(self.config.journal_max_mb * 1024 * 1024))
         if self.config.socket_path is not None:
             from .control import ControlServer
 

@@ -132,3 +132,14 @@ def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
     third = wait_for(lambda: sup.status()["server"]["state"] == "ready" and sup.status()["server"]["pid"],
                      "the server restarted")
     assert third not in (first, second) and not pid_alive(second)
+
+
+def test_the_journal_rotates_at_the_size_asked_for(tmp_path: Path) -> None:
+    h = Headless(tmp_path, "--sim-load", "steady:c=8", "--sim-gpus", "8", "--log-max-mb", "0.02")
+    try:
+        rotated = h.journal.with_name(h.journal.name + ".1")
+        wait_for(rotated.exists, "a rotated journal")
+        assert rotated.stat().st_size >= 0.02 * 1024 * 1024
+        assert all(r["v"] == 1 for r in read_journal(rotated))
+    finally:
+        assert h.stop() == 0
