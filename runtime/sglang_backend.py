@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 from pathlib import Path
 
-from .backends import ProcessBackend, free_port
+from .backends import BackendError, ProcessBackend, free_port
 from .config import SupervisorConfig
 from .launcher import StartupProgress, build_command, launch_env
 from .policy import PolicySettings
@@ -29,6 +30,16 @@ class SGLangBackend(ProcessBackend):
         self.url = f"http://127.0.0.1:{port}"
 
     async def start(self) -> None:
+        await self._check_installed()
         self._startup = StartupProgress()
         self._parse_progress = self._startup.feed
         await super().start()
+
+    async def _check_installed(self) -> None:
+        """A missing SGLang is one clear message, not a crash loop of import errors."""
+        probe = await asyncio.create_subprocess_exec(
+            self.argv[0], "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)",
+            env=self.env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        if await probe.wait() != 0:
+            raise BackendError(f"SGLang is not installed for {self.argv[0]}; install it there "
+                               "(pip install 'specctl[sglang]') or supervise a running server with --attach URL")

@@ -5,6 +5,7 @@ ignore SIGTERM. The supervisor, backend, launcher and log parser are the real on
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 from pathlib import Path
 
@@ -135,5 +136,18 @@ async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
         await sup.poll_now()
         settings = sup.latest_sample["spec"]["settings"]
         assert (settings["off_at"], settings["on_at"]) == (48, 40)
+    finally:
+        await sup.stop()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
+async def test_a_missing_sglang_is_one_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # no stand-in here, and no real SGLang on this machine
+    sup = Supervisor(config())
+    await sup.start()
+    try:
+        failed = await until(lambda: events(sup, "server_start_failed"), "the start to fail")
+        assert "SGLang is not installed" in failed[0]["error"] and "--attach" in failed[0]["error"]
+        assert sup.latest_sample is None or sup.latest_sample["server"]["state"] in ("restarting", "starting")
     finally:
         await sup.stop()
