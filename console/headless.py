@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import sys
+import time
+from typing import Any
 
 from specctl.runtime.config import ConfigError, SupervisorConfig
+from specctl.runtime.hub import Subscription
 from specctl.runtime.supervisor import Supervisor
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -34,6 +38,7 @@ async def _main(config: SupervisorConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    events = sup.hub.subscribe(maxsize=256)  # before start, so its own events are printed too
     try:
         await sup.start()
     except Exception as exc:  # the operator's environment, not our bug: say what and stop cleanly
@@ -41,9 +46,34 @@ async def _main(config: SupervisorConfig) -> int:
         print(f"specctl run: cannot start: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     _announce(config, sup)
+    printer = asyncio.create_task(_print_events(events))
     await stop.wait()
     await sup.stop()
+    await printer
     return EXIT_OK
+
+
+QUIET = ("server_log", "supervisor_stop")
+
+
+async def _print_events(events: Subscription) -> None:
+    """Events and commands, one line each on stderr, for an operator watching the terminal.
+
+    Samples and the server's own log lines stay in the journal; the hub ends the
+    stream when the supervisor stops.
+    """
+    async for record in events:
+        if record["kind"] == "sample" or record.get("event") in QUIET:
+            continue
+        print(f"specctl: {_line(record)}", file=sys.stderr, flush=True)
+
+
+def _line(record: dict[str, Any]) -> str:
+    stamp = time.strftime("%H:%M:%S", time.localtime(record["t"]))
+    name = record.get("event") or f"command {record.get('cmd')}"
+    skip = {"v", "t", "kind", "event", "cmd"}
+    fields = " ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in record.items() if k not in skip)
+    return f"{stamp} {name} {fields}".rstrip()
 
 
 def _announce(config: SupervisorConfig, sup: Supervisor) -> None:

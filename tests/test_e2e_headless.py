@@ -80,6 +80,8 @@ def test_sigterm_stops_the_supervisor_and_everything_it_started(tmp_path: Path) 
     wait_for(lambda: not pid_alive(pid), "the simulator to be gone")
     assert not h.socket.exists()
     assert h.records("event")[-1]["event"] == "supervisor_stop"
+    told = h.proc.stderr.read().decode()
+    assert "supervising simulator" in told and "server_start pid=" in told and "Traceback" not in told
 
 
 def test_kill_9_of_the_supervisor_leaves_a_readable_journal_and_no_orphans(tmp_path: Path) -> None:
