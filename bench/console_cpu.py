@@ -42,9 +42,9 @@ GOAL = 10.0
 def start_headless(tmp: Path) -> tuple[subprocess.Popen[bytes], Path]:
     socket = tmp / "a.sock"
     proc = subprocess.Popen([*CLI, "run", "--headless", "--socket", str(socket), *SIM],
-                            stderr=subprocess.PIPE, start_new_session=True)
-    assert proc.stderr is not None
-    proc.stderr.readline()  # "specctl: supervising ..." once it runs
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    while not socket.exists():  # the socket is bound once the supervisor runs
+        time.sleep(0.05)
     return proc, socket
 
 

@@ -43,7 +43,7 @@ def start_target(path: Path, stand_in: bool) -> tuple[subprocess.Popen[bytes], s
         cmd = [sys.executable, str(ROOT / "tests" / "control_standin.py"), str(path)]
         why = "as asked" if stand_in else "runtime/supervisor.py does not exist yet"
         name = f"STAND-IN target from tests/control_standin.py ({why})"
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL), name
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), name
 
 
 async def wait_ready(path: Path, proc: subprocess.Popen[bytes]) -> None:

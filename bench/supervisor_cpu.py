@@ -29,10 +29,10 @@ def measure(seconds: float, interval: float, journal: bool) -> tuple[float, floa
                 "--interval", str(interval)]
         if journal:
             args += ["--log", str(Path(tmp) / "run.jsonl")]
-        proc = subprocess.Popen(args, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(args, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
-            assert proc.stderr is not None
-            proc.stderr.readline()  # "specctl: supervising ..." once it runs
+            while not (Path(tmp) / "s.sock").exists():  # bound once the supervisor runs
+                time.sleep(0.05)
             time.sleep(3.0)
             sup = psutil.Process(proc.pid)
             sim = sup.children()[0]

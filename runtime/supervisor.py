@@ -48,6 +48,7 @@ class Supervisor:
         self._procs: ProcSampler | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._busy = asyncio.Lock()  # a poll and a server action never interleave
         self._polled = asyncio.Event()
         self._attempt = 0
         self._restart_at: float | None = None
@@ -163,15 +164,19 @@ class Supervisor:
 
     async def stop_server(self) -> None:
         """Stop the server and keep it stopped until asked to start (a command)."""
-        await self.backend.stop()
-        self.state = "stopped"
-        self._restart_at = None
-        self.emit(records.event("server_stop", pid=self.backend.pid))
+        async with self._busy:
+            await self.backend.stop()
+            self.state = "stopped"
+            self._restart_at = None
+            self.emit(records.event("server_stop", pid=self.backend.pid))
+        await self.poll_now()
 
     async def start_server(self) -> None:
-        self._attempt = 0
-        self._restart_at = None
-        await self._start_backend()
+        async with self._busy:
+            self._attempt = 0
+            self._restart_at = None
+            await self._start_backend()
+        await self.poll_now()
 
     # -- sampling -----------------------------------------------------------
     async def _loop(self) -> None:
@@ -179,7 +184,8 @@ class Supervisor:
         while True:
             began = loop.time()
             try:
-                await self._tick()
+                async with self._busy:
+                    await self._tick()
             except Exception:  # a bug in one poll must not end supervision
                 log.exception("poll failed")
             polled, self._polled = self._polled, asyncio.Event()

@@ -35,10 +35,16 @@ class Headless:
         self.socket = tmp / "ctl" / "specctl.sock"
         self.journal = tmp / "run.jsonl"
         env = dict(os.environ, SPECCTL_STATE_DIR=str(tmp / "state"))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specctl.console.cli", "run", "--headless", "--socket", str(self.socket),
-             "--log", str(self.journal), "--interval", "0.2", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+        self.stderr_path = tmp / "stderr.log"  # a file, not a pipe nobody drains while the test runs
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "specctl.console.cli", "run", "--headless", "--socket", str(self.socket),
+                 "--log", str(self.journal), "--interval", "0.2", *args],
+                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+
+    def told(self) -> str:
+        """What the supervisor printed on stderr so far."""
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
 
     def records(self, kind: str | None = None, event: str | None = None) -> list[dict[str, Any]]:
         if not self.journal.exists():

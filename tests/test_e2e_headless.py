@@ -80,7 +80,7 @@ def test_sigterm_stops_the_supervisor_and_everything_it_started(tmp_path: Path) 
     wait_for(lambda: not pid_alive(pid), "the simulator to be gone")
     assert not h.socket.exists()
     assert h.records("event")[-1]["event"] == "supervisor_stop"
-    told = h.proc.stderr.read().decode()
+    told = h.told()
     assert "supervising simulator" in told and "server_start pid=" in told and "Traceback" not in told
 
 
