@@ -1,7 +1,9 @@
 """Policy cost per decision, in microseconds: it runs inside SGLang's scheduler every decode step.
 
-Measures decide() alone and decide()+on_verify() for a batch of 64 and 256
-requests, in auto mode with thresholds that make it switch now and then.
+Measures decide() alone, in auto mode with thresholds that make it switch now
+and then; decide() in auto against an acceptance floor that rises with the
+batch (the low_accept and quiet rules then run at every step); and
+decide()+on_verify() for a batch of 1, 64 and 256 requests.
 Goal: decide() < 5 us.
 
     python bench/policy_cost.py
@@ -28,6 +30,20 @@ def bench_decide() -> float:
     return min(timeit.repeat(loop, number=1, repeat=3)) / N * 1e6
 
 
+def bench_floor() -> float:
+    """Triton's floor (0.3 + 0.05 per request) with a mean of 1.0: off above 14 requests, back at 10 or fewer."""
+    p = SpecPolicy(PolicySettings(min_accept=0.3, accept_slope=0.05, off_at=56, on_at=48, dwell=8))
+    sizes = [(i * 37) % 32 for i in range(1024)]
+
+    def loop() -> None:
+        decide, verify = p.decide, p.on_verify_mean
+        for i in range(N):
+            if decide(sizes[i & 1023]):
+                verify(1.0)
+
+    return min(timeit.repeat(loop, number=1, repeat=3)) / N * 1e6
+
+
 def bench_step(batch: int) -> float:
     p = SpecPolicy(PolicySettings(mode="on", min_accept=0.5, dwell=8))  # always verifying
     accepted = [2] * batch
@@ -44,6 +60,8 @@ def bench_step(batch: int) -> float:
 def main() -> None:
     d = bench_decide()
     print(f"decide()                         {d:6.2f} us   (goal < 5 us: {'met' if d < 5 else 'MISSED'})")
+    f = bench_floor()
+    print(f"decide()+on_verify_mean(), floor {f:6.2f} us   (goal < 5 us: {'met' if f < 5 else 'MISSED'})")
     for batch in (1, 64, 256):
         print(f"decide()+on_verify(), batch {batch:>3}  {bench_step(batch):6.2f} us")
 

@@ -29,6 +29,10 @@ MODE_CODES: dict[Mode, int] = {"auto": 0, "on": 1, "off": 2}
 CODE_MODES: dict[int, Mode] = {v: k for k, v in MODE_CODES.items()}
 WIRE_PREFIX = "specctl_"
 RECENT_SWITCHES = 64
+# Off for low acceptance, auto comes back ("quiet") once the batch is small enough
+# that the floor sits this far under the acceptance that switched it off: the
+# 20 % gap is the hysteresis, so acceptance near the floor cannot flap the state.
+QUIET_SHARE = 0.8
 
 
 class SettingsError(ValueError):
@@ -51,7 +55,12 @@ class PolicySettings:
     # report (speculation that never pays, accept length 2.0, caught by min_accept).
     off_at: int = 32  # batch size at or above which auto turns speculation off
     on_at: int = 24  # batch size at or below which auto turns it back on
-    min_accept: float = 1.3  # mean accepted draft tokens below which auto turns off; 0 disables
+    min_accept: float = 1.3  # acceptance floor at batch size 0: mean accepted draft tokens a verify
+    # Accepted draft tokens a verify that each request of the decode batch adds to the floor
+    # (floor = min_accept + accept_slope * batch size): a larger batch makes a verify dearer
+    # against plain decode, so drafting must hit more often to pay (bench/accept_breakeven.py).
+    # With both 0 the acceptance rule is off.
+    accept_slope: float = 0.0
     accept_window: int = 64  # verifies the acceptance mean is taken over
     probe_after: int = 4096  # steps after a low_accept switch before trying again
     dwell: int = 8  # minimum steps between two automatic switches
@@ -83,6 +92,7 @@ class PolicySettings:
 
 
 _INT_FIELDS = ("steps", "off_at", "on_at", "accept_window", "probe_after", "dwell")
+_FLOAT_FIELDS = ("min_accept", "accept_slope")
 
 
 def _coerce(key: str, value: Any) -> Any:
@@ -97,9 +107,9 @@ def _coerce(key: str, value: Any) -> Any:
         raise SettingsError(key, f"must be a number, got {value!r}")
     if isinstance(value, str):
         try:
-            value = float(value) if key == "min_accept" else int(value.strip(), 10)
+            value = float(value) if key in _FLOAT_FIELDS else int(value.strip(), 10)
         except ValueError:
-            kind = "a number" if key == "min_accept" else "an integer"
+            kind = "a number" if key in _FLOAT_FIELDS else "an integer"
             raise SettingsError(key, f"must be {kind}, got {value!r}") from None
     if key in _INT_FIELDS:
         if isinstance(value, float) and value.is_integer():
@@ -127,10 +137,14 @@ def _validate(s: PolicySettings) -> None:
         raise SettingsError("on_at", f"must be at least 0, got {s.on_at}")
     if s.on_at >= s.off_at:
         raise SettingsError("on_at", f"must be below off_at ({s.off_at}), got {s.on_at}")
-    if not isinstance(s.min_accept, (int, float)) or not math.isfinite(s.min_accept):
-        raise SettingsError("min_accept", f"must be a finite number, got {s.min_accept!r}")
+    for key in _FLOAT_FIELDS:
+        value = getattr(s, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SettingsError(key, f"must be a finite number, got {value!r}")
     if not 0.0 <= s.min_accept <= s.steps:
         raise SettingsError("min_accept", f"must be between 0 and steps ({s.steps}), got {s.min_accept}")
+    if not 0.0 <= s.accept_slope <= 1.0:
+        raise SettingsError("accept_slope", f"must be between 0 and 1, got {s.accept_slope}")
     if not 1 <= s.accept_window <= 100_000:
         raise SettingsError("accept_window", f"must be between 1 and 100000, got {s.accept_window}")
     if not 1 <= s.probe_after <= 10_000_000:
@@ -170,6 +184,7 @@ class SpecPolicy:
         self._reason: str | None = None
         self._last_switch_step: int | None = None
         self._low_accept_since: int | None = None  # step of the low_accept switch, while off for it
+        self._low_accept_mean = 0.0  # the acceptance mean that made that switch
         self._accepts: deque[float] = deque(maxlen=self._settings.accept_window)
         self._accept_sum = 0.0
         self._switches: deque[Switch] = deque(maxlen=RECENT_SWITCHES)
@@ -244,13 +259,32 @@ class SpecPolicy:
         if self._on:
             if bs >= s.off_at:
                 self._set(False, "load", bs)
-            elif s.min_accept > 0 and self._window_full() and self.accept_mean() < s.min_accept:
+            elif self._window_full() and (mean := self._accept_sum / len(self._accepts)) < self._floor(bs):
                 self._set(False, "low_accept", bs)
-                self._low_accept_since = self._step
+                self._low_accept_since, self._low_accept_mean = self._step, mean
         elif self._low_accept_since is not None:
-            if self._step - self._low_accept_since >= s.probe_after and bs < s.off_at:
-                self._set(True, "probe", bs)
+            self._after_low_accept(bs, self._low_accept_since)
         elif bs <= s.on_at:
+            self._set(True, "quiet", bs)
+
+    def _floor(self, bs: int) -> float:
+        """Mean accepted draft tokens a verify must reach at batch size ``bs`` to keep drafting."""
+        s = self._settings
+        return s.min_accept + s.accept_slope * bs
+
+    def _after_low_accept(self, bs: int, since: int) -> None:
+        """Off for low acceptance: probe after a while, or come back at once when the batch shrank.
+
+        The probe measures afresh, in case the traffic changed. The quiet return
+        needs no measurement: the acceptance that was too low for a large batch
+        clears the floor of a small enough one by the QUIET_SHARE margin.
+        """
+        s = self._settings
+        if bs >= s.off_at:
+            return
+        if self._step - since >= s.probe_after:
+            self._set(True, "probe", bs)
+        elif s.accept_slope > 0 and self._floor(bs) <= QUIET_SHARE * self._low_accept_mean:
             self._set(True, "quiet", bs)
 
     def _dwelt(self) -> bool:

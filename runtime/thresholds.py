@@ -6,8 +6,8 @@ attention backend serves a verify: on one H200 (docs/gpu-results.md, SGLang
 speculation are level at 32 requests with Triton, whose verify runs its extend
 kernel, while with FA3 static EAGLE-3 was ahead at every concurrency measured
 (1.38x at 256). One threshold cannot serve both, so when specctl launches a
-server and the operator set no load threshold, the supervisor reads the backend
-SGLang chose from /server_info and applies the matching pair below.
+server, the supervisor reads the backend SGLang chose from /server_info and
+applies the matching settings below, each one the operator did not set.
 Backends not listed (flashinfer, trtllm, ...) keep the policy's defaults: they
 were not measured.
 """
@@ -16,15 +16,27 @@ from __future__ import annotations
 
 from typing import Any
 
-# off_at above any max-running-requests means "never off for load"; the
-# acceptance rule (min_accept) still turns speculation off where drafts miss.
-# With FA3 the simulator, calibrated to the sweep, puts the break-even at an
-# accept length of 1.3-1.5 up to 64 requests (docs/simulator.md), so FA3 keeps
-# drafting down to 0.5 accepted draft tokens a verify rather than the default 1.3.
+# The acceptance floor (min_accept + accept_slope * batch size) follows the
+# break-even of bench/accept_breakeven.py's closed loop (the simulator calibrated
+# to each sweep), bisected over the accept length, in accepted draft tokens a
+# verify (docs/policy.md):
+#   Triton: 0.46 at 1 request, 0.86 at 8, 1.25 at 16, 1.64 at 24, 2.0 at 32, 2.56 at 48;
+#   FA3:    0.21-0.26 up to 48 requests, 0.38 at 64, 0.86 at 128, 1.04 at 192, 1.17 at 256.
+# The lines sit about 0.1 under those points at small batches: at one request a
+# 64-verify mean scatters by about 0.1, and a dip under the floor costs
+# probe_after steps off where drafting pays (bench/policy_envelope.py
+# --accept-lens found the misses there with the floor on the curve).
+# Triton's floor passes 3 accepted drafts (all of steps) at 54 requests, so off_at 56 loses nothing
+# and spares the window a probe costs. on_at stays 24: the supervisor applies
+# each setting the operator left unset, and an operator's off_at above 24 must
+# still form a valid pair with it.
+# off_at above any max-running-requests means "never off for load": with FA3
+# static EAGLE-3 was ahead at every measured concurrency, and only the floor
+# turns it off.
 NEVER = 1 << 20
 BY_BACKEND: dict[str, dict[str, float]] = {
-    "triton": {"off_at": 32, "on_at": 24},
-    "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.5},
+    "triton": {"off_at": 56, "on_at": 24, "min_accept": 0.3, "accept_slope": 0.05},
+    "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.15, "accept_slope": 0.0042},
 }
 
 

@@ -55,6 +55,49 @@ def test_low_accept_switches_off_then_probes() -> None:
     assert p.accept_mean() is None, "a resume starts a fresh acceptance window"
 
 
+def floor_policy(**changes: float) -> SpecPolicy:
+    """Floor 0.3 + 0.05 per request, a 4-verify window, never off for load."""
+    base = {"min_accept": 0.3, "accept_slope": 0.05, "accept_window": 4, "probe_after": 1000, "dwell": 0,
+            "off_at": 200, "on_at": 100}
+    return SpecPolicy(PolicySettings(**{**base, **changes}))
+
+
+def test_the_floor_rises_with_the_batch() -> None:
+    small, large = floor_policy(), floor_policy()
+    assert run(small, [8] * 40, accept=1.0) == [3] * 40, "floor at 8 requests: 0.7, below 1.0"
+    assert run(large, [32] * 4, accept=1.0) == [3] * 4
+    assert large.decide(32) == 0, "floor at 32 requests: 1.9, above 1.0"
+    assert large.state()["reason"] == "low_accept"
+    assert [(s.reason, s.batch_size) for s in large.recent_switches()] == [("low_accept", 32)]
+
+
+def test_without_a_slope_the_floor_is_min_accept_at_every_batch() -> None:
+    p = floor_policy(accept_slope=0.0, min_accept=1.2)
+    run(p, [1] * 4, accept=1.0)
+    assert p.decide(1) == 0 and p.state()["reason"] == "low_accept"
+    assert run(p, [1] * 50) == [0] * 50, "no quiet return without a slope: only the probe"
+
+
+def test_quiet_return_once_the_batch_is_small_enough_for_the_acceptance() -> None:
+    p = floor_policy()
+    run(p, [32] * 4, accept=1.0)
+    assert p.decide(32) == 0  # off with a mean of 1.0: back when the floor is <= 0.8, i.e. 10 requests
+    assert run(p, [200, 20, 11]) == [0, 0, 0], "still too many requests for 1.0 accepted with 20 % to spare"
+    assert p.decide(9) == 3
+    assert p.state()["reason"] == "quiet"
+    assert p.accept_mean() is None, "a resume starts a fresh acceptance window"
+    assert [s.reason for s in p.recent_switches()] == ["low_accept", "quiet"]
+
+
+def test_quiet_return_waits_for_dwell_and_stays_below_off_at() -> None:
+    p = floor_policy(dwell=6, off_at=8, on_at=4, min_accept=0.0, accept_slope=0.5)
+    run(p, [6] * 5, accept=2.0)  # floor 3.0 at 6 requests: off at step 5, mean 2.0
+    assert p.state()["reason"] == "low_accept" and p.recent_switches()[0].step == 5
+    assert run(p, [1] * 5) == [0] * 5, "dwell: six steps from the switch, though 1 request clears the floor"
+    assert p.decide(8) == 0, "at off_at or above nothing turns it on"
+    assert p.decide(1) == 3 and p.state()["reason"] == "quiet"
+
+
 def test_forced_modes_win_and_auto_resumes() -> None:
     p = SpecPolicy(PolicySettings(dwell=100))
     p.apply({"mode": "off"})
@@ -76,11 +119,14 @@ def test_settings_are_all_or_nothing_and_name_the_field() -> None:
         p.apply({"off_at": 48, "bogus": 1})
     assert p.settings == before
     assert p.apply({"off_at": "48", "on_at": 16, "min_accept": "0.8"}).off_at == 48
+    assert p.apply({"accept_slope": "0.05"}).accept_slope == 0.05
 
 
 @pytest.mark.parametrize("changes", [
     {"steps": 0}, {"off_at": 0}, {"on_at": -1}, {"min_accept": float("nan")}, {"min_accept": 9},
     {"dwell": True}, {"mode": "sometimes"}, {"accept_window": 1.5}, {"off_at": "ten"},
+    {"accept_slope": -0.01}, {"accept_slope": 1.5}, {"accept_slope": float("inf")}, {"accept_slope": "steep"},
+    {"accept_slope": True},
 ])
 def test_bad_values_are_refused(changes: dict) -> None:
     with pytest.raises(SettingsError):
@@ -88,18 +134,20 @@ def test_bad_values_are_refused(changes: dict) -> None:
 
 
 def test_wire_round_trip() -> None:
-    s = PolicySettings().with_changes({"mode": "off", "off_at": 48, "on_at": 16})
-    wire = s.to_wire(["mode", "off_at", "on_at"])
-    assert wire == {"specctl_mode": 2, "specctl_off_at": 48, "specctl_on_at": 16}
+    s = PolicySettings().with_changes({"mode": "off", "off_at": 48, "on_at": 16, "accept_slope": 0.05})
+    wire = s.to_wire(["mode", "off_at", "on_at", "accept_slope"])
+    assert wire == {"specctl_mode": 2, "specctl_off_at": 48, "specctl_on_at": 16, "specctl_accept_slope": 0.05}
     assert settings_from_wire(PolicySettings(), wire) == s
+    assert settings_from_wire(PolicySettings(), s.to_wire()) == s
 
 
 settings_st = st.builds(
-    lambda off_at, gap, dwell, min_accept, window, probe: PolicySettings(
-        off_at=off_at, on_at=max(0, off_at - gap), dwell=dwell, min_accept=min_accept,
+    lambda off_at, gap, dwell, min_accept, slope, window, probe: PolicySettings(
+        off_at=off_at, on_at=max(0, off_at - gap), dwell=dwell, min_accept=min_accept, accept_slope=slope,
         accept_window=window, probe_after=probe),
     off_at=st.integers(1, 300), gap=st.integers(1, 300), dwell=st.integers(0, 20),
-    min_accept=st.sampled_from([0.0, 0.5, 1.5]), window=st.integers(1, 16), probe=st.integers(1, 50))
+    min_accept=st.sampled_from([0.0, 0.15, 0.5, 1.5]), slope=st.sampled_from([0.0, 0.0042, 0.05, 0.3]),
+    window=st.integers(1, 16), probe=st.integers(1, 50))
 inputs_st = st.lists(st.tuples(st.integers(0, 320), st.floats(0, 3)), max_size=300)
 
 
@@ -128,9 +176,9 @@ def test_auto_switches_respect_dwell_and_have_reasons(s: PolicySettings, inputs:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.sampled_from(["on", "off"]), inputs_st)
-def test_forced_mode_is_never_overridden(mode: str, inputs: list[tuple[int, float]]) -> None:
-    p = SpecPolicy(PolicySettings(min_accept=1.0, accept_window=2, probe_after=1, dwell=0))
+@given(st.sampled_from(["on", "off"]), st.sampled_from([0.0, 0.05, 0.3]), inputs_st)
+def test_forced_mode_is_never_overridden(mode: str, slope: float, inputs: list[tuple[int, float]]) -> None:
+    p = SpecPolicy(PolicySettings(min_accept=1.0, accept_slope=slope, accept_window=2, probe_after=1, dwell=0))
     p.apply({"mode": mode})
     for bs, acc in inputs:
         steps = p.decide(bs)
