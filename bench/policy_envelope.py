@@ -25,7 +25,7 @@ from typing import Any
 from specctl.runtime.policy import SettingsError
 from specctl.runtime.sim.offline import PointResult, Server, run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
-from specctl.runtime.thresholds import for_backend
+from specctl.runtime.thresholds import for_backend, unset_groups
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GOAL = 0.95
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen_settings = dict(settings)
         if not ns.no_backend_thresholds:
             backend = for_backend(preset.attention_backend) or {}
-            chosen_settings = {**{k: v for k, v in backend.items() if k not in settings}, **settings}
+            chosen_settings = {**unset_groups(backend, settings), **settings}  # as the supervisor does
         try:
             preset.default_settings().with_changes(chosen_settings)
         except SettingsError as exc:

@@ -281,8 +281,9 @@ class ReplayLink(Link):
     async def _sleep(self, delay: float | None) -> bool:
         """Wait ``delay`` seconds (forever if None); True if a control woke us first."""
         self._wake.clear()
-        try:
-            await asyncio.wait_for(self._wake.wait(), delay)
-        except asyncio.TimeoutError:
+        try:  # asyncio.timeout: on 3.11 wait_for can swallow a cancel that meets the wake-up
+            async with asyncio.timeout(delay):
+                await self._wake.wait()
+        except TimeoutError:
             return False
         return True

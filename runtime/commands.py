@@ -16,7 +16,7 @@ from . import records
 from .errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from .policy import MODES, PolicySettings, SettingsError
 from .sglang_client import ServerUnreachable
-from .thresholds import attention_backend, for_backend
+from .thresholds import attention_backend, for_backend, unset_groups
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -121,11 +121,11 @@ class CommandHandler:
     async def adopt_backend_thresholds(self, info: dict[str, Any] | None) -> bool:
         """Once per server start: thresholds measured for its attention backend.
 
-        Only for a server specctl launched, and only for the settings the operator
-        did not choose (runtime/thresholds.py says why one set does not fit all).
+        Only for a server specctl launched, and only for the groups of settings the
+        operator left alone (runtime/thresholds.py says why one set does not fit all).
         """
         backend = attention_backend(info)
-        pair = {k: v for k, v in (for_backend(backend) or {}).items() if k not in self.desired}
+        pair = unset_groups(for_backend(backend) or {}, self.desired)
         client = self.sup._client
         if not pair or client is None:
             return False

@@ -136,9 +136,10 @@ class _LineReader:
     async def _fill(self) -> None:
         pending = bool(self._buf) or self._discarding
         timeout = self._line_timeout if pending else self._idle_timeout
-        try:
-            data = await asyncio.wait_for(self._reader.read(_READ_CHUNK), timeout)
-        except asyncio.TimeoutError:
+        try:  # asyncio.timeout: on 3.11 wait_for can swallow a cancel (stop()) that meets a read
+            async with asyncio.timeout(timeout):
+                data = await self._reader.read(_READ_CHUNK)
+        except TimeoutError:
             if pending:
                 raise _LineStalled from None
             data = b""

@@ -50,6 +50,7 @@ class Supervisor:
         self._wake = asyncio.Event()
         self._busy = asyncio.Lock()  # a poll and a server action never interleave
         self._polled = asyncio.Event()
+        self._polls_started = self._polls_done = 0
         self._attempt = 0
         self._restart_at: float | None = None
         self._last_seq: int | None = None
@@ -183,24 +184,38 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         while True:
             began = loop.time()
+            self._polls_started += 1
             try:
                 async with self._busy:
                     await self._tick()
             except Exception:  # a bug in one poll must not end supervision
                 log.exception("poll failed")
+            self._polls_done = self._polls_started
             polled, self._polled = self._polled, asyncio.Event()
             polled.set()
             wait = max(0.0, self.config.interval - (loop.time() - began))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancel that lands
+            # as the wake-up completes, and stop() would then wait for this task forever
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def poll_now(self, timeout: float = 5.0) -> None:
-        """Ask for a sample now and wait until it is published."""
-        polled = self._polled
+        """Ask for a sample now and wait until one that *began* after this call is published.
+
+        A poll already in flight may have read the server before a change that
+        the caller just made, so it does not count.
+        """
+        wanted = self._polls_started + 1
         self._wake.set()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(polled.wait(), timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._polls_done < wanted and (left := deadline - loop.time()) > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._polled.wait()
+            self._wake.set()  # the in-flight poll cleared the wake-up meant for the next one
 
     async def _tick(self) -> None:
         await self._watch_process()

@@ -27,9 +27,7 @@ from typing import Any
 # probe_after steps off where drafting pays (bench/policy_envelope.py
 # --accept-lens found the misses there with the floor on the curve).
 # Triton's floor passes 3 accepted drafts (all of steps) at 54 requests, so off_at 56 loses nothing
-# and spares the window a probe costs. on_at stays 24: the supervisor applies
-# each setting the operator left unset, and an operator's off_at above 24 must
-# still form a valid pair with it.
+# and spares the window a probe costs.
 # off_at above any max-running-requests means "never off for load": with FA3
 # static EAGLE-3 was ahead at every measured concurrency, and only the floor
 # turns it off.
@@ -38,6 +36,20 @@ BY_BACKEND: dict[str, dict[str, float]] = {
     "triton": {"off_at": 56, "on_at": 24, "min_accept": 0.3, "accept_slope": 0.05},
     "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.15, "accept_slope": 0.0042},
 }
+
+
+# Settings that only make sense together: an operator who sets one of a group
+# keeps the policy's value for the others rather than a mix of two designs.
+GROUPS: tuple[tuple[str, ...], ...] = (("off_at", "on_at"), ("min_accept", "accept_slope"))
+
+
+def unset_groups(measured: dict[str, float], chosen: dict[str, Any]) -> dict[str, float]:
+    """The measured settings whose whole group the operator left alone."""
+    keep: dict[str, float] = {}
+    for group in GROUPS:
+        if not any(key in chosen for key in group):
+            keep.update({key: measured[key] for key in group if key in measured})
+    return keep
 
 
 def attention_backend(info: dict[str, Any] | None) -> str | None:

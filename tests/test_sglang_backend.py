@@ -121,6 +121,7 @@ async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatc
                                "settings read back")
         assert settings["off_at"] == BY_BACKEND["fa3"]["off_at"]
         assert settings["min_accept"] == BY_BACKEND["fa3"]["min_accept"]
+        assert settings["accept_slope"] == BY_BACKEND["fa3"]["accept_slope"]
     finally:
         await sup.stop()
 
@@ -132,7 +133,8 @@ async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
     await sup.start()
     try:
         [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the backend")
-        assert adopted["changes"] == {"min_accept": BY_BACKEND["fa3"]["min_accept"]}
+        fa3 = BY_BACKEND["fa3"]
+        assert adopted["changes"] == {"min_accept": fa3["min_accept"], "accept_slope": fa3["accept_slope"]}
         await sup.poll_now()
         settings = sup.latest_sample["spec"]["settings"]
         assert (settings["off_at"], settings["on_at"]) == (48, 40)
