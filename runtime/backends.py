@@ -78,14 +78,24 @@ class ProcessBackend:
         self._progress: dict[str, Any] | None = None
 
     async def start(self) -> None:
+        spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, env=self.env, start_new_session=True,
+            preexec_fn=_die_with_parent))
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, env=self.env, start_new_session=True,
-                preexec_fn=_die_with_parent, limit=1 << 20)
+            proc = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # stop() came while the process was being created: finish creating it,
+            # so that the stop which follows reaches it instead of leaving an orphan
+            self._adopt(await spawn)
+            raise
         except OSError as exc:
             raise BackendError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from exc
-        self._reader = asyncio.create_task(self._read_output(self._proc))
+        self._adopt(proc)
+
+    def _adopt(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+        self._reader = asyncio.create_task(self._read_output(proc))
 
     async def _read_output(self, proc: asyncio.subprocess.Process) -> None:
         """Split output on newlines *and* carriage returns, so tqdm bars show as they grow."""
