@@ -89,8 +89,10 @@ class Supervisor:
                 with contextlib.suppress(Exception):
                     await closer.aclose()
         self._client = self._gpus = None
+        if self._journal is None and not self.hub.subscribers:
+            return  # nobody to tell (or stopped already)
+        self.emit(records.event("supervisor_stop"))
         if self._journal is not None:
-            self.emit(records.event("supervisor_stop"))
             self._journal.close()
             self._journal = None
         self.hub.close()
