@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..runtime import config_file, paths, records
+from ..runtime import config, config_file, paths, records
 from ..runtime.control_client import ControlError, NoSupervisor, ProtocolError, call
 from .cli import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
@@ -85,16 +85,11 @@ def _mode_line(settings: dict[str, Any]) -> str:
 
 def parse_pairs(pairs: list[str]) -> dict[str, Any]:
     """``["off_at=64", "mode=off"]`` -> ``{"off_at": 64, "mode": "off"}``; numbers become numbers."""
-    changes: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value or any(c.isspace() for c in key):
-            raise UsageError(f"expected KEY=VALUE, got {pair!r} (e.g. specctl set off_at=64 on_at=32)")
-        if key in changes:
-            raise UsageError(f"{key} is given twice")
-        changes[key] = _number_or_text(value)
-    return changes
+    try:
+        changes = config.parse_pairs(pairs)
+    except config.ConfigError as e:
+        raise UsageError(f"{e} (e.g. specctl set off_at=64 on_at=32)") from None
+    return {key: _number_or_text(value) for key, value in changes.items()}
 
 
 def _number_or_text(value: str) -> int | float | str:

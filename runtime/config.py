@@ -91,7 +91,10 @@ def parse_pairs(pairs: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key.strip() or not value.strip():
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value or any(c.isspace() for c in key):
             raise ConfigError(f"expected KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value.strip()
+        if key in out:
+            raise ConfigError(f"{key} is given twice")
+        out[key] = value
     return out

@@ -21,6 +21,7 @@ passes silently.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,8 +87,6 @@ def _supervisor(path: Path, table: Any) -> dict[str, Any]:
 
 def socket_path() -> Path:
     """The control socket: ``$SPECCTL_SOCKET``, else the config's, else the runtime dir's."""
-    import os
-
     if os.environ.get("SPECCTL_SOCKET"):
         return paths.socket_path()
     configured = load().supervisor.get("socket")
