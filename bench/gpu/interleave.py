@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Closed-loop load that never stops, with the server's mode switched between windows.
+
+Why: single 8 s windows, each after its own ramp-up, scattered by +-8 % on
+the GPU (docs/gpu-results.md, first sweep), more than the 5 % the off state
+is held to. Here the load keeps running across windows and concurrencies
+rise in place (new clients join the running ones), so every window measures a
+desynchronised steady state; the modes of one concurrency take turns
+(on, off, auto, on, off, auto, ...), so a slow drift of the machine lands on
+every mode alike instead of on whichever ran last.
+
+    interleave.py --url URL --concs 1 4 16 --modes on off auto --rounds 2 \
+        --switch "specctl {verb} --socket /tmp/s.sock" --label specctl-triton --csv out.csv
+
+--modes '-' measures without switching (a server without specctl). The
+switch command gets {mode} (on/off/auto) and {verb} (force-on/force-off/auto,
+the specctl CLI verb). Per window: output tok/s from SGLang's decode-token
+counter (sglang:realtime_tokens_total{mode="decode"}), and the means of the
+running-requests, accept-length and spec-steps gauges sampled every 0.5 s.
+TPOT is Little's law over the window, running requests / tok/s: the time per
+output token a request saw on average, prefill included.
+
+Needs the standard library plus aiohttp or httpx (bench_spec.py's client).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_spec import Http, scrape  # noqa: E402
+
+DECODE = "sglang:realtime_tokens_total:decode"
+# Each gauge under SGLang's name, then the name the simulator (or the specctl plugin) uses.
+GAUGES = {"running": ("sglang:num_running_reqs",), "accept": ("sglang:spec_accept_length",),
+          "steps": ("sglang:spec_num_steps", "specctl:spec_steps")}
+VERBS = {"on": "force-on", "off": "force-off", "auto": "auto"}
+FIELDS = ["label", "concurrency", "mode", "round", "window_s", "tok_s", "tpot_ms", "running",
+          "accept_len", "steps", "reqs_done", "errors", "switch_rc", "t_unix"]
+
+
+class Load:
+    """c closed-loop clients over one session; more join when c rises."""
+
+    def __init__(self, http: Http, args: argparse.Namespace) -> None:
+        self.http, self.args = http, args
+        self.rng = random.Random(args.seed)
+        self.tasks: list[asyncio.Task[None]] = []
+        self.stop = asyncio.Event()
+        self.done: list[float] = []  # finish times of requests that completed
+        self.errors = 0
+        self.last_error = ""
+
+    def grow_to(self, c: int) -> None:
+        while len(self.tasks) < c:
+            self.tasks.append(asyncio.create_task(self._client()))
+
+    def _payload(self) -> dict[str, Any]:
+        a, j = self.args, self.args.len_jitter
+        ilen = max(1, round(a.input_len * self.rng.uniform(1 - j, 1 + j)))
+        olen = max(1, round(a.output_len * self.rng.uniform(1 - j, 1 + j)))
+        return {"input_ids": [self.rng.randrange(10, a.vocab) for _ in range(ilen)],
+                "sampling_params": {"max_new_tokens": olen, "temperature": 0.0, "ignore_eos": True},
+                "stream": False}
+
+    async def _client(self) -> None:
+        while not self.stop.is_set():
+            try:
+                status, body = await self.http.post_json("/generate", self._payload())
+            except Exception as exc:  # connection reset by the final abort, etc.
+                if not self.stop.is_set():
+                    self._error(repr(exc))
+                    await asyncio.sleep(0.5)
+                continue
+            if status != 200:
+                if not self.stop.is_set():
+                    self._error(f"HTTP {status}: {body[:200]!r}")
+                    await asyncio.sleep(0.5)
+                continue
+            self.done.append(time.perf_counter())
+
+    def _error(self, text: str) -> None:
+        self.errors += 1
+        self.last_error = text[:200]
+
+    async def close(self) -> None:
+        self.stop.set()
+        try:
+            await self.http.post_json("/abort_request", {"abort_all": True})
+        except Exception:
+            pass
+        _, pending = await asyncio.wait(self.tasks, timeout=30) if self.tasks else (set(), set())
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def switch(template: str, mode: str, timeout: float) -> int:
+    """Run the switch command for ``mode``; its exit status (124 on timeout)."""
+    cmd = template.format(mode=mode, verb=VERBS[mode])
+    proc = await asyncio.create_subprocess_shell(cmd, stdout=asyncio.subprocess.PIPE,
+                                                 stderr=asyncio.subprocess.STDOUT)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        print(f"[interleave] switch to {mode} timed out: {cmd}", flush=True)
+        return 124
+    if proc.returncode:
+        print(f"[interleave] switch to {mode} failed ({proc.returncode}): {out.decode()[:300]}", flush=True)
+    return proc.returncode or 0
+
+
+async def window(http: Http, load: Load, seconds: float) -> dict[str, Any]:
+    """Measure one window: decode tok/s from the counter, gauge means from 0.5 s samples."""
+    m0, t0 = await scrape(http), time.perf_counter()
+    errors0 = load.errors
+    samples: list[dict[str, float]] = []
+    end = t0 + seconds
+    while (now := time.perf_counter()) < end:
+        await asyncio.sleep(min(0.5, end - now))
+        m = await scrape(http)
+        if m is not None:
+            samples.append(m)
+    m1, t1 = await scrape(http), time.perf_counter()
+    row: dict[str, Any] = {"window_s": round(t1 - t0, 2), "errors": load.errors - errors0,
+                           "reqs_done": sum(1 for t in load.done if t0 <= t <= t1)}
+    if m0 and m1 and DECODE in m1:
+        row["tok_s"] = round((m1[DECODE] - m0.get(DECODE, 0.0)) / (t1 - t0), 1)
+    for col, names in GAUGES.items():
+        name = next((n for n in names if any(n in m for m in samples)), names[0])
+        values = [m[name] for m in samples if name in m]
+        row[col] = round(statistics.fmean(values), 3) if values else ""
+    if row.get("tok_s") and row["running"]:
+        row["tpot_ms"] = round(1000.0 * row["running"] / row["tok_s"], 2)
+    return row
+
+
+def emit(row: dict[str, Any], path: str) -> None:
+    print("[interleave] " + " ".join(f"{k}={row.get(k, '')}" for k in FIELDS[:11]), flush=True)
+    if not path:
+        return
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
+def summary(rows: list[dict[str, Any]]) -> None:
+    """Mean tok/s per (c, mode) over the rounds, with the spread between rounds."""
+    print("[interleave] summary: c mode mean_tok_s (min..max over rounds) tpot_ms steps", flush=True)
+    keys = sorted({(r["concurrency"], r["mode"]) for r in rows}, key=lambda k: (k[0], k[1]))
+    for c, mode in keys:
+        sel = [r for r in rows if (r["concurrency"], r["mode"]) == (c, mode) and r.get("tok_s")]
+        if not sel:
+            continue
+        toks = [r["tok_s"] for r in sel]
+        tpots = [r["tpot_ms"] for r in sel if r.get("tpot_ms")]
+        steps = [r["steps"] for r in sel if r.get("steps") != ""]
+        print(f"[interleave]   c={c} {mode}: {statistics.fmean(toks):.1f} ({min(toks):.1f}..{max(toks):.1f}) "
+              f"tpot {statistics.fmean(tpots) if tpots else float('nan'):.2f} "
+              f"steps {statistics.fmean(steps) if steps else float('nan'):.2f}", flush=True)
+
+
+async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    modes = [] if args.modes == ["-"] else args.modes
+    deadline = time.perf_counter() + args.budget_s
+    async with Http(args.url, max(args.concs) + 8) as http:
+        load = Load(http, args)
+        try:
+            for c in args.concs:
+                need = args.warmup + args.rounds * max(1, len(modes)) * (args.window + args.settle + 0.5)
+                if time.perf_counter() + need > deadline:
+                    print(f"[interleave] skip c={c} and above: budget", flush=True)
+                    break
+                load.grow_to(c)
+                await asyncio.sleep(args.warmup)
+                for rnd in range(args.rounds):
+                    for mode in modes or ["-"]:
+                        rc = await switch(args.switch, mode, 30.0) if mode != "-" else ""
+                        await asyncio.sleep(args.settle if mode != "-" else 0.0)
+                        row = await window(http, load, args.window)
+                        row.update(label=args.label, concurrency=c, mode=mode, round=rnd,
+                                   switch_rc=rc, t_unix=round(time.time(), 1))
+                        emit(row, args.csv)
+                        rows.append(row)
+        finally:
+            await load.close()
+        if load.errors:
+            print(f"[interleave] {load.errors} request errors, last: {load.last_error}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:30000")
+    p.add_argument("--concs", type=int, nargs="+", default=[1, 4, 16, 32, 64, 128, 256])
+    p.add_argument("--modes", nargs="+", default=["-"], help="on off auto, or - (no switching)")
+    p.add_argument("--switch", default="", help="shell command; {mode} and {verb} are filled in")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--window", type=float, default=5.0)
+    p.add_argument("--settle", type=float, default=1.0, help="seconds after a switch, not measured")
+    p.add_argument("--warmup", type=float, default=6.0, help="seconds after the load grows, not measured")
+    p.add_argument("--input-len", type=int, default=512)
+    p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--len-jitter", type=float, default=0.5)
+    p.add_argument("--vocab", type=int, default=128000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget-s", type=float, default=1e9, help="skip concurrencies that would not fit")
+    p.add_argument("--label", default="")
+    p.add_argument("--csv", default="")
+    args = p.parse_args(argv)
+    if args.modes != ["-"]:
+        bad = [m for m in args.modes if m not in VERBS]
+        if bad or not args.switch:
+            p.error(f"modes must be among {sorted(VERBS)} and need --switch (got {args.modes})")
+    rows = asyncio.run(run(args))
+    summary(rows)
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
