@@ -9,12 +9,18 @@ and saves the output ids. Run it against a server without speculation and
 against the specctl server in each mode, then compare.
 
     correctness.py run URL LABEL OUT.json [--mode off|on|auto] [--toggle S]
-                   [--set key=value ...] [--n 8] [--seed 1]
+                   [--then MODE --after S] [--set key=value ...] [--logprobs] [--n 8] [--seed 1]
     correctness.py compare REF.json OTHER.json ...
 
 --toggle S flips specctl between forced on and forced off every S seconds
 while the requests run ("switched mid-generation"). --set applies specctl
-settings first (e.g. an auto policy that switches often). Standard library only.
+settings first (e.g. an auto policy that switches often). --then MODE --after S
+switches once, S seconds in (the resume experiment: start off, then on).
+--logprobs asks for each output token's logprob; compare then also prints the
+largest difference from the reference where the tokens agree (greedy ids
+alone are weak evidence with random weights: their outputs are nearly
+degenerate). Each request's rid is LABEL:INDEX, so that draft traces
+(runtime/sglang_plugin/draft_trace.py) of two runs line up. Standard library only.
 """
 from __future__ import annotations
 
@@ -46,12 +52,16 @@ def prompts(n: int, seed: int) -> list[dict[str, Any]]:
 
 
 def generate(url: str, payload: dict[str, Any], out: list[Any], i: int) -> None:
-    """One blocking /generate; stores (output_ids, meta_info) or the error."""
+    """One blocking /generate; stores (output_ids, meta_info, logprobs if asked) or the error."""
     try:
         ans = ctl.http(url, "/generate", payload, timeout=300)
         ans = ans[0] if isinstance(ans, list) else ans
+        meta = ans.get("meta_info", {})
         out[i] = {"ids": ans.get("output_ids"), "meta": {
-            k: ans.get("meta_info", {}).get(k) for k in ("completion_tokens", "spec_verify_ct", "finish_reason")}}
+            k: meta.get(k) for k in ("completion_tokens", "spec_verify_ct", "finish_reason")}}
+        if payload.get("return_logprob"):
+            out[i]["logprobs"] = [e[0] if isinstance(e, (list, tuple)) else e
+                                  for e in meta.get("output_token_logprobs") or []]
     except Exception as exc:
         out[i] = {"ids": None, "error": repr(exc)[:300]}
 
@@ -68,9 +78,21 @@ def toggler(url: str, period: float, stop: threading.Event, flips: list[str]) ->
             flips.append(f"error {exc!r}"[:100])
 
 
+def switch_once(url: str, after: float, mode: str, stop: threading.Event, flips: list[str]) -> None:
+    """Switch to ``mode`` once, ``after`` seconds in (unless the requests finished first)."""
+    if stop.wait(after):
+        return
+    try:
+        ctl.set_server_args(url, {"specctl_mode": ctl.MODE_CODES[mode]})
+        flips.append(mode)
+    except Exception as exc:
+        flips.append(f"error {exc!r}"[:100])
+
+
 def run(args: argparse.Namespace) -> int:
     url = args.url
-    record: dict[str, Any] = {"label": args.label, "mode": args.mode, "toggle": args.toggle, "set": args.set}
+    record: dict[str, Any] = {"label": args.label, "mode": args.mode, "toggle": args.toggle, "set": args.set,
+                              "then": args.then, "after": args.after}
     if args.set:
         ctl_args = ["set", *args.set]
         record["set_answer"] = _ctl(url, ctl_args)
@@ -78,10 +100,18 @@ def run(args: argparse.Namespace) -> int:
         record["mode_answer"] = _ctl(url, ["mode", args.mode])
     record["state_before"] = _safe(lambda: ctl.specctl_state(url))
     reqs = prompts(args.n, args.seed)
+    for i, req in enumerate(reqs):
+        req["rid"] = f"{args.label}:{i}"
+        if args.logprobs:
+            req["return_logprob"] = True
     outs: list[Any] = [None] * len(reqs)
     threads = [threading.Thread(target=generate, args=(url, r, outs, i)) for i, r in enumerate(reqs)]
     stop, flips = threading.Event(), []
-    flip_thread = threading.Thread(target=toggler, args=(url, args.toggle, stop, flips)) if args.toggle else None
+    flip_thread = None
+    if args.toggle:
+        flip_thread = threading.Thread(target=toggler, args=(url, args.toggle, stop, flips))
+    elif args.then:
+        flip_thread = threading.Thread(target=switch_once, args=(url, args.after, args.then, stop, flips))
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -138,8 +168,22 @@ def compare(paths: list[str]) -> int:
         sw = sw.get("switches") if isinstance(sw, dict) else None
         print(f"[compare] {other['label']} vs {ref['label']}: {same}/{len(ref_ids)} identical"
               f"{'; first differences ' + ', '.join(first) if first else ''}"
-              f" (flips sent {other.get('flips')}, specctl switches {sw})")
+              f" (flips sent {other.get('flips')}, specctl switches {sw}){logprob_diff(ref, other)}")
     return 0 if worst == 0 else 1
+
+
+def logprob_diff(ref: dict[str, Any], other: dict[str, Any]) -> str:
+    """'; logprobs max |d| X mean |d| Y over N tokens' where both runs have them and the ids agree."""
+    diffs: list[float] = []
+    for a, b in zip(ref["outputs"], other["outputs"]):
+        if not (a and b and a.get("logprobs") and b.get("logprobs")):
+            continue
+        for x, y, ia, ib in zip(a["logprobs"], b["logprobs"], a.get("ids") or [], b.get("ids") or []):
+            if ia == ib and x is not None and y is not None:
+                diffs.append(abs(float(x) - float(y)))
+    if not diffs:
+        return ""
+    return f"; logprobs max |d| {max(diffs):.4g} mean |d| {sum(diffs) / len(diffs):.3g} over {len(diffs)} tokens"
 
 
 def main(argv: list[str]) -> int:
@@ -152,6 +196,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("out")
     p.add_argument("--mode", choices=["on", "off", "auto"])
     p.add_argument("--toggle", type=float, default=0.0)
+    p.add_argument("--then", choices=["on", "off", "auto"], help="switch to this mode once, --after seconds in")
+    p.add_argument("--after", type=float, default=1.0)
+    p.add_argument("--logprobs", action="store_true")
     p.add_argument("--set", nargs="*", default=[])
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--seed", type=int, default=1)

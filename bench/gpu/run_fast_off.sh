@@ -13,10 +13,23 @@
 #   offcheck       like proof but only forced off + KV check (cheap correctness for a 2nd backend)
 #   sweep          specctl server with simulated acceptance: per concurrency, forced on,
 #                  forced off and auto, switched through /set_internal_state (one server)
+#   nospec2        server without speculation: greedy + logprob reference, then interleave.py over
+#                  CONCS2 (ROUNDS windows of WINDOW s per concurrency, one unbroken load)
+#   sweep2         specctl's own supervisor launches the specctl server (`specctl run --headless
+#                  --model ...`, so the per-backend thresholds apply), simulated acceptance;
+#                  interleave.py switches forced on / forced off / auto through the specctl CLI
+#   adaptive       SGLang's own --speculative-adaptive (default config, started at steps 7),
+#                  no plugin; interleave.py, one window per concurrency
+#   resume         specctl server, acceptance NOT simulated, draft proposals traced
+#                  (SPECCTL_TRACE_DRAFTS): greedy + logprob runs (off, on, toggled, auto), KV
+#                  check, then always-on vs off-then-on with the draft cold (warm_below=0) and
+#                  warm (warm_below=100000) for bench/gpu/resume.py, then the off state's
+#                  throughput with the draft cold vs warm (interleave.py over RESUME_CONCS)
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) CONCS WARMUP DURATION ACC_LEN BUDGET_S OUT TAG MEM_FRAC
-#   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) WARM (SPECCTL_FAST_OFF_WARM)
+#   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) CONCS2 ROUNDS WINDOW IL_WARMUP
+#   RESUME_CONCS
 set -uo pipefail
 T0=$(date +%s)
 REPO=$(pwd)
@@ -39,7 +52,13 @@ ACC_LEN=${ACC_LEN:-2.8}
 MEM_FRAC=${MEM_FRAC:-0.85}
 BUDGET_S=${BUDGET_S:-570}
 FAST_OFF=${FAST_OFF:-1}
-WARM=${WARM:-0}
+CONCS2=${CONCS2:-"1 4 16 32 64 128 256"}
+ROUNDS=${ROUNDS:-2}
+WINDOW=${WINDOW:-4}
+IL_WARMUP=${IL_WARMUP:-6}
+RESUME_CONCS=${RESUME_CONCS:-"16 64 256"}
+CSV2=$OUT/interleave-$TAG.csv
+XENV=()                         # extra environment for the next start_server
 STEPS=3
 CSV=$OUT/sweep-$TAG.csv
 export TRITON_CACHE_DIR=/root/jitcache/triton TVM_FFI_CACHE_DIR=/root/jitcache/tvm-ffi
@@ -157,14 +176,20 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   if [ "$kind" = nospec ]; then
     args=(python3 -m sglang.launch_server --model-path "$MODELS/llama3-8b-shape" --attention-backend "$ATTN"
           --host 127.0.0.1 --port "$PORT" --enable-metrics)
+  elif [ "$kind" = adaptive ]; then
+    args=(python3 -m sglang.launch_server --model-path "$MODELS/llama3-8b-shape" --attention-backend "$ATTN"
+          --host 127.0.0.1 --port "$PORT" --enable-metrics --speculative-algorithm EAGLE3
+          --speculative-draft-model-path "$MODELS/eagle3-llama3-8b-shape" --speculative-draft-load-format dummy
+          --speculative-eagle-topk 1 --speculative-adaptive --speculative-num-steps 7)
   else
     while IFS= read -r line; do
       case $line in ENV\ *) envs+=("${line#ENV }") ;; *) args+=("$line") ;; esac
     done < <(specctl_cmd)
     args+=(--speculative-draft-load-format dummy)
-    envs+=("SPECCTL_FAST_OFF=$FAST_OFF" "SPECCTL_FAST_OFF_WARM=$WARM")
+    envs+=("SPECCTL_FAST_OFF=$FAST_OFF")
   fi
   [ "$sim" = 1 ] && envs+=("SGLANG_SIMULATE_ACC_LEN=$ACC_LEN" "SGLANG_SIMULATE_ACC_METHOD=match-expected")
+  envs+=("${XENV[@]}")
   log "starting $name: ${envs[*]} ${args[*]} ${COMMON[*]}"
   env -u SGLANG_SIMULATE_ACC_LEN "${envs[@]}" setsid "${args[@]}" "${COMMON[@]}" > "$slog" 2>&1 &
   SPID=$!
@@ -206,6 +231,112 @@ bench_point() {  # bench_point LABEL C
   if [ "$(left)" -lt "$need" ]; then log "skip $1 c=$2: $(left)s left"; return 0; fi
   python3 "$HERE/bench_spec.py" --url "$URL" --concurrency "$2" --warmup "$WARMUP" --duration "$DURATION" \
     --input-len 512 --output-len 256 --label "$1" --csv "$CSV" || log "bench $1 c=$2 failed"
+}
+
+
+# ------------------------------------------------------------ interleaved sweeps (second GPU session)
+interleave() {  # interleave LABEL ROUNDS "CONCS" "MODES" [SWITCH-COMMAND]
+  local budget=$(( $(left) - 25 ))
+  [ "$budget" -gt 20 ] || { log "skip $1: $(left)s left"; return 0; }
+  python3 "$HERE/interleave.py" --url "$URL" --label "$1" --rounds "$2" --concs $3 --modes $4 \
+    --switch "${5:-}" --window "$WINDOW" --warmup "$IL_WARMUP" --settle 1 --budget-s "$budget" --csv "$CSV2" \
+    || log "interleave $1 failed"
+}
+
+phase_nospec2() {
+  start_server nospec nospec 0 || return 1
+  server_facts nospec
+  python3 "$HERE/correctness.py" run "$URL" "nospec-$ATTN" "$WORK/corr-nospec.json" --logprobs
+  interleave "nospec-$ATTN" "$ROUNDS" "$CONCS2" -
+  server_facts nospec
+  stop_server
+}
+
+phase_adaptive() {
+  start_server adaptive adaptive 1 || return 1
+  server_facts adaptive
+  interleave "adaptive-$ATTN" 1 "$CONCS2" -
+  server_facts adaptive
+  stop_server
+}
+
+journal_log() {  # journal_log JOURNAL OUT: the server's own log lines the supervisor journalled
+  python3 - "$1" > "$2" <<'PYEOF'
+import json, sys
+for line in open(sys.argv[1], encoding="utf-8"):
+    rec = json.loads(line)
+    if rec.get("event") == "server_log":
+        print("\n".join(rec.get("lines") or []))
+    elif rec.get("kind") == "event" or "event" in rec:
+        print("[journal]", json.dumps(rec)[:400])
+PYEOF
+}
+
+phase_sweep2() {  # the specctl server as an operator runs it: launched and steered by specctl itself
+  local sock=/tmp/specctl-$TAG.sock journal=$WORK/journal-sweep2-$TAG.jsonl
+  write_models
+  rm -f "$sock"
+  log "starting sweep2 through specctl run --headless (ATTN=$ATTN, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN)"
+  SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
+    setsid "$SITE/bin/specctl" run --headless --model "$MODELS/llama3-8b-shape" \
+      --draft "$MODELS/eagle3-llama3-8b-shape" --port "$PORT" --socket "$sock" --log "$journal" --interval 0.5 \
+      -- --attention-backend "$ATTN" --speculative-draft-load-format dummy "${COMMON[@]}" \
+      > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
+  SPID=$!
+  local ts; ts=$(date +%s)
+  until python3 -c "import urllib.request as u; u.urlopen('$URL/health_generate', timeout=20).read()" 2>/dev/null; do
+    if ! kill -0 "$SPID" 2>/dev/null || [ $(( $(date +%s) - ts )) -gt 400 ] || [ "$(left)" -lt 60 ]; then
+      log "sweep2 did NOT come up"; tail -n 40 "$WORK/supervisor-sweep2-$TAG.log"
+      journal_log "$journal" "$WORK/server-sweep2.log"; grep -v "Capturing batches" "$WORK/server-sweep2.log" | tail -n 60
+      stop_server; return 1
+    fi
+    sleep 3
+  done
+  log "sweep2 up after $(( $(date +%s) - ts ))s"
+  sleep 3   # the supervisor applies the backend's thresholds when it sees the server ready
+  PATH=$SITE/bin:$PATH specctl status --socket "$sock" | head -n 12
+  grep -h "backend_thresholds" "$WORK/supervisor-sweep2-$TAG.log" | tail -n 2
+  python3 "$HERE/ctl.py" "$URL" state | cut -c1-400
+  interleave "specctl-$ATTN" "$ROUNDS" "$CONCS2" "on off auto" "$SITE/bin/specctl {verb} --socket $sock"
+  PATH=$SITE/bin:$PATH specctl auto --socket "$sock" >/dev/null
+  journal_log "$journal" "$WORK/server-sweep2.log"
+  server_facts sweep2
+  stop_server
+  log "journal: $(wc -l < "$journal") lines; supervisor log tail:"; tail -n 3 "$WORK/supervisor-sweep2-$TAG.log"
+}
+
+phase_resume() {
+  XENV=("SPECCTL_TRACE_DRAFTS=$WORK/drafts.jsonl")
+  start_server resume specctl 0 || { XENV=(); return 1; }
+  XENV=()
+  local P=$WORK/resume-$TAG.txt
+  { echo "== KV used before"; python3 "$HERE/ctl.py" "$URL" used; } > "$P" 2>&1
+  corr "lp-off-$ATTN" --mode off --logprobs
+  corr "lp-on-$ATTN" --mode on --logprobs
+  corr "toggle2-$ATTN" --toggle 0.03
+  corr "autoflip2-$ATTN" --set min_accept=0.5 accept_slope=0 accept_window=2 probe_after=4 dwell=1 --mode auto
+  python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_window=64 probe_after=256 dwell=8 >/dev/null
+  python3 "$HERE/ctl.py" "$URL" set warm_below=0 | cut -c1-200
+  corr "alwayson-$ATTN" --mode on
+  corr "cold-$ATTN" --mode off --then on --after 0.4
+  python3 "$HERE/ctl.py" "$URL" set warm_below=100000 | cut -c1-200
+  corr "warm-$ATTN" --mode off --then on --after 0.4
+  corr "warmoff-$ATTN" --mode off
+  python3 "$HERE/ctl.py" "$URL" set warm_below=0 >/dev/null
+  { echo "== KV used after"; python3 "$HERE/ctl.py" "$URL" used; echo "== state"; python3 "$HERE/ctl.py" "$URL" state; } >> "$P" 2>&1
+  cat "$P" | cut -c1-300
+  python3 "$HERE/resume.py" "alwayson-$ATTN" "$WORK"/drafts.jsonl.* --labels "lp-on-$ATTN" "cold-$ATTN" "warm-$ATTN" \
+    | tee "$WORK/resume-table-$TAG.txt"
+  # the off state's cost with the draft kept warm vs skipped (acceptance plays no part while off)
+  cat > "$WORK/warmth.sh" <<SHEOF
+case \$1 in cold) w=0 ;; warm) w=100000 ;; esac
+python3 "$HERE/ctl.py" "$URL" set warm_below=\$w > /dev/null
+SHEOF
+  python3 "$HERE/ctl.py" "$URL" mode off > /dev/null
+  python3 "$HERE/ctl.py" "$URL" state | cut -c1-300
+  interleave "offwarmth-$ATTN" "$ROUNDS" "$RESUME_CONCS" "cold warm" "bash $WORK/warmth.sh {mode}"
+  server_facts resume
+  stop_server
 }
 
 # ------------------------------------------------------------------ phases
@@ -305,6 +436,10 @@ for ph in "$@"; do
     proof) phase_proof ;;
     offcheck) phase_offcheck ;;
     sweep) phase_sweep ;;
+    nospec2) phase_nospec2 ;;
+    sweep2) phase_sweep2 ;;
+    adaptive) phase_adaptive ;;
+    resume) phase_resume ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
     *) log "unknown phase $ph" ;;
