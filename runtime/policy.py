@@ -64,6 +64,10 @@ class PolicySettings:
     accept_window: int = 64  # verifies the acceptance mean is taken over
     probe_after: int = 4096  # steps after a low_accept switch before trying again
     dwell: int = 8  # minimum steps between two automatic switches
+    # Batch size below which the draft model keeps its KV cache warm while speculation is
+    # off (0: never). Not an input of decide(): the plugin's fast off reads it each off step.
+    # A warm draft costs a draft extend per off step (docs/fast-off.md), so keep it where cheap.
+    warm_below: int = 0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -91,7 +95,7 @@ class PolicySettings:
         return wire
 
 
-_INT_FIELDS = ("steps", "off_at", "on_at", "accept_window", "probe_after", "dwell")
+_INT_FIELDS = ("steps", "off_at", "on_at", "accept_window", "probe_after", "dwell", "warm_below")
 _FLOAT_FIELDS = ("min_accept", "accept_slope")
 
 
@@ -151,6 +155,8 @@ def _validate(s: PolicySettings) -> None:
         raise SettingsError("probe_after", f"must be between 1 and 10000000, got {s.probe_after}")
     if not 0 <= s.dwell <= 1_000_000:
         raise SettingsError("dwell", f"must be between 0 and 1000000, got {s.dwell}")
+    if not 0 <= s.warm_below <= 1_000_000:
+        raise SettingsError("warm_below", f"must be between 0 and 1000000, got {s.warm_below}")
 
 
 def settings_from_wire(current: PolicySettings, wire: Mapping[str, Any]) -> PolicySettings:

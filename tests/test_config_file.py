@@ -23,10 +23,16 @@ def test_absent_file_is_an_empty_config(tmp_path: Path) -> None:
     assert load(tmp_path / "nope.toml").policy == {}
 
 
+def test_every_policy_setting_can_be_set_in_the_file(tmp_path: Path) -> None:
+    assert load(write(tmp_path, "[policy]\noff_at = 48\nwarm_below = 16\n")).policy == {"off_at": 48,
+                                                                                      "warm_below": 16}
+
+
 @pytest.mark.parametrize("text, named", [
     ("[polcy]\noff_at = 4\n", "[polcy]"),
     ("[policy]\nof_at = 4\n", "of_at"),
     ("[policy]\noff_at = 8\non_at = 9\n", "on_at"),
+    ("[policy]\nwarm_below = -1\n", "warm_below"),
     ("[supervisor]\ninterval = 'fast'\n", "interval"),
     ("[supervisor]\nsokcet = '/x'\n", "sokcet"),
     ("[policy\n", "specctl.toml"),

@@ -108,6 +108,17 @@ def test_forced_modes_win_and_auto_resumes() -> None:
     assert p.decide(500) == 3, "dwell counts from the forced switch too"
 
 
+def test_warm_below_is_a_setting_the_policy_does_not_decide_on() -> None:
+    assert PolicySettings().warm_below == 0, "never warm unless the operator says so"
+    with pytest.raises(SettingsError) as err:
+        PolicySettings().with_changes({"warm_below": -1})
+    assert err.value.field == "warm_below" and "between 0 and 1000000" in err.value.message
+    cold, warm = SpecPolicy(), SpecPolicy(PolicySettings(warm_below=64))
+    sizes = [1, 40, 10, 100, 5, 5, 200, 0]
+    assert [cold.decide(n) for n in sizes] == [warm.decide(n) for n in sizes]
+    assert warm.state()["settings"]["warm_below"] == 64
+
+
 def test_settings_are_all_or_nothing_and_name_the_field() -> None:
     p = SpecPolicy()
     before = p.settings
@@ -126,7 +137,8 @@ def test_settings_are_all_or_nothing_and_name_the_field() -> None:
     {"steps": 0}, {"off_at": 0}, {"on_at": -1}, {"min_accept": float("nan")}, {"min_accept": 9},
     {"dwell": True}, {"mode": "sometimes"}, {"accept_window": 1.5}, {"off_at": "ten"},
     {"accept_slope": -0.01}, {"accept_slope": 1.5}, {"accept_slope": float("inf")}, {"accept_slope": "steep"},
-    {"accept_slope": True},
+    {"accept_slope": True}, {"warm_below": -1}, {"warm_below": 1_000_001}, {"warm_below": 2.5},
+    {"warm_below": "some"},
 ])
 def test_bad_values_are_refused(changes: dict) -> None:
     with pytest.raises(SettingsError):
@@ -134,9 +146,11 @@ def test_bad_values_are_refused(changes: dict) -> None:
 
 
 def test_wire_round_trip() -> None:
-    s = PolicySettings().with_changes({"mode": "off", "off_at": 48, "on_at": 16, "accept_slope": 0.05})
-    wire = s.to_wire(["mode", "off_at", "on_at", "accept_slope"])
-    assert wire == {"specctl_mode": 2, "specctl_off_at": 48, "specctl_on_at": 16, "specctl_accept_slope": 0.05}
+    s = PolicySettings().with_changes({"mode": "off", "off_at": 48, "on_at": 16, "accept_slope": 0.05,
+                                       "warm_below": "16"})
+    wire = s.to_wire(["mode", "off_at", "on_at", "accept_slope", "warm_below"])
+    assert wire == {"specctl_mode": 2, "specctl_off_at": 48, "specctl_on_at": 16, "specctl_accept_slope": 0.05,
+                    "specctl_warm_below": 16}
     assert settings_from_wire(PolicySettings(), wire) == s
     assert settings_from_wire(PolicySettings(), s.to_wire()) == s
 

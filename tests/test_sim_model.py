@@ -6,7 +6,15 @@ import pytest
 
 from specctl.runtime.policy import SpecPolicy
 from specctl.runtime.sim.calibrate import points
-from specctl.runtime.sim.model import SimEngine, alpha_for, decode_s, mean_accept_len, off_s, spec_s
+from specctl.runtime.sim.model import (
+    SimEngine,
+    alpha_for,
+    decode_s,
+    draft_forward_s,
+    mean_accept_len,
+    off_s,
+    spec_s,
+)
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import PRESETS, get_preset
 
@@ -28,6 +36,17 @@ def test_off_state_costs_what_no_speculation_costs() -> None:
     nospec = run_point(H200, 128, "nospec", window_s=6.0)
     assert off.tok_s == pytest.approx(nospec.tok_s, rel=0.01)
     assert off.on_fraction == 0.0
+
+
+def test_a_warm_draft_costs_a_draft_extend_per_off_step_below_warm_below() -> None:
+    p = H200.params
+    assert off_s(p, 8, 10_000, warm=True) == pytest.approx(off_s(p, 8, 10_000) + draft_forward_s(p, 8, 10_000))
+    cold = run_point(H200, 16, "off", window_s=6.0)
+    warm = run_point(H200, 16, "off", settings={"warm_below": 17}, window_s=6.0)
+    above = run_point(H200, 16, "off", settings={"warm_below": 16}, window_s=6.0)
+    assert warm.tok_s < 0.98 * cold.tok_s
+    # 16 requests are not below warm_below=16 (only the admission during the warm-up ran warm)
+    assert above.tok_s == pytest.approx(cold.tok_s, rel=1e-9)
 
 
 @pytest.mark.parametrize("steps", [1, 3, 7])

@@ -93,6 +93,10 @@ def test_set_internal_state_forces_off_and_refuses_bad_values(start_sim: Start) 
         assert client.post("/set_internal_state", json={"server_args": {"specctl_mode": 2}}).json() == [True]
         spec = _poll(lambda: _spec(client), lambda s: not s["on"])
         assert spec["mode"] == "off" and spec["reason"] == "forced"
+        warm = {"specctl_warm_below": 16}
+        assert client.post("/set_internal_state", json={"server_args": warm}).json() == [True]
+        assert _spec(client)["settings"]["warm_below"] == 16
+        assert client.post("/set_internal_state", json={"server_args": {"specctl_warm_below": -1}}).json() == [False]
         assert client.post("/set_internal_state", content=b"{nope").status_code == 400
 
 

@@ -60,11 +60,11 @@ def test_force_off_force_on_and_auto(sock: Path) -> None:
 
 
 def test_set_applies_all_pairs(sock: Path) -> None:
-    done = specctl("set", "off_at=80", "on_at=20", "min_accept=0.5", socket=sock)
+    done = specctl("set", "off_at=80", "on_at=20", "min_accept=0.5", "warm_below=16", socket=sock)
     assert done.returncode == 0, done.stderr
     assert "off_at=80" in done.stdout and "on_at=20" in done.stdout
     settings = status_json(sock)["spec"]["settings"]
-    assert (settings["off_at"], settings["on_at"], settings["min_accept"]) == (80, 20, 0.5)
+    assert (settings["off_at"], settings["on_at"], settings["min_accept"], settings["warm_below"]) == (80, 20, 0.5, 16)
 
 
 def test_set_refused_names_the_field_and_changes_nothing(sock: Path) -> None:

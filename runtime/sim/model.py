@@ -94,9 +94,15 @@ def decode_s(p: PerfParams, bs: int, ctx_tokens: int) -> float:
     return p.step_overhead_s + bs * p.req_overhead_s + gemm + ctx_tokens * p.decode_kv_s
 
 
-def off_s(p: PerfParams, bs: int, ctx_tokens: int) -> float:
-    """A step with specctl's drafting off: what no speculation costs, plus ``off_overhead``."""
-    return decode_s(p, bs, ctx_tokens) * (1.0 + p.off_overhead)
+def off_s(p: PerfParams, bs: int, ctx_tokens: int, warm: bool = False) -> float:
+    """A step with specctl's drafting off: what no speculation costs, plus ``off_overhead``.
+
+    ``warm``: the draft model keeps its KV cache warm (batch below the ``warm_below``
+    setting), which costs one draft forward of one token per request, as SGLang's
+    draft extend does.
+    """
+    cold = decode_s(p, bs, ctx_tokens) * (1.0 + p.off_overhead)
+    return cold + draft_forward_s(p, bs, ctx_tokens) if warm else cold
 
 
 def draft_forward_s(p: PerfParams, tokens: int, ctx_tokens: int) -> float:
@@ -262,8 +268,7 @@ class SimEngine:
             duration += spec_s(self.params, bs, self.ctx_tokens, steps)
             tokens, finished = self._advance_spec(steps)
         else:
-            cost = off_s if self.policy is not None else decode_s
-            duration += cost(self.params, bs, self.ctx_tokens)
+            duration += self._plain_s(bs)
             tokens, finished = self._advance_plain()
         self.now += duration
         self.busy_s += duration
@@ -275,6 +280,12 @@ class SimEngine:
             if self.on_finish is not None:
                 self.on_finish(req)
         return StepReport(duration, bs, steps, tokens, sum(prompts), tuple(finished))
+
+    def _plain_s(self, bs: int) -> float:
+        """A step without drafting: a server without speculation, or specctl's off state."""
+        if self.policy is None:
+            return decode_s(self.params, bs, self.ctx_tokens)
+        return off_s(self.params, bs, self.ctx_tokens, warm=bs < self.policy.settings.warm_below)
 
     def _admit(self) -> list[int]:
         """Move queued requests into the batch within max_running, the KV pool and one chunk budget."""
