@@ -121,6 +121,13 @@ def test_what_fast_off_imports_and_reads_exists(sglang_source: SglangSource) -> 
     assert f"envs.{fast_off.SKIP_DRAFT_EXTEND_ENV}.get()" in sglang_source.srt("speculative/eagle_worker_v2.py")
 
 
+def test_the_step_hook_counts_the_batch_sglang_passes(sglang_source: SglangSource) -> None:
+    # fast_off reads the step's batch size (for warm_below) from its first argument, or by name.
+    spec = fast_off_spec(sglang_source.release, fast_off.STEP_HANDLER)
+    assert spec.params[0] == "batch"
+    assert "batch.seq_lens.shape[0]" in sglang_source.srt("speculative/eagle_worker_v2.py")
+
+
 def test_sglang_prepares_its_verify_through_the_hooked_function(sglang_source: SglangSource) -> None:
     spec = fast_off_spec(sglang_source.release, "eagle_prepare_for_verify")
     name = spec.target.rsplit(".", 1)[1]
@@ -406,10 +413,11 @@ class StandIns:
 def world(sglang_source: SglangSource, monkeypatch) -> StandIns:
     """Stand-ins and a fresh HookRegistry; nothing registered yet, fast off on by default."""
     monkeypatch.setenv("SPECCTL_SETTINGS", json.dumps(QUICK.as_dict()))
-    for name in ("PROMETHEUS_MULTIPROC_DIR", fast_off.ENV_ENABLE, fast_off.ENV_WARM, fast_off.SKIP_DRAFT_EXTEND_ENV):
+    for name in ("PROMETHEUS_MULTIPROC_DIR", fast_off.ENV_ENABLE, fast_off.SKIP_DRAFT_EXTEND_ENV):
         monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
         monkeypatch.delenv(name)
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
+    monkeypatch.setattr(fast_off, "_skip_written", None)
     return StandIns(sglang_source, monkeypatch)
 
 
@@ -548,7 +556,8 @@ def test_start_up_stops_when_sglang_did_not_apply_a_fast_off_hook(hooked, sglang
 
 @pytest.mark.parametrize(("env", "hooked_handlers"), [
     ({"SPECCTL_FAST_OFF": "0"}, set()),
-    ({"SPECCTL_FAST_OFF_WARM": "1"}, {"build_adaptive_runtime_state", "eagle_prepare_for_verify"}),
+    ({"SPECCTL_FAST_OFF": "1"}, {"build_adaptive_runtime_state", "eagle_prepare_for_verify",
+                                 fast_off.STEP_HANDLER}),
 ])
 def test_start_up_checks_only_the_fast_off_hooks_in_use(world: StandIns, sglang_source: SglangSource, config: str,
                                                         monkeypatch, env: dict[str, str],

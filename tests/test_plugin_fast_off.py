@@ -3,7 +3,7 @@
 Why: the logic that needs no GPU (which hooks are registered, the hooks'
 argument handling, the decode view of the batch and its restoration, the
 DECODE capture switch of the graph runner, the fallback on a failed build,
-the WAR-barrier hand-over) is checked here; that the names and parameters
+the per-step draft warmth from ``warm_below``, the WAR-barrier hand-over) is checked here; that the names and parameters
 exist in each release is test_plugin_contract.py's job, and the kernels the
 GPU run's.
 """
@@ -11,6 +11,7 @@ GPU run's.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import sys
 import types
@@ -19,8 +20,12 @@ from typing import Any
 
 import pytest
 
+from specctl.runtime.policy import PolicySettings
 from specctl.runtime.sglang_plugin import compat, fast_off
+from specctl.runtime.sglang_plugin import params as params_module
+from specctl.runtime.sglang_plugin.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.compat import RELEASES
+from specctl.runtime.sglang_plugin.params import SpecctlParams
 
 RELEASE = RELEASES["0.5.17"]
 
@@ -109,7 +114,9 @@ def fake_sglang(monkeypatch) -> None:
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
     monkeypatch.setattr(fast_off, "_RUNNER_CLASS", None)
-    for name in (fast_off.ENV_ENABLE, fast_off.ENV_WARM, fast_off.SKIP_DRAFT_EXTEND_ENV):
+    monkeypatch.setattr(fast_off, "_skip_written", None)
+    monkeypatch.setattr(params_module, "_active", None)
+    for name in (fast_off.ENV_ENABLE, fast_off.SKIP_DRAFT_EXTEND_ENV):
         monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
         monkeypatch.delenv(name)
 
@@ -131,10 +138,10 @@ def test_install_registers_the_releases_hooks_and_skips_the_draft_extend(version
     assert os.environ[fast_off.SKIP_DRAFT_EXTEND_ENV] == "1"
 
 
-def test_a_warm_draft_needs_no_step_hook(monkeypatch) -> None:
-    monkeypatch.setenv(fast_off.ENV_WARM, "1")
-    assert installed() == ["build_adaptive_runtime_state", "eagle_prepare_for_verify"]
-    assert fast_off.SKIP_DRAFT_EXTEND_ENV not in os.environ
+def test_install_leaves_a_skip_value_set_by_the_operator(monkeypatch) -> None:
+    monkeypatch.setenv(fast_off.SKIP_DRAFT_EXTEND_ENV, "0")
+    assert installed() == [s.handler for s in RELEASE.fast_off_hooks]
+    assert os.environ[fast_off.SKIP_DRAFT_EXTEND_ENV] == "0"
 
 
 def test_disabled_fast_off_registers_nothing(monkeypatch) -> None:
@@ -290,3 +297,90 @@ def test_no_hand_over_when_the_target_itself_is_the_barriers_runner() -> None:
     worker = SimpleNamespace(_target_worker=SimpleNamespace(model_runner=target), **{names.runner_property: target})
     fast_off._hand_over_read_done(worker, names)
     assert getattr(target, names.event_attr) == "event"
+
+
+# -- the draft's warmth while off, per step -------------------------------------
+
+
+def activate(tmp_path, warm_below: int) -> SpecctlParams:
+    """An active params object, as SGLang's worker builds one, with ``warm_below`` applied."""
+    config = str(write_config(tmp_path / "adaptive.json", 3))
+    return SpecctlParams(3, config, settings=PolicySettings(steps=3, warm_below=warm_below))
+
+
+@pytest.fixture
+def stepper() -> tuple[Any, SimpleNamespace, SimpleNamespace, list[str]]:
+    """The step hook, a worker whose target holds a read-done event, and what SGLang saw of the env."""
+    names = RELEASE.read_done
+    step = fast_off.handlers(RELEASE)[fast_off.STEP_HANDLER]
+    target = SimpleNamespace(**{names.event_attr: "event"})
+    reader = SimpleNamespace(**{names.event_attr: None})
+    worker = SimpleNamespace(_target_worker=SimpleNamespace(model_runner=target), **{names.runner_property: reader})
+    seen: list[str] = []
+
+    def off_step(w: Any, batch: Any) -> str:
+        seen.append(os.environ[fast_off.SKIP_DRAFT_EXTEND_ENV])  # what SGLang's envs.get() reads
+        fast_off._count(1, True)
+        return "off"
+
+    return functools.partial(step, off_step, worker), target, reader, seen
+
+
+def batch_of(n: int) -> SimpleNamespace:
+    return SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY, seq_lens=Vec(range(n)))
+
+
+def event_moved(target: SimpleNamespace, reader: SimpleNamespace) -> bool:
+    attr = RELEASE.read_done.event_attr
+    return (getattr(reader, attr), getattr(target, attr)) == ("event", None)
+
+
+def test_a_batch_below_warm_below_keeps_the_draft_warm_and_its_event(stepper, tmp_path) -> None:
+    step, target, reader, seen = stepper
+    activate(tmp_path, warm_below=16)
+    assert step(batch_of(15)) == "off"
+    assert seen == ["0"]
+    assert not event_moved(target, reader), "the draft extend records the event itself"
+    assert fast_off.STATS.warm_steps == 1
+
+
+def test_a_batch_at_warm_below_skips_the_draft_and_hands_the_event_over(stepper, tmp_path) -> None:
+    step, target, reader, seen = stepper
+    activate(tmp_path, warm_below=16)
+    assert step(batch_of(16)) == "off"
+    assert seen == ["1"]
+    assert event_moved(target, reader)
+    assert fast_off.STATS.warm_steps == 0
+
+
+def test_the_env_is_written_only_when_the_warmth_changes(stepper, tmp_path, monkeypatch) -> None:
+    step, _, _, seen = stepper
+    params = activate(tmp_path, warm_below=8)
+    step(batch_of(4))
+    monkeypatch.setenv(fast_off.SKIP_DRAFT_EXTEND_ENV, "untouched")  # a rewrite would replace it
+    step(batch_of(5))
+    step(batch_of(30))
+    monkeypatch.setenv(fast_off.SKIP_DRAFT_EXTEND_ENV, "untouched")
+    step(batch_of(40))
+    step(batch=batch_of(2))  # SGLang may pass the batch by name
+    assert seen == ["0", "untouched", "1", "untouched", "0"]
+    params.apply_settings(params.policy.settings.with_changes({"warm_below": 0}))  # the operator: never
+    step(batch_of(2))
+    assert seen[-1] == "1"
+    assert fast_off.STATS.warm_steps == 3
+
+
+@pytest.mark.parametrize("batch", [None, "batch", SimpleNamespace(forward_mode=ForwardMode.IDLE, seq_lens=Vec())])
+def test_a_step_without_requests_to_count_is_cold(stepper, tmp_path, batch: Any) -> None:
+    step, target, reader, seen = stepper
+    activate(tmp_path, warm_below=16)
+    assert step(batch) == "off"
+    assert seen == ["1"] and event_moved(target, reader)
+
+
+def test_without_active_params_the_draft_is_cold(stepper) -> None:
+    step, target, reader, seen = stepper
+    assert params_module.active() is None
+    step(batch_of(1))
+    assert seen == ["1"] and event_moved(target, reader)
+    assert fast_off.STATS.warm_steps == 0

@@ -26,24 +26,34 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
    code (``run_eagle_verify``: ``eagle_sample`` with the trivial 1-node tree,
    accept_lens 1, bonus tokens, the next draft input), so the scheduler gets
    exactly the result format it expects and KV accounting is unchanged.
-3. AROUND ``EAGLEWorkerV2.forward_batch_generation`` (only when the draft
-   extend is skipped): after an off step, the target DECODE graph's
-   read-done event is handed to the scheduler's WAR barrier, as a server
-   without speculation has it (else the barrier waits for the whole forward).
-4. The draft extend while off is skipped (SGLang's own
-   ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``) unless ``SPECCTL_FAST_OFF_WARM=1``:
-   it costs ~3.4 ms a step at batch 256 on Triton (about a quarter of a
-   decode step), far over the 5 % budget. The price is a cold draft for the
-   positions generated while off; greedy outputs do not depend on it.
+3. AROUND ``EAGLEWorkerV2.forward_batch_generation``: before each step,
+   choose whether the draft model stays warm (item 4); after a cold off
+   step, the target DECODE graph's read-done event is handed to the
+   scheduler's WAR barrier, as a server without speculation has it (else
+   the barrier waits for the whole forward). After a warm one SGLang's draft
+   extend has recorded the event itself.
+4. The draft extend while off (SGLang's own
+   ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``, which SGLang reads through
+   ``os.getenv`` at every steps-0 step) runs only for batches smaller than
+   the policy setting ``warm_below`` (0, the default: never). It keeps the
+   draft's KV cache warm, meant to spare acceptance a dip after speculation
+   resumes (not measured yet), but costs ~3.4 ms a step at batch 256 on Triton (about a quarter
+   of a decode step), far over the 5 % budget; at small batches it is
+   cheaper. A cold draft only misses the positions generated while off;
+   greedy outputs do not depend on it. The setting is per step and the same
+   on every tensor-parallel rank (settings arrive at a step boundary on
+   every rank, and the batch size is the same), so all ranks run the draft
+   extend, with its collectives, or none does.
 
 The hook targets and the WAR-barrier names, per SGLang release, are data in
 compat.py (``Release.fast_off_hooks``, ``Release.read_done``), where the
 contract tests check them against each release's source.
 
-Knobs (environment, read once at install): ``SPECCTL_FAST_OFF`` ("0"
-disables everything here: SGLang's steps-0 path runs), ``SPECCTL_FAST_OFF_WARM``
-("1" keeps the draft extend while off). Any failure while building the
-decode state leaves SGLang's own steps-0 state in place and logs why.
+Knobs: ``SPECCTL_FAST_OFF`` (environment, read once at install; "0"
+disables everything here: SGLang's steps-0 path runs) and the policy setting
+``warm_below`` (runtime, ``specctl set warm_below=16``; item 4). Any failure
+while building the decode state leaves SGLang's own steps-0 state in place
+and logs why.
 """
 
 from __future__ import annotations
@@ -55,15 +65,16 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from . import draft_trace
 from .compat import HookSpec, ReadDoneNames, Release, register_hook
+from .params import active
 
 logger = logging.getLogger(__name__)
 
 ENV_ENABLE = "SPECCTL_FAST_OFF"
-ENV_WARM = "SPECCTL_FAST_OFF_WARM"
 SKIP_DRAFT_EXTEND_ENV = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
 
-# The HookSpec.handler of the step hook, registered only when the draft extend is skipped.
+# The HookSpec.handler of the per-step hook.
 STEP_HANDLER = "forward_batch_generation"
 
 # Attribute set on the attention backends this module builds: the per-step
@@ -71,13 +82,16 @@ STEP_HANDLER = "forward_batch_generation"
 MARK = "_specctl_fast_off"
 LOG_EVERY = 20000  # off steps between two progress lines in the server log
 
+# The value this process last wrote to SKIP_DRAFT_EXTEND_ENV (None: not yet), so
+# that a step whose warmth did not change costs no putenv.
+_skip_written: str | None = None
+
 
 @dataclass
 class FastOffStats:
     """Counters for the server log and tests; one copy per scheduler process."""
 
     enabled: bool = False
-    warm: bool = False
     installed: bool = False
     built: bool = False
     build_error: str | None = None
@@ -86,6 +100,7 @@ class FastOffStats:
     graph_bs: int = 0
     decode_steps: int = 0
     graph_steps: int = 0
+    warm_steps: int = 0  # off steps that ran the draft extend (batch below warm_below)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,16 +132,15 @@ def handlers(release: Release) -> dict[str, Callable[..., Any]]:
 
 
 def hooks_for(release: Release) -> tuple[HookSpec, ...]:
-    """The hooks install registers under the current environment.
+    """The hooks install registers under the current environment: all of the release's, or none.
 
-    None when fast off is disabled; no step hook when the draft stays warm
-    (its draft extend records the read-done event itself). The plugin's
-    start-up check verifies that exactly these were applied.
+    None when fast off is disabled. The step hook is needed whatever
+    ``warm_below`` says, since the setting can change at any step. The
+    plugin's start-up check verifies that exactly these were applied.
     """
     if not _env_flag(ENV_ENABLE, True):
         return ()
-    warm = _env_flag(ENV_WARM, False)
-    return tuple(spec for spec in release.fast_off_hooks if not (warm and spec.handler == STEP_HANDLER))
+    return release.fast_off_hooks
 
 
 def install(release: Release, register: Callable[[HookSpec, Callable[..., Any]], None] = register_hook) -> bool:
@@ -137,14 +151,12 @@ def install(release: Release, register: Callable[[HookSpec, Callable[..., Any]],
     Returns whether the hooks were registered.
     """
     STATS.enabled = _env_flag(ENV_ENABLE, True)
-    STATS.warm = _env_flag(ENV_WARM, False)
     if not STATS.enabled:
         logger.info("specctl fast-off disabled (%s=0): SGLang's steps-0 path runs", ENV_ENABLE)
         return False
-    if not STATS.warm:
-        # Read by SGLang at every steps-0 step; set before the scheduler
-        # processes start so that they inherit it.
-        os.environ.setdefault(SKIP_DRAFT_EXTEND_ENV, "1")
+    # Read by SGLang at every steps-0 step; set before the scheduler processes
+    # start so that they inherit "skip" until the step hook says otherwise.
+    os.environ.setdefault(SKIP_DRAFT_EXTEND_ENV, "1")
     by_name = handlers(release)
     for spec in hooks_for(release):
         register(spec, by_name[spec.handler])
@@ -207,12 +219,12 @@ def _attach_decode_target(worker: Any, state_obj: Any, cuda_graph_bs: list[int] 
     STATS.built = True
     logger.info(
         "specctl fast-off: steps-0 state now runs the target in DECODE mode "
-        "(backend %s, decode graphs for %d batch sizes, %.2f s, %.3f GB); draft extend while off: %s",
+        "(backend %s, decode graphs for %d batch sizes, %.2f s, %.3f GB); "
+        "draft extend while off: skipped unless the batch is below warm_below",
         type(backend).__name__,
         STATS.graph_bs,
         STATS.build_s,
         STATS.graph_mem_gb,
-        "kept (warm)" if STATS.warm else "skipped",
     )
 
 
@@ -267,22 +279,60 @@ def decode_graph_runner_class() -> type:
 def around_forward_batch_generation(
     names: ReadDoneNames, original: Callable[..., Any], worker: Any, *args: Any, **kwargs: Any
 ) -> Any:
-    """After an off step, hand the target's read-done event to the scheduler's WAR barrier.
+    """Choose the step's draft warmth; after a cold off step, hand over the read-done event.
 
-    The scheduler fences its next shared-buffer writes on the read-done
-    event of the step's last reader, which for the spec worker is the draft
-    runner (its draft extend). With the draft extend skipped nobody records
-    one, and the scheduler falls back to waiting for the whole forward. In an
-    off step the last reader of req_to_token is the target's DECODE graph,
-    which records exactly that event before its replay (as in a server
-    without speculation), so it is moved to where the scheduler looks.
-    ``names`` are the release's (compat ``Release.read_done``), bound by ``handlers``.
+    Warmth: SGLang reads SKIP_DRAFT_EXTEND_ENV inside ``original`` (only in
+    a steps-0 step), so it is written before, from ``warm_below``.
+
+    Hand-over: the scheduler fences its next shared-buffer writes on the
+    read-done event of the step's last reader, which for the spec worker is
+    the draft runner (its draft extend). With the draft extend skipped nobody
+    records one, and the scheduler falls back to waiting for the whole
+    forward. In an off step the last reader of req_to_token is the target's
+    DECODE graph, which records exactly that event before its replay (as in
+    a server without speculation), so it is moved to where the scheduler
+    looks. ``names`` are the release's (compat ``Release.read_done``), bound by ``handlers``.
     """
+    warm = _warm(_batch_arg(args, kwargs))
+    _write_skip("0" if warm else "1")
     before = STATS.decode_steps
     out = original(worker, *args, **kwargs)
     if STATS.decode_steps != before:
-        _hand_over_read_done(worker, names)
+        if warm:
+            STATS.warm_steps += 1  # SGLang's draft extend recorded the event itself
+        else:
+            _hand_over_read_done(worker, names)
     return out
+
+
+def _batch_arg(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """forward_batch_generation's batch, passed by position or by name."""
+    return args[0] if args else kwargs.get("batch")
+
+
+def _warm(batch: Any) -> bool:
+    """Whether this step keeps the draft warm: fewer requests than ``warm_below``.
+
+    Cold where nothing says otherwise: no params object yet, the setting at
+    0, or no batch to count (an idle batch, or none).
+    """
+    params = active()
+    warm_below = params.policy.settings.warm_below if params is not None else 0
+    if warm_below <= 0:
+        return False
+    mode = getattr(batch, "forward_mode", None)
+    seq_lens = getattr(batch, "seq_lens", None)
+    if seq_lens is None or (mode is not None and mode.is_idle()):
+        return False
+    return len(seq_lens) < warm_below
+
+
+def _write_skip(value: str) -> None:
+    """Set SKIP_DRAFT_EXTEND_ENV to ``value``, only when it differs from the last write."""
+    global _skip_written
+    if value != _skip_written:
+        os.environ[SKIP_DRAFT_EXTEND_ENV] = value
+        _skip_written = value
 
 
 def _hand_over_read_done(worker: Any, names: ReadDoneNames) -> None:
@@ -307,6 +357,8 @@ def around_eagle_prepare_for_verify(original: Callable[..., Any], *args: Any, **
         or getattr(verify_input, "draft_token_num", None) != 1
         or batch.forward_mode.is_idle()
     ):
+        if draft_trace.enabled():
+            draft_trace.record(verify_input, batch)
         return original(*args, **kwargs)
     return prepare_decode_forward(verify_input, req_to_token_pool, batch, runner)
 
@@ -399,9 +451,11 @@ def _count(bs: int, graph: bool) -> None:
     STATS.graph_steps += int(graph)
     if STATS.decode_steps == 1 or STATS.decode_steps % LOG_EVERY == 0:
         logger.info(
-            "specctl fast-off: %d DECODE-mode off steps (%d in CUDA graphs); this one bs=%d graph=%s",
+            "specctl fast-off: %d DECODE-mode off steps (%d in CUDA graphs, %d before this one with the draft "
+            "warm); this one bs=%d graph=%s",
             STATS.decode_steps,
             STATS.graph_steps,
+            STATS.warm_steps,
             bs,
             graph,
         )

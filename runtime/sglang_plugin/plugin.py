@@ -110,7 +110,8 @@ def check_hooks_applied(release: Release) -> None:
     HookRegistry.apply_hooks logs a target it cannot patch and carries on,
     which would leave, say, SGLang's own params class in charge, or fast off
     half installed (a DECODE state that no verify uses, or off steps whose
-    read-done event the WAR barrier never sees); checked in the launcher
+    read-done event the WAR barrier never sees and whose draft ignores
+    ``warm_below``); checked in the launcher
     process, where the same targets are patched as in the scheduler processes.
     """
     why = "its log says why: 'Failed to apply hooks to ...'"
