@@ -54,10 +54,24 @@ class SupervisorConfig:
             raise ConfigError(f"--tp must be between 1 and 64, got {self.tp}")
         if self.sim_gpus is not None and not 1 <= self.sim_gpus <= 16:
             raise ConfigError(f"--sim-gpus must be between 1 and 16, got {self.sim_gpus}")
+        if self.backend == "sim":
+            self._check_sim()
         try:
             PolicySettings(steps=self.spec_steps).with_changes(self.settings)
         except SettingsError as exc:
             raise ConfigError(f"--set {exc.field}: {exc.message}") from None
+
+    def _check_sim(self) -> None:
+        """Refuse a bad preset or load here: the simulator would only exit, and be restarted, forever."""
+        from .sim.load import parse_load
+        from .sim.presets import PRESETS
+
+        if self.sim_preset not in PRESETS:
+            raise ConfigError(f"--sim-preset must be one of {', '.join(sorted(PRESETS))}, got {self.sim_preset!r}")
+        try:
+            parse_load(self.sim_load)
+        except ValueError as exc:
+            raise ConfigError(f"--sim-load: {exc}") from None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "SupervisorConfig":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import platformdirs
@@ -14,8 +15,20 @@ def socket_path() -> Path:
     """The control socket: ``$SPECCTL_SOCKET``, else ``$XDG_RUNTIME_DIR/specctl.sock``."""
     if env := os.environ.get("SPECCTL_SOCKET"):
         return Path(env)
-    runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or platformdirs.user_runtime_dir(APP)
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or _fallback_runtime_dir()
     return Path(runtime_dir) / "specctl.sock"
+
+
+def _fallback_runtime_dir() -> str:
+    """platformdirs' per-user fallback (/tmp/runtime-UID), without the warning it prints.
+
+    Without XDG_RUNTIME_DIR (containers, su, cron) platformdirs >= 4.5 falls back
+    and emits a RuntimeDirWarning with a Python source line; an operator should
+    see the socket path `specctl locate` prints, not that.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return platformdirs.user_runtime_dir(APP)
 
 
 def state_dir() -> Path:

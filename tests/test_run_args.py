@@ -1,0 +1,34 @@
+"""`specctl run` refuses a bad simulator choice at once, in one line, instead of restarting it forever."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPECCTL_CONFIG": str(tmp_path / "none.toml")}
+    return subprocess.run([sys.executable, "-m", "specctl.console.cli", *argv], capture_output=True,
+                          text=True, env=env, timeout=60)
+
+
+@pytest.mark.parametrize(("flag", "value", "named"), [
+    ("--sim-load", "none", "unknown load kind 'none'"),
+    ("--sim-load", "steady:c=-3", "--sim-load"),
+    ("--sim-preset", "h100", "--sim-preset must be one of"),
+])
+def test_a_bad_simulator_choice_is_one_line_and_exit_2(tmp_path: Path, flag: str, value: str, named: str) -> None:
+    out = run(tmp_path, "run", "--headless", "--socket", str(tmp_path / "s.sock"), flag, value)
+    assert out.returncode == 2, out.stderr
+    assert named in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr  # no warnings, no restart loop
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_without_xdg_runtime_dir_locate_prints_paths_and_no_warning(tmp_path: Path) -> None:
+    out = run(tmp_path, "locate")
+    assert out.returncode == 0 and "specctl.sock" in out.stdout
+    assert out.stderr == ""
