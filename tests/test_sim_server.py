@@ -158,8 +158,9 @@ def test_server_info_names_the_preset_and_its_attention_backend(start_sim: Start
 def test_startup_delay_then_sigterm_exits_cleanly(start_sim: Start) -> None:
     proc, url = start_sim("--load", "steady:c=8", "--startup-delay", "3")
     with httpx.Client(base_url=url, timeout=30) as client:
-        assert client.get("/health").status_code == 503
+        assert [client.get(path).status_code for path in ("/health", "/health_generate")] == [503, 503]
         assert _poll(lambda: client.get("/health").status_code, lambda code: code == 200) == 200
+        assert client.get("/health_generate").status_code == 200
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=DEADLINE_S) == 0
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import defaultdict
 from typing import Any
@@ -29,6 +30,9 @@ def load(paths: list[str]) -> dict[str, dict[int, dict[int, list[int]]]]:
     """label -> prompt index -> length before the verify -> draft tokens after the root."""
     runs: dict[str, dict[int, dict[int, list[int]]]] = defaultdict(lambda: defaultdict(dict))
     for path in paths:
+        if not os.path.exists(path):
+            print(f"resume.py: no trace file {path}", file=sys.stderr)
+            continue
         with open(path, encoding="utf-8") as fh:
             for line in fh:
                 row = json.loads(line)
@@ -57,7 +61,7 @@ def agreement(ref: dict[int, dict[int, list[int]]], run: dict[int, dict[int, lis
 def table(ref_label: str, runs: dict[str, Any], labels: list[str]) -> str:
     head = "| run | " + " | ".join(f"verifies {a}" + (f"-{b}" if b != a else "") if b < 10**9 else f"{a}+"
                                    for a, b in BUCKETS) + " | all |"
-    lines = [head.replace("-1000000000", "+"), "|" + " --- |" * (len(BUCKETS) + 2)]
+    lines = [head, "|" + " --- |" * (len(BUCKETS) + 2)]
     for label in labels:
         agg = agreement(runs[ref_label], runs[label])
         cells = [f"{100 * eq / n:.1f} % ({n})" if n else "-" for eq, n in agg.values()]

@@ -373,6 +373,7 @@ def build_app(server: SimServer) -> web.Application:
         return web.json_response({"spec": str(spec)})
 
     app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health)  # SGLang's runs one token; the simulator's engine is always warm
     app.router.add_get("/server_info", server_info)
     app.router.add_route("GET", "/get_internal_state", get_internal_state)
     app.router.add_route("POST", "/get_internal_state", get_internal_state)
