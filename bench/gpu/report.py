@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""The sweep's tables, in Markdown, from interleave.py's CSV rows.
+
+    report.py INTERLEAVE.csv [INTERLEAVE.csv ...]
+
+Rows are grouped by label prefix: ``nospec-*`` (a server without
+speculation), ``specctl-*`` (modes on = static EAGLE-3's runtime state, off,
+auto), ``adaptive-*`` (SGLang's own adaptive), ``offwarmth-*`` (the off state
+with the draft cold / warm). Each cell is the mean over the windows, with
+their spread; each ratio is of the means, with the range the single windows
+allow (worst window over best window, and the reverse), because these
+machines scatter by several per cent from one window to the next.
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+from collections import defaultdict
+
+Cells = dict[tuple[str, str, int], list[dict[str, float]]]
+
+
+def read(paths: list[str]) -> Cells:
+    """(kind, mode, concurrency) -> windows (tok_s, tpot_ms)."""
+    cells: Cells = defaultdict(list)
+    for path in paths:
+        with open(path, newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                if not row.get("tok_s"):
+                    continue
+                kind = row["label"].split("-")[0]
+                tpot = float(row["tpot_ms"]) if row.get("tpot_ms") else float("nan")
+                cells[(kind, row["mode"], int(row["concurrency"]))].append(
+                    {"tok_s": float(row["tok_s"]), "tpot": tpot})
+    return cells
+
+
+def mean(windows: list[dict[str, float]], key: str = "tok_s") -> float:
+    return statistics.fmean(w[key] for w in windows)
+
+
+def cell(windows: list[dict[str, float]] | None) -> str:
+    if not windows:
+        return "-"
+    toks = [w["tok_s"] for w in windows]
+    spread = f" ({min(toks):.0f}-{max(toks):.0f})" if len(toks) > 1 else ""
+    return f"{mean(windows):.0f}{spread} [{mean(windows, 'tpot'):.1f}]"
+
+
+def ratio(top: list[dict[str, float]] | None, bottom: list[dict[str, float]] | None) -> str:
+    if not top or not bottom:
+        return "-"
+    t, b = [w["tok_s"] for w in top], [w["tok_s"] for w in bottom]
+    return f"{mean(top) / mean(bottom):.3f} ({min(t) / max(b):.2f}-{max(t) / min(b):.2f})"
+
+
+def best_of(a: list[dict[str, float]] | None, b: list[dict[str, float]] | None) -> list[dict[str, float]] | None:
+    """The windows of whichever of the two has the higher mean."""
+    present = [x for x in (a, b) if x]
+    return max(present, key=mean) if present else None
+
+
+def sweep_table(cells: Cells) -> str:
+    """One row per concurrency; SGLang's adaptive gets a column only where it was measured."""
+    concs = sorted({c for (kind, _, c) in cells if kind != "offwarmth"})
+    adaptive = any(kind == "adaptive" for (kind, _, _) in cells)
+    names = ["no spec", "static (forced on)"] + (["SGLang adaptive"] if adaptive else []) + [
+        "specctl off", "specctl auto", "off / none", "auto / max(static, none)"]
+    lines = ["| c | " + " | ".join(names) + " |", "|" + " ---: |" * (len(names) + 1)]
+    for c in concs:
+        none, on = cells.get(("nospec", "-", c)), cells.get(("specctl", "on", c))
+        off, auto = cells.get(("specctl", "off", c)), cells.get(("specctl", "auto", c))
+        row = [cell(none), cell(on)] + ([cell(cells.get(("adaptive", "-", c)))] if adaptive else []) + [
+            cell(off), cell(auto), ratio(off, none), ratio(auto, best_of(on, none))]
+        lines.append(f"| {c} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def warmth_table(cells: Cells) -> str:
+    concs = sorted({c for (k, _, c) in cells if k == "offwarmth"})
+    if not concs:
+        return ""
+    lines = ["| c | off, draft cold | off, draft warm | warm / cold |", "| ---: | ---: | ---: | ---: |"]
+    for c in concs:
+        cold, warm = cells.get(("offwarmth", "cold", c)), cells.get(("offwarmth", "warm", c))
+        lines.append(f"| {c} | {cell(cold)} | {cell(warm)} | {ratio(warm, cold)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cells = read(argv)
+    print("Output tok/s, mean over the windows (window range) [TPOT ms, Little's law];"
+          " ratios of the means (range over single windows)\n")
+    print(sweep_table(cells))
+    warmth = warmth_table(cells)
+    if warmth:
+        print("\n" + warmth)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
