@@ -1,0 +1,89 @@
+"""The GPU bench tools, run here against the simulator: what they measure, and the tables they print.
+
+bench/gpu/ runs on the device machine, where a mistake costs scarce GPU
+minutes; these tests run the same scripts as processes over real HTTP.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+GPU = Path(__file__).resolve().parent.parent / "bench" / "gpu"
+DEADLINE_S = 60.0
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[str]:
+    """A simulator (Triton preset) with no load of its own; stopped at the end."""
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0", "--port-file",
+                             str(port_file), "--load", "idle", "--set", "off_at=1000", "--set", "on_at=999"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + DEADLINE_S
+    while not port_file.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the simulator did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{int(port_file.read_text())}"
+    proc.terminate()
+    proc.wait(timeout=DEADLINE_S)
+
+
+def tool(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300)
+
+
+def test_interleave_switches_the_mode_per_window_under_one_load(sim: str, tmp_path: Path) -> None:
+    out = tmp_path / "windows.csv"
+    done = tool(str(GPU / "interleave.py"), "--url", sim, "--concs", "2", "8", "--modes", "on", "off",
+                "--rounds", "2", "--window", "1", "--settle", "0.3", "--warmup", "0.5",
+                "--input-len", "32", "--output-len", "16", "--label", "specctl-sim", "--csv", str(out),
+                "--switch", f"{sys.executable} {GPU / 'ctl.py'} {sim} mode {{mode}}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["concurrency"], r["mode"], r["round"]) for r in rows] == [
+        (c, m, r) for c in ("2", "8") for r in ("0", "1") for m in ("on", "off")]
+    assert all(float(r["tok_s"]) > 0 and r["switch_rc"] == "0" for r in rows)
+    assert {r["mode"]: r["steps"] for r in rows if r["concurrency"] == "8"} == {"on": "3.0", "off": "0.0"}
+    assert "c=8 off:" in done.stdout
+
+
+def test_interleave_refuses_modes_without_a_switch_command(tmp_path: Path) -> None:
+    done = tool(str(GPU / "interleave.py"), "--modes", "on", "off")
+    assert done.returncode == 2 and "need --switch" in done.stderr
+
+
+def test_report_puts_each_mode_in_its_column_with_the_ratios(tmp_path: Path) -> None:
+    path = tmp_path / "w.csv"
+    fields = ["label", "concurrency", "mode", "round", "tok_s", "tpot_ms"]
+    rows = [("nospec-x", 64, "-", 0, 1000, 60), ("nospec-x", 64, "-", 1, 1100, 58),
+            ("specctl-x", 64, "on", 0, 800, 80), ("specctl-x", 64, "off", 0, 1050, 61),
+            ("specctl-x", 64, "auto", 0, 1040, 62)]
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(fields)
+        writer.writerows(rows)
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("| 64 |"))
+    # off / none = 1050 / 1050; auto / max(static 800, none 1050) = 1040 / 1050
+    assert "| 1.000 (0.95-1.05) | 0.990 (0.95-1.04) |" in line
+    assert line.startswith("| 64 | 1050 (1000-1100) [59.0] | 800 [80.0] |")
+
+
+def test_resume_compares_proposals_after_resuming_with_the_always_on_run(tmp_path: Path) -> None:
+    trace = tmp_path / "drafts.jsonl.1"
+    lines = [{"rid": "on:0", "len": n, "draft": [1, n, n, n]} for n in (10, 11, 12)]
+    lines += [{"rid": "cold:0", "len": 11, "draft": [1, 0, 0, 0]}, {"rid": "cold:0", "len": 12, "draft": [1, 12, 12, 12]}]
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    done = tool(str(GPU / "resume.py"), "on", str(trace))
+    assert done.returncode == 0, done.stderr
+    row = next(x for x in done.stdout.splitlines() if x.startswith("| cold |"))
+    assert row.split("|")[2:4] == [" 0.0 % (3) ", " 100.0 % (3) "]
