@@ -29,6 +29,8 @@
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) CONCS WARMUP DURATION ACC_LEN BUDGET_S OUT TAG MEM_FRAC
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) CONCS2 ROUNDS WINDOW IL_WARMUP
+#   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share)
+#   SWEEP_MODES (sweep2's modes, default "on off auto")
 #   RESUME_CONCS
 set -uo pipefail
 T0=$(date +%s)
@@ -56,6 +58,10 @@ CONCS2=${CONCS2:-"1 4 16 32 64 128 256"}
 ROUNDS=${ROUNDS:-2}
 WINDOW=${WINDOW:-4}
 IL_WARMUP=${IL_WARMUP:-6}
+IL_INPUT=${IL_INPUT:-512}
+IL_OUTPUT=${IL_OUTPUT:-256}
+IL_JITTER=${IL_JITTER:-0.5}
+SWEEP_MODES=${SWEEP_MODES:-"on off auto"}
 RESUME_CONCS=${RESUME_CONCS:-"16 64 256"}
 CSV2=$OUT/interleave-$TAG.csv
 XENV=()                         # extra environment for the next start_server
@@ -240,6 +246,7 @@ interleave() {  # interleave LABEL ROUNDS "CONCS" "MODES" [SWITCH-COMMAND]
   [ "$budget" -gt 20 ] || { log "skip $1: $(left)s left"; return 0; }
   python3 "$HERE/interleave.py" --url "$URL" --label "$1" --rounds "$2" --concs $3 --modes $4 \
     --switch "${5:-}" --window "$WINDOW" --warmup "$IL_WARMUP" --settle 1 --budget-s "$budget" --csv "$CSV2" \
+    --input-len "$IL_INPUT" --output-len "$IL_OUTPUT" --len-jitter "$IL_JITTER" \
     || log "interleave $1 failed"
 }
 
@@ -297,7 +304,7 @@ phase_sweep2() {  # the specctl server as an operator runs it: launched and stee
   PATH=$SITE/bin:$PATH specctl status --socket "$sock" | head -n 12
   grep -h "backend_thresholds" "$WORK/supervisor-sweep2-$TAG.log" | tail -n 2
   python3 "$HERE/ctl.py" "$URL" state | cut -c1-400
-  interleave "specctl-$ATTN" "$ROUNDS" "$CONCS2" "on off auto" "$SITE/bin/specctl {verb} --socket $sock"
+  interleave "specctl-$ATTN" "$ROUNDS" "$CONCS2" "$SWEEP_MODES" "$SITE/bin/specctl {verb} --socket $sock"
   PATH=$SITE/bin:$PATH specctl auto --socket "$sock" >/dev/null
   journal_log "$journal" "$WORK/server-sweep2.log"
   server_facts sweep2
