@@ -124,6 +124,11 @@ H200_LLAMA8B = Preset(
             "nospec": {1: 197.0, 16: 2202.2, 64: 4582.5, 256: 8477.9},
             "eagle3": {1: 345.6, 16: 2662.5, 64: 4086.2, 256: 4604.3},
         }, "bench/gpu/results/sweep-triton-2026-11-29.csv: nospec-triton, specctl-on-triton (one 8 s window each)"),
+        Check("Triton run 2", {
+            "nospec": {1: 192.1, 4: 727.6, 16: 2153.2, 32: 3775.0, 64: 4453.8, 128: 5943.1, 256: 8339.2},
+            "eagle3": {1: 347.3, 4: 1237.0, 16: 2833.6, 32: 3739.7, 64: 4227.4, 128: 4147.9, 256: 3913.5},
+        }, "bench/gpu/results/2026-11-29b/interleave-triton.csv: nospec, specctl on (two 4 s windows of one "
+           "unbroken load each; docs/gpu-results.md, run 2)"),
     ),
 )
 
@@ -158,7 +163,13 @@ H200_LLAMA8B_FA3 = replace(
     },
     source="bench/gpu/results/sweep-fa3-2026-11-29.csv: nospec-fa3, specctl-on-fa3 (one 8 s window each)",
     tolerance=0.12,  # single 8 s windows: the same state read 4902-5398 tok/s at c=64, 7487-8378 at c=256
-    checks=(),  # not Triton's sweep
+    checks=(
+        Check("FA3 run 2", {
+            "nospec": {1: 201.9, 4: 734.3, 16: 2114.8, 32: 3569.1, 64: 5131.1, 128: 7553.1, 256: 9290.7},
+            "eagle3": {1: 417.1, 4: 1480.2, 16: 4062.1, 32: 5590.8, 64: 7242.8, 128: 9252.5, 256: 10389.8},
+        }, "bench/gpu/results/2026-11-29b/interleave-fa3.csv: nospec, specctl on (two 4 s windows of one "
+           "unbroken load each; docs/gpu-results.md, run 2)"),
+    ),
 )
 
 # The report gives four numbers and "8 GPUs"; the GPU model, target model and
