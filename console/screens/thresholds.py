@@ -29,6 +29,7 @@ FIELDS = (
     ("accept_window", "acceptance window (verifies)"),
     ("probe_after", "re-probe after (steps)"),
     ("dwell", "min steps between switches"),
+    ("warm_below", "draft warm when off, batch <"),
 )
 
 
