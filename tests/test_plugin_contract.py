@@ -31,7 +31,7 @@ from conftest_sglang import (  # noqa: F401
 )
 
 from specctl.runtime.policy import PolicySettings
-from specctl.runtime.sglang_plugin import compat, fast_off, plugin
+from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off, plugin
 from specctl.runtime.sglang_plugin.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.params import SpecctlParams
@@ -115,10 +115,10 @@ def test_what_fast_off_imports_and_reads_exists(sglang_source: SglangSource) -> 
     imported = [f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
                 and (n.module or "").startswith("sglang") for a in n.names]
     assert imported
-    for name in [*imported, *compat.FAST_OFF_NAMES, f"sglang.srt.environ.Envs.{fast_off.SKIP_DRAFT_EXTEND_ENV}"]:
+    for name in [*imported, *compat.FAST_OFF_NAMES, f"sglang.srt.environ.Envs.{draft_warmth.SKIP_DRAFT_EXTEND_ENV}"]:
         assert sglang_source.locate(name).node is not None, name
     # SGLang's own switch, which fast_off sets, is read in the steps-0 step.
-    assert f"envs.{fast_off.SKIP_DRAFT_EXTEND_ENV}.get()" in sglang_source.srt("speculative/eagle_worker_v2.py")
+    assert f"envs.{draft_warmth.SKIP_DRAFT_EXTEND_ENV}.get()" in sglang_source.srt("speculative/eagle_worker_v2.py")
 
 
 def test_the_step_hook_counts_the_batch_sglang_passes(sglang_source: SglangSource) -> None:
@@ -413,11 +413,11 @@ class StandIns:
 def world(sglang_source: SglangSource, monkeypatch) -> StandIns:
     """Stand-ins and a fresh HookRegistry; nothing registered yet, fast off on by default."""
     monkeypatch.setenv("SPECCTL_SETTINGS", json.dumps(QUICK.as_dict()))
-    for name in ("PROMETHEUS_MULTIPROC_DIR", fast_off.ENV_ENABLE, fast_off.SKIP_DRAFT_EXTEND_ENV):
+    for name in ("PROMETHEUS_MULTIPROC_DIR", fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV):
         monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
         monkeypatch.delenv(name)
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
-    monkeypatch.setattr(fast_off, "_skip_written", None)
+    monkeypatch.setattr(draft_warmth, "_skip_written", None)
     return StandIns(sglang_source, monkeypatch)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from specctl.runtime.policy import PolicySettings
-from specctl.runtime.sglang_plugin import compat, fast_off
+from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off
 from specctl.runtime.sglang_plugin import params as params_module
 from specctl.runtime.sglang_plugin.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.compat import RELEASES
@@ -114,9 +114,9 @@ def fake_sglang(monkeypatch) -> None:
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
     monkeypatch.setattr(fast_off, "_RUNNER_CLASS", None)
-    monkeypatch.setattr(fast_off, "_skip_written", None)
+    monkeypatch.setattr(draft_warmth, "_skip_written", None)
     monkeypatch.setattr(params_module, "_active", None)
-    for name in (fast_off.ENV_ENABLE, fast_off.SKIP_DRAFT_EXTEND_ENV):
+    for name in (fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV):
         monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
         monkeypatch.delenv(name)
 
@@ -135,13 +135,13 @@ def test_install_registers_the_releases_hooks_and_skips_the_draft_extend(version
     assert installed(RELEASES[version]) == [s.handler for s in RELEASES[version].fast_off_hooks]
     assert [s.handler for s in RELEASES[version].fast_off_hooks] == [
         "build_adaptive_runtime_state", "eagle_prepare_for_verify", fast_off.STEP_HANDLER]
-    assert os.environ[fast_off.SKIP_DRAFT_EXTEND_ENV] == "1"
+    assert os.environ[draft_warmth.SKIP_DRAFT_EXTEND_ENV] == "1"
 
 
 def test_install_leaves_a_skip_value_set_by_the_operator(monkeypatch) -> None:
-    monkeypatch.setenv(fast_off.SKIP_DRAFT_EXTEND_ENV, "0")
+    monkeypatch.setenv(draft_warmth.SKIP_DRAFT_EXTEND_ENV, "0")
     assert installed() == [s.handler for s in RELEASE.fast_off_hooks]
-    assert os.environ[fast_off.SKIP_DRAFT_EXTEND_ENV] == "0"
+    assert os.environ[draft_warmth.SKIP_DRAFT_EXTEND_ENV] == "0"
 
 
 def test_disabled_fast_off_registers_nothing(monkeypatch) -> None:
@@ -319,7 +319,7 @@ def stepper() -> tuple[Any, SimpleNamespace, SimpleNamespace, list[str]]:
     seen: list[str] = []
 
     def off_step(w: Any, batch: Any) -> str:
-        seen.append(os.environ[fast_off.SKIP_DRAFT_EXTEND_ENV])  # what SGLang's envs.get() reads
+        seen.append(os.environ[draft_warmth.SKIP_DRAFT_EXTEND_ENV])  # what SGLang's envs.get() reads
         fast_off._count(1, True)
         return "off"
 
@@ -357,10 +357,10 @@ def test_the_env_is_written_only_when_the_warmth_changes(stepper, tmp_path, monk
     step, _, _, seen = stepper
     params = activate(tmp_path, warm_below=8)
     step(batch_of(4))
-    monkeypatch.setenv(fast_off.SKIP_DRAFT_EXTEND_ENV, "untouched")  # a rewrite would replace it
+    monkeypatch.setenv(draft_warmth.SKIP_DRAFT_EXTEND_ENV, "untouched")  # a rewrite would replace it
     step(batch_of(5))
     step(batch_of(30))
-    monkeypatch.setenv(fast_off.SKIP_DRAFT_EXTEND_ENV, "untouched")
+    monkeypatch.setenv(draft_warmth.SKIP_DRAFT_EXTEND_ENV, "untouched")
     step(batch_of(40))
     step(batch=batch_of(2))  # SGLang may pass the batch by name
     assert seen == ["0", "untouched", "1", "untouched", "0"]

@@ -65,14 +65,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from . import draft_trace
+from . import draft_trace, draft_warmth
 from .compat import HookSpec, ReadDoneNames, Release, register_hook
-from .params import active
 
 logger = logging.getLogger(__name__)
 
 ENV_ENABLE = "SPECCTL_FAST_OFF"
-SKIP_DRAFT_EXTEND_ENV = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
 
 # The HookSpec.handler of the per-step hook.
 STEP_HANDLER = "forward_batch_generation"
@@ -81,10 +79,6 @@ STEP_HANDLER = "forward_batch_generation"
 # hook recognises "off" by it, without any state of its own.
 MARK = "_specctl_fast_off"
 LOG_EVERY = 20000  # off steps between two progress lines in the server log
-
-# The value this process last wrote to SKIP_DRAFT_EXTEND_ENV (None: not yet), so
-# that a step whose warmth did not change costs no putenv.
-_skip_written: str | None = None
 
 
 @dataclass
@@ -154,9 +148,7 @@ def install(release: Release, register: Callable[[HookSpec, Callable[..., Any]],
     if not STATS.enabled:
         logger.info("specctl fast-off disabled (%s=0): SGLang's steps-0 path runs", ENV_ENABLE)
         return False
-    # Read by SGLang at every steps-0 step; set before the scheduler processes
-    # start so that they inherit "skip" until the step hook says otherwise.
-    os.environ.setdefault(SKIP_DRAFT_EXTEND_ENV, "1")
+    draft_warmth.start_cold()
     by_name = handlers(release)
     for spec in hooks_for(release):
         register(spec, by_name[spec.handler])
@@ -281,8 +273,8 @@ def around_forward_batch_generation(
 ) -> Any:
     """Choose the step's draft warmth; after a cold off step, hand over the read-done event.
 
-    Warmth: SGLang reads SKIP_DRAFT_EXTEND_ENV inside ``original`` (only in
-    a steps-0 step), so it is written before, from ``warm_below``.
+    Warmth: SGLang reads its skip switch inside ``original`` (only in a
+    steps-0 step), so draft_warmth sets it before, from ``warm_below``.
 
     Hand-over: the scheduler fences its next shared-buffer writes on the
     read-done event of the step's last reader, which for the spec worker is
@@ -293,8 +285,7 @@ def around_forward_batch_generation(
     a server without speculation), so it is moved to where the scheduler
     looks. ``names`` are the release's (compat ``Release.read_done``), bound by ``handlers``.
     """
-    warm = _warm(_batch_arg(args, kwargs))
-    _write_skip("0" if warm else "1")
+    warm = draft_warmth.choose(args, kwargs)
     before = STATS.decode_steps
     out = original(worker, *args, **kwargs)
     if STATS.decode_steps != before:
@@ -303,36 +294,6 @@ def around_forward_batch_generation(
         else:
             _hand_over_read_done(worker, names)
     return out
-
-
-def _batch_arg(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """forward_batch_generation's batch, passed by position or by name."""
-    return args[0] if args else kwargs.get("batch")
-
-
-def _warm(batch: Any) -> bool:
-    """Whether this step keeps the draft warm: fewer requests than ``warm_below``.
-
-    Cold where nothing says otherwise: no params object yet, the setting at
-    0, or no batch to count (an idle batch, or none).
-    """
-    params = active()
-    warm_below = params.policy.settings.warm_below if params is not None else 0
-    if warm_below <= 0:
-        return False
-    mode = getattr(batch, "forward_mode", None)
-    seq_lens = getattr(batch, "seq_lens", None)
-    if seq_lens is None or (mode is not None and mode.is_idle()):
-        return False
-    return len(seq_lens) < warm_below
-
-
-def _write_skip(value: str) -> None:
-    """Set SKIP_DRAFT_EXTEND_ENV to ``value``, only when it differs from the last write."""
-    global _skip_written
-    if value != _skip_written:
-        os.environ[SKIP_DRAFT_EXTEND_ENV] = value
-        _skip_written = value
 
 
 def _hand_over_read_done(worker: Any, names: ReadDoneNames) -> None:
