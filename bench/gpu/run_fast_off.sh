@@ -25,6 +25,12 @@
 #                  check, then always-on vs off-then-on with the draft cold (warm_below=0) and
 #                  warm (warm_below=100000) for bench/gpu/resume.py, then the off state's
 #                  throughput with the draft cold vs warm (interleave.py over RESUME_CONCS)
+#   offprofile     where the off step's time goes at large batches (docs/fast-off.md, "Open"): a
+#                  server without speculation, then a specctl server forced off (acceptance not
+#                  simulated: it plays no part while off), each with decode-only windows (every
+#                  request PROF_INPUT in / PROF_OUTPUT out, all admitted before the first window)
+#                  at PROF_CONCS, then PROF_STEPS scheduler steps under SGLang's torch profiler,
+#                  summarised by summarize_trace.py (CPU period vs GPU busy per step)
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) CONCS WARMUP DURATION ACC_LEN BUDGET_S OUT TAG MEM_FRAC
@@ -62,6 +68,10 @@ IL_INPUT=${IL_INPUT:-512}
 IL_OUTPUT=${IL_OUTPUT:-256}
 IL_JITTER=${IL_JITTER:-0.5}
 SWEEP_MODES=${SWEEP_MODES:-"on off auto"}
+PROF_CONCS=${PROF_CONCS:-"256"}
+PROF_INPUT=${PROF_INPUT:-256}
+PROF_OUTPUT=${PROF_OUTPUT:-2000}   # 256 x 2,256 tokens fit the 805k-token KV pool of a spec server
+PROF_STEPS=${PROF_STEPS:-60}
 RESUME_CONCS=${RESUME_CONCS:-"16 64 256"}
 CSV2=$OUT/interleave-$TAG.csv
 XENV=()                         # extra environment for the next start_server
@@ -346,6 +356,59 @@ SHEOF
   stop_server
 }
 
+profile_now() {  # profile_now NAME: PROF_STEPS steps of SGLang's torch profiler under a decode-only load
+  local pdir=$WORK/prof-$1 slog=$2 done_p=0 trace
+  mkdir -p "$pdir"
+  python3 "$HERE/interleave.py" --url "$URL" --label "$1-profiled" --concs $(echo $PROF_CONCS | awk '{print $NF}') \
+    --rounds 1 --window 20 --warmup 8 --input-len "$PROF_INPUT" --output-len "$PROF_OUTPUT" --len-jitter 0 \
+    > /dev/null 2>&1 &
+  local lpid=$!
+  sleep 10
+  if python3 - "$URL" "$pdir" "$PROF_STEPS" <<'PYEOF'
+import json, sys, urllib.request
+body = {"output_dir": sys.argv[2], "num_steps": int(sys.argv[3]), "activities": ["CPU", "GPU"],
+        "with_stack": False, "record_shapes": False}
+req = urllib.request.Request(sys.argv[1] + "/start_profile", data=json.dumps(body).encode(), method="POST",
+                             headers={"Content-Type": "application/json"})
+try:
+    print("[profile]", urllib.request.urlopen(req, timeout=60).read().decode()[:200])
+except Exception as exc:
+    sys.exit(f"[profile] /start_profile failed: {exc}")
+PYEOF
+  then
+    for _ in $(seq 1 60); do grep -q "Profiling done" "$slog" && { done_p=1; break; }; sleep 1; done
+  fi
+  kill "$lpid" 2>/dev/null; wait "$lpid" 2>/dev/null
+  trace=$(ls -t "$pdir"/*.trace.json.gz 2>/dev/null | head -1)
+  if [ "$done_p" = 1 ] && [ -n "$trace" ]; then
+    python3 "$HERE/summarize_trace.py" "$trace" --label "$1 c=$PROF_CONCS, $PROF_STEPS steps" > "$WORK/prof-$1.txt" 2>&1
+    head -n 40 "$WORK/prof-$1.txt"
+    cp "$trace" "$OUT/trace-$1.json.gz" 2>/dev/null
+  else
+    log "no trace for $1 (done=$done_p)"
+  fi
+}
+
+decode_only() {  # decode_only LABEL MODES [SWITCH]: decode-only windows at PROF_CONCS
+  local saved="$IL_INPUT $IL_OUTPUT $IL_JITTER $IL_WARMUP"
+  IL_INPUT=$PROF_INPUT IL_OUTPUT=$PROF_OUTPUT IL_JITTER=0 IL_WARMUP=8
+  interleave "$1" 3 "$PROF_CONCS" "$2" "${3:-}"
+  read -r IL_INPUT IL_OUTPUT IL_JITTER IL_WARMUP <<< "$saved"
+}
+
+phase_offprofile() {
+  start_server nospec nospec 0 || return 1
+  decode_only "decodeonly-nospec-$ATTN" -
+  profile_now "nospec-$ATTN" "$WORK/server-nospec.log"
+  stop_server
+  start_server offprof specctl 0 || return 1
+  python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-160
+  decode_only "decodeonly-off-$ATTN" -
+  python3 "$HERE/ctl.py" "$URL" used | cut -c1-200   # flushes; the requests were aborted
+  profile_now "off-$ATTN" "$WORK/server-offprof.log"
+  stop_server
+}
+
 # ------------------------------------------------------------------ phases
 phase_nospec() {
   start_server nospec nospec 0 || return 1
@@ -447,6 +510,7 @@ for ph in "$@"; do
     sweep2) phase_sweep2 ;;
     adaptive) phase_adaptive ;;
     resume) phase_resume ;;
+    offprofile) phase_offprofile ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
     *) log "unknown phase $ph" ;;
