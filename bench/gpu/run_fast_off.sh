@@ -36,7 +36,8 @@
 # Knobs (env): ATTN (triton|fa3) CONCS WARMUP DURATION ACC_LEN BUDGET_S OUT TAG MEM_FRAC
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) CONCS2 ROUNDS WINDOW IL_WARMUP
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share)
-#   SWEEP_MODES (sweep2's modes, default "on off auto")
+#   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
+#   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS (offprofile)
 #   RESUME_CONCS
 set -uo pipefail
 T0=$(date +%s)
@@ -145,9 +146,12 @@ json.dump(draft, open(os.path.join(dft, "config.json"), "w"), indent=1)
 EOF
 }
 
+# CG_BS (e.g. "1 2 4 8 16 32 64 128 256") captures only those decode batch sizes: a shorter
+# start-up, for runs whose batches sit at one of them (offprofile's decode-only windows).
+if [ -n "${CG_BS:-}" ]; then GRAPHS=(--cuda-graph-bs-decode $CG_BS); else GRAPHS=(--cuda-graph-max-bs-decode 256); fi
 COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-length 4096
         --mem-fraction-static "$MEM_FRAC" --max-running-requests 256
-        --cuda-graph-max-bs-decode 256 --disable-prefill-cuda-graph --mm-feature-transport cpu
+        "${GRAPHS[@]}" --disable-prefill-cuda-graph --mm-feature-transport cpu
         --random-seed 0 --log-level info)
 
 # The specctl server's command and environment, from the project's own launcher.
