@@ -16,9 +16,11 @@ every mode alike instead of on whichever ran last.
 switch command gets {mode} and, for on/off/auto, {verb} (force-on/force-off/
 auto, the specctl CLI verb); other mode names are passed through as they are. Per window: output tok/s from SGLang's decode-token
 counter (sglang:realtime_tokens_total{mode="decode"}), and the means of the
-running-requests, accept-length and spec-steps gauges sampled every 0.5 s.
-TPOT is Little's law over the window, running requests / tok/s: the time per
-output token a request saw on average, prefill included.
+running-requests, accept-length and spec-steps gauges sampled every 0.5 s
+(SGLang 0.5.17 refreshes those gauges every 40 decode batches, so a window's
+first samples may still show the previous mode; the token counter is bumped
+every batch). TPOT is Little's law over the window, running requests / tok/s:
+the time per output token a request saw on average, prefill included.
 
 Needs the standard library plus aiohttp or httpx (bench_spec.py's client).
 """
