@@ -162,9 +162,13 @@ def _spec_lines(spec: dict[str, Any] | None) -> list[str]:
     on = spec.get("on")
     state = "-" if on is None else ("ON" if on else "OFF")
     steps = f" ({spec.get('steps')} steps)" if on else ""
-    return [f"spec       {state}{steps}  mode {_v(spec.get('mode'))}  reason {_v(spec.get('reason'))}  "
-            f"switches {_v(spec.get('switches'))}",
-            f"last switch  {_last_switch(spec)}"]
+    lines = [f"spec       {state}{steps}  mode {_v(spec.get('mode'))}  reason {_v(spec.get('reason'))}  "
+             f"switches {_v(spec.get('switches'))}",
+             f"last switch  {_last_switch(spec)}"]
+    off = spec.get("off_state")
+    if isinstance(off, dict) and off.get("fast") is False:
+        lines.append(f"off state  SLOW: {_v(off.get('why_not'))}")
+    return lines
 
 
 def _last_switch(spec: dict[str, Any]) -> str:

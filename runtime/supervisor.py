@@ -57,6 +57,7 @@ class Supervisor:
         self._error: str | None = None
         self._started_at = 0.0
         self._thresholds_checked = False
+        self._slow_off_told = False  # the slow_off_state event is said once per server start
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -118,6 +119,7 @@ class Supervisor:
         self._error = None
         self._last_seq = 0 if self.backend.owns_process else None
         self._thresholds_checked = False
+        self._slow_off_told = False
         loop = asyncio.get_running_loop()
         self._started_at = loop.time()
         try:
@@ -240,6 +242,7 @@ class Supervisor:
         spec = _spec_state(info)
         if spec is not None:
             self._emit_switches(spec)
+            self._note_off_state(spec)
         self.emit(await self._sample(metrics, info, spec))
 
     async def _adopt_thresholds(self, client: SGLangClient, info: dict[str, Any]) -> dict[str, Any]:
@@ -286,6 +289,14 @@ class Supervisor:
                 self.emit(records.event("spec_switch", on=sw.get("on"), reason=sw.get("reason"),
                                         batch_size=sw.get("batch_size"), step=sw.get("step")))
         self._last_seq = newest
+
+    def _note_off_state(self, spec: dict[str, Any]) -> None:
+        """Say once per server when its "off" is SGLang's slow steps-0 state rather than fast off."""
+        off = spec.get("off_state")
+        if not isinstance(off, dict) or off.get("fast") is not False or self._slow_off_told:
+            return
+        self._slow_off_told = True
+        self.emit(records.event("slow_off_state", why=off.get("why_not")))
 
     def _publish_log(self) -> None:
         lines = self.backend.take_log()

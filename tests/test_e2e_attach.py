@@ -13,10 +13,10 @@ import pytest
 from headless_helpers import Headless, pid_alive, wait_for
 
 
-def start_sim(tmp: Path, port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+def start_sim(tmp: Path, port: int = 0, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     port_file = tmp / f"port-{port}"
     proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", str(port),
-                             "--port-file", str(port_file), "--load", "steady:c=100", "--gpus", "1"],
+                             "--port-file", str(port_file), "--load", "steady:c=100", "--gpus", "1", *extra],
                             stdout=subprocess.DEVNULL, start_new_session=True)
     wait_for(port_file.exists, "the simulator's port file")
     return proc, f"http://127.0.0.1:{port_file.read_text().strip()}"
@@ -42,9 +42,27 @@ def test_attached_server_is_steered_and_outlives_the_supervisor(tmp_path: Path, 
         assert h.status()["spec"]["mode"] == "off"
         refused = h.cli("server", "stop")
         assert refused.returncode == 1 and "started elsewhere" in refused.stderr
+        assert h.status()["spec"]["off_state"] == {"fast": True, "why_not": None}
+        assert not h.records("event", "slow_off_state")
     finally:
         assert h.stop() == 0
     assert pid_alive(proc.pid), "specctl never stops a server it did not start"
+
+
+def test_a_server_whose_off_state_is_slow_is_said_once(tmp_path: Path) -> None:
+    proc, url = start_sim(tmp_path, 0, "--slow-off")
+    h = Headless(tmp_path, "--attach", url)
+    try:
+        told = h.wait_event("slow_off_state")
+        assert "steps-0" in told["why"]
+        h.ready_sample()
+        text = h.cli("status")
+        assert text.returncode == 0 and "off state  SLOW: simulated (--slow-off)" in text.stdout
+        assert len(h.records("event", "slow_off_state")) == 1
+    finally:
+        assert h.stop() == 0
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_a_vanished_attached_server_is_unreachable_then_back(tmp_path: Path, sim) -> None:

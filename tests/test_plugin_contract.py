@@ -483,8 +483,9 @@ def test_internal_state_gains_the_policy_state(hooked) -> None:
     params.get_steps_for_batch(12)
     state = world.call("get_internal_state", Request({})).internal_state
     assert state["max_running_requests"] == 256
-    assert state["specctl"] == params.state()
+    assert {k: v for k, v in state["specctl"].items() if k != "off_state"} == params.state()
     assert (state["specctl"]["on"], state["specctl"]["batch_size"]) == (False, 12)
+    assert state["specctl"]["off_state"] == fast_off.summary()
 
 
 def good_args(release: Release, config: str) -> dict[str, Any]:

@@ -258,6 +258,25 @@ def test_the_steps_0_state_gets_a_decode_backend_and_decode_graphs() -> None:
     assert fast_off.STATS.built and fast_off.STATS.graph_bs == 3
 
 
+def test_once_installed_and_built_the_off_state_is_reported_fast() -> None:
+    fast_off.install(RELEASE, lambda spec, hook: None)
+    fast_off.around_build_adaptive_runtime_state(lambda w, *a, **k: sglang_state(), Worker(), 0, 1, [1, 2])
+    assert fast_off.summary() == {"fast": True, "why_not": None}
+
+
+def test_before_the_decode_state_is_built_the_off_state_is_reported_slow() -> None:
+    fast_off.install(RELEASE, lambda spec, hook: None)
+    assert fast_off.summary() == {
+        "fast": False, "why_not": "no DECODE state was built: SGLang's own steps-0 state runs while off"}
+
+
+def test_with_fast_off_disabled_the_off_state_is_reported_slow(monkeypatch) -> None:
+    monkeypatch.setenv(fast_off.ENV_ENABLE, "0")
+    fast_off.install(RELEASE, lambda spec, hook: None)
+    assert fast_off.summary() == {
+        "fast": False, "why_not": "SPECCTL_FAST_OFF=0: SGLang's own steps-0 state runs while off"}
+
+
 def test_a_failed_build_keeps_sglangs_steps_0_state() -> None:
     worker = Worker()
 
@@ -268,6 +287,9 @@ def test_a_failed_build_keeps_sglangs_steps_0_state() -> None:
     out = fast_off.around_build_adaptive_runtime_state(lambda w, *a, **k: sglang_state(), worker, 0, 1, None)
     assert out.target_attn_backend == "verify-backend"
     assert "RuntimeError" in fast_off.STATS.build_error
+    fast_off.STATS.enabled = True  # as install leaves it
+    assert fast_off.summary()["fast"] is False
+    assert "building the DECODE state failed (RuntimeError: no memory)" in fast_off.summary()["why_not"]
 
 
 # -- the WAR-barrier hand-over -------------------------------------------------

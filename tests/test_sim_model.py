@@ -113,3 +113,19 @@ def test_admission_respects_max_running_and_the_kv_pool(max_running: int, pool: 
         assert len(engine.running) <= fits
         assert engine.token_usage() <= 1.0
     assert engine.in_flight("load") < 30  # requests finished and queued ones moved up
+
+
+def test_without_fast_off_the_off_state_is_sglangs_steps_0_state() -> None:
+    """--slow-off: "off" runs a 1-token verify in target-verify mode and the draft extend."""
+    p = H200.params
+    assert spec_s(p, 200, 100_000, 0) > 2 * off_s(p, 200, 100_000)  # Triton's verify-mode attention
+    tokens = []
+    for fast in (True, False):
+        engine = H200.engine(SpecPolicy(H200.default_settings().with_changes({"mode": "off"})), fast_off=fast)
+        for _ in range(128):
+            engine.submit_random()
+        engine.on_finish = lambda req, engine=engine: engine.submit_random()
+        while engine.now < 8.0:
+            engine.step()
+        tokens.append(engine.decode_tokens_total)
+    assert tokens[1] < 0.6 * tokens[0]

@@ -112,8 +112,27 @@ def _env_flag(name: str, default: bool) -> bool:
 
 
 def state() -> dict[str, Any]:
-    """Fast-off counters, e.g. for the plugin's internal state."""
+    """Fast-off counters, for tests and the server log."""
     return STATS.as_dict()
+
+
+def summary() -> dict[str, Any]:
+    """Whether this process's off state costs what no speculation costs, and if not, why.
+
+    Reported in the plugin's internal state (``off_state``), so that the
+    supervisor can tell the operator once, instead of a log line nobody reads:
+    without fast off, "off" is SGLang's own steps-0 state, 2-4x slower than a
+    server without speculation on Triton (docs/fast-off.md).
+    """
+    if not STATS.enabled:
+        why = f"{ENV_ENABLE}=0: SGLang's own steps-0 state runs while off"
+    elif STATS.build_error:
+        why = f"building the DECODE state failed ({STATS.build_error}): SGLang's own steps-0 state runs while off"
+    elif not STATS.built:
+        why = "no DECODE state was built: SGLang's own steps-0 state runs while off"
+    else:
+        return {"fast": True, "why_not": None}
+    return {"fast": False, "why_not": why}
 
 
 def handlers(release: Release) -> dict[str, Callable[..., Any]]:

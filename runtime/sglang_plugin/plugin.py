@@ -88,10 +88,10 @@ def set_internal_state(original: Callable[..., Any], owner: Any, recv_req: Any) 
 
 
 def get_internal_state(result: Any, owner: Any, recv_req: Any) -> Any:
-    """AFTER hook: add ``specctl`` (SpecPolicy.state()) to the scheduler's internal state."""
+    """AFTER hook: add ``specctl`` (the policy's state and the off state's) to the scheduler's internal state."""
     params = active()
     if params is not None:
-        result.internal_state["specctl"] = params.state()
+        result.internal_state["specctl"] = {**params.state(), "off_state": fast_off.summary()}
     return result
 
 

@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--startup-delay", type=float, default=0.0, metavar="SECONDS",
                     help="answer /health with 503 for this long")
+    ap.add_argument("--slow-off", action="store_true",
+                    help="act as a server without specctl's fast off: 'off' runs SGLang's own steps-0 state")
     return ap
 
 
@@ -70,7 +72,7 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
         ap.error(f"--fail-gpu {bad[0]} is out of range for {gpus} GPU(s)")
     if not 0.0 <= ns.startup_delay < 86_400:
         ap.error("--startup-delay must be between 0 and 86400 seconds")
-    cfg = SimConfig(preset, gpus, load, changes, ns.seed, ns.startup_delay, frozenset(ns.fail_gpu))
+    cfg = SimConfig(preset, gpus, load, changes, ns.seed, ns.startup_delay, frozenset(ns.fail_gpu), ns.slow_off)
     return ns, cfg
 
 

@@ -187,8 +187,10 @@ class SimEngine:
 
     def __init__(self, params: PerfParams, workload: Workload, *, policy: SpecPolicy | None,
                  accept_len: float, accept_steps: int, max_running: int, kv_pool_tokens: int,
-                 seed: int = 0) -> None:
+                 seed: int = 0, fast_off: bool = True) -> None:
         self.params = params
+        # False: specctl's fast off is not in place, so "off" is SGLang's own steps-0 state
+        self.fast_off = fast_off
         self.workload = workload
         self.policy = policy
         self.alpha = alpha_for(accept_len, accept_steps)
@@ -282,9 +284,15 @@ class SimEngine:
         return StepReport(duration, bs, steps, tokens, sum(prompts), tuple(finished))
 
     def _plain_s(self, bs: int) -> float:
-        """A step without drafting: a server without speculation, or specctl's off state."""
+        """A step without drafting: a server without speculation, or specctl's off state.
+
+        Without fast off the off state is SGLang's steps-0 state: a 1-token verify
+        in target-verify mode plus the draft extend (docs/fast-off.md).
+        """
         if self.policy is None:
             return decode_s(self.params, bs, self.ctx_tokens)
+        if not self.fast_off:
+            return spec_s(self.params, bs, self.ctx_tokens, 0)
         return off_s(self.params, bs, self.ctx_tokens, warm=bs < self.policy.settings.warm_below)
 
     def _admit(self) -> list[int]:

@@ -68,11 +68,11 @@ class Preset:
     tolerance: float = 0.10
     checks: tuple[Check, ...] = ()
 
-    def engine(self, policy: SpecPolicy | None, seed: int = 0) -> SimEngine:
+    def engine(self, policy: SpecPolicy | None, seed: int = 0, fast_off: bool = True) -> SimEngine:
         """A fresh engine of this preset; ``policy`` None gives a server without speculation."""
         return SimEngine(self.params, self.workload, policy=policy, accept_len=self.accept_len,
                          accept_steps=self.steps, max_running=self.max_running,
-                         kv_pool_tokens=self.kv_pool_tokens, seed=seed)
+                         kv_pool_tokens=self.kv_pool_tokens, seed=seed, fast_off=fast_off)
 
     def default_settings(self) -> PolicySettings:
         """Policy settings with this preset's draft steps."""

@@ -49,6 +49,7 @@ class SimConfig:
     seed: int = 0
     startup_delay_s: float = 0.0
     failed_gpus: frozenset[int] = frozenset()
+    slow_off: bool = False  # as a server whose fast off is not in place (SGLang's own steps-0 state)
 
 
 class BadRequest(Exception):
@@ -64,7 +65,7 @@ class SimServer:
         self.policy = SpecPolicy(p.default_settings().with_changes(cfg.policy_changes))
         # Like SGLang under specctl's generated config, only the launch's step count has a runtime state.
         self.built_steps = self.policy.settings.steps
-        self.engine: SimEngine = p.engine(self.policy, seed=cfg.seed)
+        self.engine: SimEngine = p.engine(self.policy, seed=cfg.seed, fast_off=not cfg.slow_off)
         self.engine.on_finish = self._finished
         self.driver = LoadDriver(cfg.load)
         self.gpus = SimGpus(p.gpu, cfg.gpus, mem_fraction_static=p.mem_fraction_static, seed=cfg.seed,
@@ -135,13 +136,19 @@ class SimServer:
         """What SGLang's scheduler reports per DP rank, plus the specctl policy's state."""
         e = self.engine
         return {
-            "specctl": self.policy.state(),
+            "specctl": {**self.policy.state(), "off_state": self.off_state()},
             "avg_spec_accept_length": round(e.accept_len(), 4),
             "last_gen_throughput": round(e.gen_throughput(), 2),
             "num_running_reqs": len(e.running),
             "num_queue_reqs": len(e.queue),
             "token_usage": round(e.token_usage(), 4),
         }
+
+    def off_state(self) -> dict[str, Any]:
+        """As the plugin reports it (fast_off.summary): whether "off" costs what no speculation costs."""
+        if self.cfg.slow_off:
+            return {"fast": False, "why_not": "simulated (--slow-off): SGLang's own steps-0 state"}
+        return {"fast": True, "why_not": None}
 
     def server_info(self) -> dict[str, Any]:
         p = self.cfg.preset
