@@ -1,7 +1,7 @@
 """The spec banner: is speculation on, who decided, and is this data real.
 
 Operators glance at this line first, so the state is spelled out in words
-(SPEC ON / SPEC OFF, FORCED OFF, SIM), never carried by colour alone: it
+(SPEC ON / SPEC OFF, FORCED OFF, SLOW OFF, SIM), never carried by colour alone: it
 stays readable with NO_COLOR and on a monochrome terminal.
 """
 
@@ -34,6 +34,7 @@ class BannerState:
     server_state: str | None = None
     server_error: str | None = None
     sim: bool = False
+    slow_off: bool = False  # the server's "off" is SGLang's slow steps-0 state, not fast off
     source: str = ""
     status: str = ""  # "PAUSED", "replay 0:42 / 5:00 ▶ x1", a lost connection...
 
@@ -99,6 +100,9 @@ class SpecBanner(Widget):
         line.append(server, self._style("mode" if s.server_state in GOOD_SERVER_STATES else "bad"))
         if s.server_error and s.server_state not in GOOD_SERVER_STATES:
             line.append(f" {s.server_error}", self._style("bad"))
+        if s.slow_off:
+            line.append("  ")
+            line.append("SLOW OFF", self._style("bad"))
         if s.sim:
             line.append("  ")
             line.append(" SIM ", self._style("sim"))

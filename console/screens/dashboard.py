@@ -137,6 +137,7 @@ def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:
         server_state=text(server.get("state")),
         server_error=None if server.get("error") is None else str(server.get("error")),
         sim=sample.get("sim") is True,
+        slow_off=obj(obj(spec).get("off_state")).get("fast") is False,
         source=source,
         status=status,
     )

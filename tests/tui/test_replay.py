@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Button
 
+from specctl.console.app import SpecctlApp
 from specctl.console.links import LinkError, ReplayLink
+from specctl.runtime import records
 from specctl.widgets.banner import SpecBanner
+from specctl.widgets.event_log import EventLog
 from specctl.widgets.gpu_panel import GpuPanel
 
 from tui_helpers import FIXTURES, T0
@@ -106,3 +109,22 @@ async def test_more_gpus_than_fit_scroll(tmp_path, settled) -> None:
         box = app.dashboard.query_one("#gpus")
         assert len(box.query(GpuPanel)) == 12
         assert box.size.height == 8 and box.max_scroll_y == 4
+
+
+async def test_a_server_whose_off_state_is_slow_is_flagged_in_the_banner_and_the_log(tmp_path, settled) -> None:
+    """The journal of a server without fast off: the banner and the event log both say SLOW OFF."""
+    off_state = {"fast": False, "why_not": "SPECCTL_FAST_OFF=0: SGLang's own steps-0 state runs while off"}
+    spec = {"mode": "auto", "on": False, "steps": 0, "reason": "load", "off_state": off_state,
+            "settings": {"steps": 3, "off_at": 56, "on_at": 24}}
+    server = {"state": "ready", "running": 200, "queued": 0, "gen_tps": 2000.0, "accept_len": None}
+    journal = tmp_path / "slow.jsonl"
+    lines = [records.event("server_ready", t=T0 - 1, url="u"),
+             records.event("slow_off_state", t=T0 - 0.5, why=off_state["why_not"]),
+             *(records.sample(server, spec, [], [], sim=False, t=T0 + i) for i in range(5))]
+    journal.write_text("".join(records.dumps(r) + "\n" for r in lines))
+    app = SpecctlApp(ReplayLink(journal, start_at=T0 + 4, paused=True), remember_theme=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settled(pilot)
+        assert "SPEC OFF" in banner(app) and "SLOW OFF" in banner(app)
+        log = app.dashboard.query_one(EventLog)
+        assert any("SLOW OFF" in line.text and "steps-0" in line.text for line in log.lines)
