@@ -23,12 +23,25 @@ def start_sim(tmp: Path, port: int = 0, *extra: str) -> tuple[subprocess.Popen[b
 
 
 @pytest.fixture
-def sim(tmp_path: Path):
-    proc, url = start_sim(tmp_path)
-    yield proc, url
-    if proc.poll() is None:
-        proc.terminate()
-        proc.wait(timeout=30)
+def sims(tmp_path: Path):
+    """``sims(*extra_args)`` starts a simulator; every one started is stopped at the end."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*extra: str) -> tuple[subprocess.Popen[bytes], str]:
+        proc, url = start_sim(tmp_path, 0, *extra)
+        procs.append(proc)
+        return proc, url
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+@pytest.fixture
+def sim(sims):
+    return sims()
 
 
 def test_attached_server_is_steered_and_outlives_the_supervisor(tmp_path: Path, sim) -> None:
@@ -49,8 +62,8 @@ def test_attached_server_is_steered_and_outlives_the_supervisor(tmp_path: Path, 
     assert pid_alive(proc.pid), "specctl never stops a server it did not start"
 
 
-def test_a_server_whose_off_state_is_slow_is_said_once(tmp_path: Path) -> None:
-    proc, url = start_sim(tmp_path, 0, "--slow-off")
+def test_a_server_whose_off_state_is_slow_is_said_once(tmp_path: Path, sims) -> None:
+    _, url = sims("--slow-off")
     h = Headless(tmp_path, "--attach", url)
     try:
         told = h.wait_event("slow_off_state")
@@ -61,8 +74,6 @@ def test_a_server_whose_off_state_is_slow_is_said_once(tmp_path: Path) -> None:
         assert len(h.records("event", "slow_off_state")) == 1
     finally:
         assert h.stop() == 0
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_a_vanished_attached_server_is_unreachable_then_back(tmp_path: Path, sim) -> None:
