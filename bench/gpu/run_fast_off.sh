@@ -402,6 +402,7 @@ decode_only() {  # decode_only LABEL MODES [SWITCH]: decode-only windows at PROF
 
 phase_offprofile() {
   start_server nospec nospec 0 || return 1
+  python3 "$HERE/correctness.py" run "$URL" "nospec-$ATTN" "$WORK/corr-nospec.json" --logprobs  # for resume
   decode_only "decodeonly-nospec-$ATTN" -
   profile_now "nospec-$ATTN" "$WORK/server-nospec.log"
   stop_server
