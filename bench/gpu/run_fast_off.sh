@@ -213,18 +213,23 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   log "starting $name: ${envs[*]} ${args[*]} ${COMMON[*]}"
   env -u SGLANG_SIMULATE_ACC_LEN "${envs[@]}" setsid "${args[@]}" "${COMMON[@]}" > "$slog" 2>&1 &
   SPID=$!
+  wait_up "$name" && return 0
+  log "$name did NOT come up; log tail:"; grep -v "Capturing batches" "$slog" | tail -n 60
+  stop_server
+  return 1
+}
+
+wait_up() {  # wait_up NAME: until the server answers a generation, while $SPID lives (400 s at most)
   local ts; ts=$(date +%s)
   while [ $(( $(date +%s) - ts )) -lt 400 ] && [ "$(left)" -gt 30 ]; do
-    kill -0 "$SPID" 2>/dev/null || break
+    kill -0 "$SPID" 2>/dev/null || return 1
     if python3 "$HERE/ctl.py" "$URL" info version >/dev/null 2>&1 \
        && python3 -c "import urllib.request as u; u.urlopen('$URL/health_generate', timeout=20).read()" 2>/dev/null; then
-      log "$name up after $(( $(date +%s) - ts ))s"
+      log "$1 up after $(( $(date +%s) - ts ))s"
       return 0
     fi
     sleep 3
   done
-  log "$name did NOT come up; log tail:"; grep -v "Capturing batches" "$slog" | tail -n 60
-  stop_server
   return 1
 }
 
@@ -304,16 +309,11 @@ phase_sweep2() {  # the specctl server as an operator runs it: launched and stee
       -- --attention-backend "$ATTN" --speculative-draft-load-format dummy "${COMMON[@]}" \
       > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
   SPID=$!
-  local ts; ts=$(date +%s)
-  until python3 -c "import urllib.request as u; u.urlopen('$URL/health_generate', timeout=20).read()" 2>/dev/null; do
-    if ! kill -0 "$SPID" 2>/dev/null || [ $(( $(date +%s) - ts )) -gt 400 ] || [ "$(left)" -lt 60 ]; then
-      log "sweep2 did NOT come up"; tail -n 40 "$WORK/supervisor-sweep2-$TAG.log"
-      journal_log "$journal" "$WORK/server-sweep2.log"; grep -v "Capturing batches" "$WORK/server-sweep2.log" | tail -n 60
-      stop_server; return 1
-    fi
-    sleep 3
-  done
-  log "sweep2 up after $(( $(date +%s) - ts ))s"
+  if ! wait_up sweep2; then
+    log "sweep2 did NOT come up"; tail -n 40 "$WORK/supervisor-sweep2-$TAG.log"
+    journal_log "$journal" "$WORK/server-sweep2.log"; grep -v "Capturing batches" "$WORK/server-sweep2.log" | tail -n 60
+    stop_server; return 1
+  fi
   sleep 3   # the supervisor applies the backend's thresholds when it sees the server ready
   PATH=$SITE/bin:$PATH specctl status --socket "$sock" | head -n 12
   grep -h "backend_thresholds" "$WORK/supervisor-sweep2-$TAG.log" | tail -n 2
