@@ -323,6 +323,11 @@ class SpecPolicy:
     def step(self) -> int:
         return self._step
 
+    @property
+    def last_batch(self) -> int:
+        """The batch size of the last decision: the running batch, as prefill steps see it."""
+        return self._last_batch
+
     def accept_mean(self) -> float | None:
         if not self._accepts:
             return None

@@ -555,20 +555,16 @@ def test_start_up_stops_when_sglang_did_not_apply_a_fast_off_hook(hooked, sglang
     assert "SPECCTL_FAST_OFF=0" in message
 
 
-@pytest.mark.parametrize(("env", "hooked_handlers"), [
-    ({"SPECCTL_FAST_OFF": "0"}, set()),
-    ({"SPECCTL_FAST_OFF": "1"}, {"build_adaptive_runtime_state", "eagle_prepare_for_verify",
-                                 fast_off.STEP_HANDLER}),
-])
+@pytest.mark.parametrize(("env", "all_hooked"), [({"SPECCTL_FAST_OFF": "0"}, False), ({"SPECCTL_FAST_OFF": "1"}, True)])
 def test_start_up_checks_only_the_fast_off_hooks_in_use(world: StandIns, sglang_source: SglangSource, config: str,
                                                         monkeypatch, env: dict[str, str],
-                                                        hooked_handlers: set[str]) -> None:
+                                                        all_hooked: bool) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     install_all(world)
     applied = {s.handler for s in sglang_source.release.fast_off_hooks
                if hasattr(world.resolve(s.target), "__wrapped__")}
-    assert applied == hooked_handlers
+    assert applied == ({s.handler for s in sglang_source.release.fast_off_hooks} if all_hooked else set())
     assert world.call("check_server_args", types.SimpleNamespace(**good_args(sglang_source.release, config))) is None
 
 
@@ -587,3 +583,94 @@ def test_an_off_step_hands_the_read_done_event_to_the_releases_war_barrier(hooke
     assert getattr(worker, method)("batch") == "sglang's result"
     assert (getattr(reader, names.event_attr), getattr(target, names.event_attr)) == ("read-done event", None)
     assert world.fast_off_calls == [fast_off.STEP_HANDLER] * 2
+
+
+# -- the 0.5.17-only hooks: the draft's prefill while off, alloc_for_spec_decode's loop --
+
+
+def hooked_here(release: Release, handler: str) -> bool:
+    return any(s.handler == handler for s in release.fast_off_hooks)
+
+
+def function_from_source(source: SglangSource, rel: str, name: str, inject: dict[str, Any]) -> Any:
+    """One top-level function of the wheel's source, compiled without its annotations over ``inject``."""
+    node = find_definition(source.tree(f"sglang/srt/{rel}"), name)
+    assert isinstance(node, ast.FunctionDef), name
+    node = ast.parse(ast.unparse(node)).body[0]
+    assert isinstance(node, ast.FunctionDef)
+    for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+        arg.annotation = None
+    node.returns = None
+    namespace = dict(inject)
+    exec(compile(ast.Module(body=[node], type_ignores=[]), f"sglang/srt/{rel}", "exec"), namespace)
+    return namespace[name]
+
+
+class CpuInts(list):
+    """A 1-D int CPU tensor, as far as alloc_for_spec_decode reads one: ``[i]`` and ``tolist()``."""
+
+    def tolist(self) -> list[int]:
+        return list(self)
+
+
+def test_alloc_for_spec_decode_uses_reqs_only_as_the_hook_expects(sglang_source: SglangSource) -> None:
+    if not hooked_here(sglang_source.release, "alloc_for_spec_decode"):
+        # This release already runs the loop over a list: nothing to backport.
+        assert "nxt_kv_lens_cpu.tolist()" in sglang_source.srt("mem_cache/allocation.py")
+        return
+    fn = sglang_source.locate("sglang.srt.mem_cache.allocation.alloc_for_spec_decode").node
+    parents = {child: parent for parent in ast.walk(fn) for child in ast.iter_child_nodes(parent)}
+    uses = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == "reqs"]
+    assert len(uses) == 2
+    for use in uses:
+        call = parents[use]
+        assert isinstance(call, ast.Call) and ast.unparse(call.func) in ("len", "enumerate"), ast.unparse(call)
+        if ast.unparse(call.func) == "enumerate":
+            loop = parents[call]
+            assert isinstance(loop, ast.For) and loop.iter is call
+            assert [ast.unparse(s) for s in loop.body] == [
+                "req.kv.kv_allocated_len = max(req.kv.kv_allocated_len, int(nxt_kv_lens_cpu[i]))"]
+
+
+@pytest.mark.parametrize("needed", [0, 5])
+def test_the_alloc_hook_leaves_what_sglangs_function_does(sglang_source: SglangSource, needed: int) -> None:
+    if not hooked_here(sglang_source.release, "alloc_for_spec_decode"):
+        pytest.skip("not hooked in this release")
+    assigned: list[tuple[Any, ...]] = []
+    fn = function_from_source(sglang_source, "mem_cache/allocation.py", "alloc_for_spec_decode", {
+        "alloc_token_slots": lambda tree_cache, n: f"slots:{n}",
+        "assign_req_to_token_pool_func": lambda *a: assigned.append(a),
+    })
+
+    def run(call: Any) -> list[int]:
+        reqs = [types.SimpleNamespace(kv=types.SimpleNamespace(kv_allocated_len=n)) for n in (3, 10, 7)]
+        tree_cache = types.SimpleNamespace(token_to_kv_pool_allocator=types.SimpleNamespace(page_size=1))
+        call(tree_cache, types.SimpleNamespace(req_to_token="to_token"), reqs=reqs, req_pool_indices="idx", cur_kv_lens="cur",
+             cur_kv_lens_cpu=CpuInts([3, 10, 7]), nxt_kv_lens="nxt", nxt_kv_lens_cpu=CpuInts([8, 9, 12]),
+             num_needed_tokens=needed, batch=None)
+        return [r.kv.kv_allocated_len for r in reqs]
+
+    plain = run(fn)
+    hook = fast_off.handlers(sglang_source.release)["alloc_for_spec_decode"]
+    assert run(lambda *a, **kw: hook(fn, *a, **kw)) == plain == [8, 10, 12]
+    assert assigned == ([("idx", "to_token", "cur", "nxt", "slots:5", 3)] * 2 if needed else [])
+
+
+def test_the_cold_prefill_stub_is_what_sglang_stubs_for_a_skipped_draft_extend(sglang_source: SglangSource) -> None:
+    if not hooked_here(sglang_source.release, "draft_extend_for_prefill"):
+        pytest.skip("not hooked in this release")
+    worker = sglang_source.tree("sglang/srt/speculative/eagle_worker_v2.py")
+    # SGLang passes (batch, hidden states, next token ids, mm embeds) by position: fast_off reads index 1.
+    calls = [n for n in ast.walk(worker) if isinstance(n, ast.Call)
+             and ast.unparse(n.func).endswith("._draft_extend_for_prefill")]
+    assert calls and all(len(c.args) == 4 and not c.keywords for c in calls)
+    # The fields SGLang's own stub fills, and only those, are the ones fast_off fills with zeros.
+    stub = sglang_source.locate("sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2._stub_skipped_draft_extend").node
+    filled = {t.attr for n in ast.walk(stub) if isinstance(n, ast.Assign) for t in n.targets
+              if isinstance(t, ast.Attribute) and ast.unparse(t.value) == "next_draft_input"}
+    assert filled == {"topk_p", "topk_index", "hidden_states"}
+    fields = class_fields(sglang_source.tree("sglang/srt/speculative/eagle_info.py"))
+    assert {"topk_p", "topk_index", "hidden_states", "bonus_tokens", "num_tokens_per_req",
+            "num_tokens_for_logprob_per_req"} <= fields
+    assert "seed_dsa_topk_from_draft_extend" in attribute_names(worker)
+    assert "speculative_use_rejection_sampling" in class_fields(sglang_source.tree("sglang/srt/server_args.py"))

@@ -28,6 +28,7 @@ from specctl.runtime.sglang_plugin.compat import RELEASES
 from specctl.runtime.sglang_plugin.params import SpecctlParams
 
 RELEASE = RELEASES["0.5.17"]
+SPEC = SimpleNamespace(speculative_use_rejection_sampling=False)  # SGLang's get_spec() bag
 
 
 class Vec(list):
@@ -104,6 +105,12 @@ def fake_sglang(monkeypatch) -> None:
             "CaptureHiddenMode": CaptureHiddenMode, "ForwardBatch": ForwardBatch},
         "sglang.srt.model_executor.runner": {"DecodeCudaGraphRunner": DecodeCudaGraphRunner},
         "sglang.srt.utils.common": {"get_available_gpu_memory": lambda device, gpu: 10.0},
+        "sglang.srt.runtime_context": {"get_spec": lambda: SPEC},
+        "sglang.srt.speculative.eagle_info": {"EagleDraftInput": SimpleNamespace},
+        "sglang.srt.speculative.eagle_utils": {"get_draft_recurrent_hidden_state_spec":
+            lambda runner: (runner.hidden_size, "bf16")},
+        "torch": {"zeros": lambda shape, dtype, device: ("zeros", shape, dtype, device),
+                  "float32": "f32", "int64": "i64"},
     }
     for name, attrs in modules.items():
         parts = name.split(".")
@@ -116,6 +123,7 @@ def fake_sglang(monkeypatch) -> None:
     monkeypatch.setattr(fast_off, "_RUNNER_CLASS", None)
     monkeypatch.setattr(draft_warmth, "_skip_written", None)
     monkeypatch.setattr(params_module, "_active", None)
+    monkeypatch.setattr(SPEC, "speculative_use_rejection_sampling", False)
     for name in (fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV):
         monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
         monkeypatch.delenv(name)
@@ -133,8 +141,9 @@ def installed(release: compat.Release = RELEASE) -> list[str]:
 @pytest.mark.parametrize("version", sorted(RELEASES))
 def test_install_registers_the_releases_hooks_and_skips_the_draft_extend(version: str) -> None:
     assert installed(RELEASES[version]) == [s.handler for s in RELEASES[version].fast_off_hooks]
+    only_0517 = ["draft_extend_for_prefill", "alloc_for_spec_decode"] if version == "0.5.17" else []
     assert [s.handler for s in RELEASES[version].fast_off_hooks] == [
-        "build_adaptive_runtime_state", "eagle_prepare_for_verify", fast_off.STEP_HANDLER]
+        "build_adaptive_runtime_state", "eagle_prepare_for_verify", fast_off.STEP_HANDLER, *only_0517]
     assert os.environ[draft_warmth.SKIP_DRAFT_EXTEND_ENV] == "1"
 
 
@@ -406,3 +415,88 @@ def test_without_active_params_the_draft_is_cold(stepper) -> None:
     step(batch_of(1))
     assert seen == ["1"] and event_moved(target, reader)
     assert fast_off.STATS.warm_steps == 0
+
+
+# -- the draft's prefill while off ----------------------------------------------
+
+
+class Tokens(list):
+    """next_token_ids: a shape and a device, as the stub reads them."""
+
+    shape = property(lambda self: (len(self),))
+    device = "cuda:0"
+
+
+@pytest.fixture
+def prefill() -> tuple[Any, SimpleNamespace, list[str]]:
+    """The prefill hook over SGLang's own draft prefill, a draft worker in the off state, and the calls."""
+    hook = fast_off.handlers(RELEASE)["draft_extend_for_prefill"]
+    worker = SimpleNamespace(speculative_num_steps=0, topk=1, draft_runner=SimpleNamespace(hidden_size=4096))
+    calls: list[str] = []
+
+    def sglang_prefill(w: Any, batch: Any, hidden: Any, next_ids: Any, mm: Any = None) -> str:
+        calls.append("draft prefill")
+        return "drafted"
+
+    fast_off.STATS.built = True
+    return functools.partial(hook, sglang_prefill, worker), worker, calls
+
+
+def run_prefill(hook: Any, n: int = 3) -> Any:
+    batch = SimpleNamespace(forward_mode=ForwardMode.DECODE)  # any non-idle mode
+    return hook(batch, "hidden", Tokens(range(100, 100 + n)), None)
+
+
+def off_at(tmp_path, running: int, warm_below: int = 0) -> SpecctlParams:
+    """Params forced off whose last decode batch had ``running`` requests."""
+    config = str(write_config(tmp_path / "adaptive.json", 3))
+    params = SpecctlParams(3, config, settings=PolicySettings(steps=3, mode="off", warm_below=warm_below))
+    assert params.get_steps_for_batch(running) == 0
+    return params
+
+
+def test_a_prefill_while_off_and_cold_skips_the_draft_and_stubs_its_output(prefill, tmp_path) -> None:
+    hook, _, calls = prefill
+    off_at(tmp_path, running=200)
+    out = run_prefill(hook, n=3)
+    assert calls == []
+    assert out.bonus_tokens == [100, 101, 102]
+    assert out.topk_p == ("zeros", (3, 1), "f32", "cuda:0")
+    assert out.topk_index == ("zeros", (3, 1), "i64", "cuda:0")
+    assert out.hidden_states == ("zeros", (3, 4096), "bf16", "cuda:0")
+    assert (out.num_tokens_per_req, out.num_tokens_for_logprob_per_req) == (1, 1)
+    assert fast_off.STATS.cold_prefills == 1
+
+
+def test_a_prefill_while_off_below_warm_below_runs_the_draft(prefill, tmp_path) -> None:
+    hook, _, calls = prefill
+    off_at(tmp_path, running=10, warm_below=16)
+    assert run_prefill(hook) == "drafted" and calls == ["draft prefill"]
+    off_at(tmp_path, running=16, warm_below=16)
+    assert run_prefill(hook) != "drafted"
+
+
+def test_a_prefill_while_on_runs_the_draft(prefill, tmp_path) -> None:
+    hook, worker, calls = prefill
+    config = str(write_config(tmp_path / "adaptive.json", 3))
+    params = SpecctlParams(3, config, settings=PolicySettings(steps=3, mode="on"))
+    worker.speculative_num_steps = params.get_steps_for_batch(200)
+    assert run_prefill(hook) == "drafted"
+
+
+@pytest.mark.parametrize("why", ["not built", "rejection sampling", "dsa seed", "idle", "no params"])
+def test_the_draft_prefill_runs_wherever_the_stub_may_not_stand_in(prefill, tmp_path, why: str) -> None:
+    hook, worker, calls = prefill
+    if why != "no params":
+        off_at(tmp_path, running=200)
+    if why == "not built":
+        fast_off.STATS.built = False
+    elif why == "rejection sampling":
+        SPEC.speculative_use_rejection_sampling = True
+    elif why == "dsa seed":
+        worker.seed_dsa_topk_from_draft_extend = True
+    if why == "idle":
+        assert hook(SimpleNamespace(forward_mode=ForwardMode.IDLE), "h", Tokens(), None) == "drafted"
+    else:
+        assert run_prefill(hook) == "drafted"
+    assert fast_off.STATS.cold_prefills == 0

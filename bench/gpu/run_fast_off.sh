@@ -31,6 +31,13 @@
 #                  request PROF_INPUT in / PROF_OUTPUT out, all admitted before the first window)
 #                  at PROF_CONCS, then PROF_STEPS scheduler steps under SGLang's torch profiler,
 #                  summarised by summarize_trace.py (CPU period vs GPU busy per step)
+#   offcost        the off state's cost after the CPU fixes (docs/fast-off.md): a server without
+#                  speculation (greedy reference, decode-only windows at PROF_CONCS, mixed windows at
+#                  MIXED_CONCS), then a specctl server (acceptance not simulated): fixcheck's greedy
+#                  runs, forced off: decode-only windows, mixed windows with the draft cold vs warm
+#                  (warm_below), and a profile of off steps
+#   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
+#                  draft) / auto, compared with each other (and no spec, if here), KV check
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) CONCS WARMUP DURATION ACC_LEN BUDGET_S OUT TAG MEM_FRAC
@@ -38,7 +45,7 @@
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share)
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
 #   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS (offprofile)
-#   RESUME_CONCS
+#   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost)
 set -uo pipefail
 T0=$(date +%s)
 REPO=$(pwd)
@@ -74,6 +81,9 @@ PROF_INPUT=${PROF_INPUT:-256}
 PROF_OUTPUT=${PROF_OUTPUT:-2000}   # 256 x 2,256 tokens fit the 805k-token KV pool of a spec server
 PROF_STEPS=${PROF_STEPS:-60}
 RESUME_CONCS=${RESUME_CONCS:-"16 64 256"}
+MIXED_CONCS=${MIXED_CONCS:-"128 256"}
+MIXED_ROUNDS=${MIXED_ROUNDS:-3}
+MIXED_WARMUP=${MIXED_WARMUP:-10}
 CSV2=$OUT/interleave-$TAG.csv
 XENV=()                         # extra environment for the next start_server
 STEPS=3
@@ -349,13 +359,9 @@ phase_resume() {
   python3 "$HERE/resume.py" "alwayson-$ATTN" "$WORK"/drafts.jsonl.* --labels "lp-on-$ATTN" "cold-$ATTN" "warm-$ATTN" \
     | tee "$WORK/resume-table-$TAG.txt"
   # the off state's cost with the draft kept warm vs skipped (acceptance plays no part while off)
-  cat > "$WORK/warmth.sh" <<SHEOF
-case \$1 in cold) w=0 ;; warm) w=100000 ;; esac
-python3 "$HERE/ctl.py" "$URL" set warm_below=\$w > /dev/null
-SHEOF
   python3 "$HERE/ctl.py" "$URL" mode off > /dev/null
   python3 "$HERE/ctl.py" "$URL" state | cut -c1-300
-  interleave "offwarmth-$ATTN" "$ROUNDS" "$RESUME_CONCS" "cold warm" "bash $WORK/warmth.sh {mode}"
+  interleave "offwarmth-$ATTN" "$ROUNDS" "$RESUME_CONCS" "cold warm" "$(warmth_switch)"
   server_facts resume
   stop_server
 }
@@ -411,6 +417,62 @@ phase_offprofile() {
   decode_only "decodeonly-off-$ATTN" -
   python3 "$HERE/ctl.py" "$URL" used | cut -c1-200   # flushes; the requests were aborted
   profile_now "off-$ATTN" "$WORK/server-offprof.log"
+  stop_server
+}
+
+mixed() {  # mixed LABEL MODES [SWITCH]: the sweep's arrivals (IL_* lengths) at MIXED_CONCS, MIXED_ROUNDS windows
+  local saved=$IL_WARMUP
+  IL_WARMUP=$MIXED_WARMUP
+  interleave "$1" "$MIXED_ROUNDS" "$MIXED_CONCS" "$2" "${3:-}"
+  IL_WARMUP=$saved
+}
+
+warmth_switch() {  # a switch command for interleave.py: mode cold|warm sets warm_below (the server stays off)
+  cat > "$WORK/warmth.sh" <<SHEOF
+case \$1 in cold) w=0 ;; warm) w=100000 ;; esac
+python3 "$HERE/ctl.py" "$URL" set warm_below=\$w > /dev/null
+SHEOF
+  echo "bash $WORK/warmth.sh {mode}"
+}
+
+phase_offcost() {  # the off state's cost after the CPU fixes: no spec vs specctl forced off, same graphs
+  start_server nospec nospec 0 || return 1
+  python3 "$HERE/correctness.py" run "$URL" "nospec-$ATTN" "$WORK/corr-nospec.json"
+  decode_only "decodeonly-nospec-$ATTN" -
+  mixed "mixed-nospec-$ATTN" -
+  stop_server
+  start_server offcost specctl 0 || return 1
+  fixcheck_runs
+  python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-160
+  decode_only "decodeonly-off-$ATTN" -
+  python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-100
+  mixed "mixed-off-$ATTN" "cold warm" "$(warmth_switch)"
+  python3 "$HERE/ctl.py" "$URL" set warm_below=0 > /dev/null
+  profile_now "offfix-$ATTN" "$WORK/server-offcost.log"
+  server_facts offcost
+  stop_server
+}
+
+fixcheck_runs() {  # greedy runs through the off state's paths (cold prefill, resume), KV before/after
+  local P=$WORK/fixcheck-$TAG.txt
+  { echo "== KV used before"; python3 "$HERE/ctl.py" "$URL" used; } > "$P" 2>&1
+  corr "fx-on-$ATTN" --mode on
+  corr "fx-off-$ATTN" --mode off
+  corr "fx-toggle-$ATTN" --toggle 0.03
+  corr "fx-cold-$ATTN" --mode off --then on --after 0.4
+  corr "fx-auto-$ATTN" --set min_accept=0.5 accept_slope=0 accept_window=2 probe_after=4 dwell=1 --mode auto
+  python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_window=64 probe_after=256 dwell=8 >/dev/null
+  python3 "$HERE/correctness.py" compare "$WORK/corr-fx-on-$ATTN.json" "$WORK/corr-fx-off-$ATTN.json" \
+    "$WORK/corr-fx-toggle-$ATTN.json" "$WORK/corr-fx-cold-$ATTN.json" "$WORK/corr-fx-auto-$ATTN.json" | tee -a "$P"
+  { echo "== KV used after"; python3 "$HERE/ctl.py" "$URL" used; } >> "$P" 2>&1
+  grep -h "specctl fast-off" "$WORK"/server-*.log | cut -c1-300 | tail -n 8 >> "$P"
+  cat "$P" | cut -c1-300
+}
+
+phase_fixcheck() {  # the fixed off state's paths on this backend, without a no-spec reference
+  start_server fixcheck specctl 0 || return 1
+  fixcheck_runs
+  server_facts fixcheck
   stop_server
 }
 
@@ -516,6 +578,8 @@ for ph in "$@"; do
     adaptive) phase_adaptive ;;
     resume) phase_resume ;;
     offprofile) phase_offprofile ;;
+    offcost) phase_offcost ;;
+    fixcheck) phase_fixcheck ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
     *) log "unknown phase $ph" ;;

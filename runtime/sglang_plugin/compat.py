@@ -116,6 +116,14 @@ _FAST_OFF_PREPARE = HookSpec("sglang.srt.speculative.eagle_utils.eagle_prepare_f
 # The step hook passes every argument through; its parameters are listed so that a
 # change of the step's signature is seen.
 _FAST_OFF_STEP = f"{_EAGLE_WORKER}.forward_batch_generation"
+# 0.5.17 only (0.5.23 changed both): skipping the draft's prefill while off and cold, whose
+# stub is 0.5.17's EagleDraftInput; and 0.5.23's tolist loop in alloc_for_spec_decode.
+_COLD_PREFILL = HookSpec("sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_prefill",
+                         "AROUND", "draft_extend_for_prefill",
+                         ("batch", "target_hidden_states", "next_token_ids", "mm_input_embeds"))
+_SPEC_ALLOC = HookSpec("sglang.srt.mem_cache.allocation.alloc_for_spec_decode", "AROUND", "alloc_for_spec_decode",
+                       ("tree_cache", "req_to_token_pool", "reqs", "req_pool_indices", "cur_kv_lens",
+                        "cur_kv_lens_cpu", "nxt_kv_lens", "nxt_kv_lens_cpu", "num_needed_tokens", "batch"))
 
 RELEASES: dict[str, Release] = {
     "0.5.17": Release(
@@ -147,6 +155,8 @@ RELEASES: dict[str, Release] = {
             _FAST_OFF_PREPARE,
             HookSpec(_FAST_OFF_STEP, "AROUND", "forward_batch_generation",
                      ("batch", "on_publish", "grammar_barrier")),
+            _COLD_PREFILL,
+            _SPEC_ALLOC,
         ),
         read_done=ReadDoneNames("war_fastpath_runner", "war_fastpath_read_done_event"),
     ),

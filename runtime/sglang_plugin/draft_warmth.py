@@ -9,6 +9,10 @@ than the policy setting ``warm_below`` (docs/fast-off.md, "Draft model while
 off", for what each costs). Every tensor-parallel rank sees the same batch
 size and the same settings at the same step, so all ranks run the draft
 extend, with its collectives, or none does.
+
+The same setting covers the draft's prefill of prompts admitted while off
+(:func:`cold_prefill`): a cold draft sees nothing while off, a warm one
+keeps up with both the prompts and the generated tokens.
 """
 
 from __future__ import annotations
@@ -38,6 +42,26 @@ def choose(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     warm = _warm(args[0] if args else kwargs.get("batch"))
     _write_skip("0" if warm else "1")
     return warm
+
+
+def cold_prefill(draft_worker: Any, batch: Any) -> bool:
+    """Whether this prefill skips the draft model: speculation is off and the draft cold.
+
+    Off: the draft worker's runtime state is SGLang's steps-0 one (what the
+    last decode batch chose; prefills do not choose). Cold: ``warm_below``
+    at 0, or the running batch (the last decode batch) at or above it.
+    Idle batches and anything without a policy run SGLang's own prefill.
+    """
+    if getattr(draft_worker, "speculative_num_steps", None) != 0:
+        return False
+    mode = getattr(batch, "forward_mode", None)
+    if mode is None or mode.is_idle():
+        return False
+    params = active()
+    if params is None or params.policy.on:
+        return False
+    warm_below = params.policy.settings.warm_below
+    return warm_below <= 0 or params.policy.last_batch >= warm_below
 
 
 def _warm(batch: Any) -> bool:
