@@ -7,6 +7,7 @@ minutes; these tests run the same scripts as processes over real HTTP.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import subprocess
 import sys
@@ -78,6 +79,25 @@ def test_report_puts_each_mode_in_its_column_with_the_ratios(tmp_path: Path) -> 
     assert line.startswith("| 64 | 1050 (1000-1100) [59.0] | 800 [80.0] |")
 
 
+def test_report_compares_the_off_server_with_no_spec_per_load_shape(tmp_path: Path) -> None:
+    path = tmp_path / "offcost.csv"
+    rows = [("decodeonly-nospec-x", 256, "-", 0, 1000, 16), ("decodeonly-off-x", 256, "-", 0, 1010, 16),
+            ("mixed-nospec-x", 256, "-", 0, 900, 28), ("mixed-nospec-x", 256, "-", 1, 1000, 27),
+            ("mixed-off-x", 256, "cold", 0, 855, 30), ("mixed-off-x", 256, "warm", 0, 760, 32)]
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["label", "concurrency", "mode", "round", "tok_s", "tpot_ms"])
+        writer.writerows(rows)
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0, done.stderr
+    assert "static (forced on)" not in done.stdout, "no sweep rows, so no sweep table"
+    decode = next(x for x in done.stdout.splitlines() if x.startswith("| decode only | 256 |"))
+    assert "| 1010 [16.0] | 1.010 (1.01-1.01) | - | - |" in decode
+    mixed = next(x for x in done.stdout.splitlines() if x.startswith("| with arrivals | 256 |"))
+    # cold / none = 855 / 950, warm / none = 760 / 950
+    assert mixed.endswith("| 0.900 (0.85-0.95) | 760 [32.0] | 0.800 (0.76-0.84) |")
+
+
 def test_resume_compares_proposals_after_resuming_with_the_always_on_run(tmp_path: Path) -> None:
     trace = tmp_path / "drafts.jsonl.1"
     lines = [{"rid": "on:0", "len": n, "draft": [1, n, n, n]} for n in (10, 11, 12)]
@@ -87,3 +107,30 @@ def test_resume_compares_proposals_after_resuming_with_the_always_on_run(tmp_pat
     assert done.returncode == 0, done.stderr
     row = next(x for x in done.stdout.splitlines() if x.startswith("| cold |"))
     assert row.split("|")[2:4] == [" 0.0 % (3) ", " 100.0 % (3) "]
+
+
+def test_cpu_ops_splits_each_scheduler_span_into_its_top_level_ops(tmp_path: Path) -> None:
+    def ev(cat: str, name: str, ts: float, dur: float, tid: int = 1) -> dict[str, object]:
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid}
+
+    events = []
+    for step in range(2):  # two steps of 1 ms each; 2 x (select 100 µs holding a nested op) + item 50 µs
+        t0 = step * 10_000.0
+        events += [ev("user_annotation", "scheduler.get_next_batch_to_run", t0, 1000),
+                   ev("cpu_op", "aten::select", t0 + 10, 100), ev("cpu_op", "aten::as_strided", t0 + 20, 10),
+                   ev("cpu_op", "aten::select", t0 + 200, 100), ev("cpu_op", "aten::item", t0 + 400, 50),
+                   ev("cpu_op", "aten::item", t0 + 500, 50, tid=2)]  # another thread's op: not this span's
+    events += [ev("user_annotation", "scheduler.run_batch", 30_000, 2000),  # a prefill step, named by its kind
+               ev("user_annotation", "step[EXTEND bs=2]", 30_100, 1500), ev("cpu_op", "aten::cat", 30_050, 40)]
+    trace = tmp_path / "t.trace.json.gz"
+    with gzip.open(trace, "wt") as fh:
+        json.dump({"traceEvents": events}, fh)
+    done = tool(str(GPU / "cpu_ops.py"), str(trace))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == ("scheduler.get_next_batch_to_run: 1.000 ms/step, 0.250 ms in 3 top-level ops/step "
+                        "(0.750 ms between them)")
+    assert lines[2].split() == ["0.200", "ms", "2.0/step", "aten::select"]
+    assert lines[3].split() == ["0.050", "ms", "1.0/step", "aten::item"]
+    assert "scheduler.run_batch [EXTEND]: 2.000 ms/step, 0.040 ms in 1 top-level ops/step" in done.stdout
+    assert "scheduler.process_batch_result: not in this trace" in done.stdout

@@ -6,7 +6,10 @@
 Rows are grouped by label prefix: ``nospec-*`` (a server without
 speculation), ``specctl-*`` (modes on = static EAGLE-3's runtime state, off,
 auto), ``adaptive-*`` (SGLang's own adaptive), ``offwarmth-*`` (the off state
-with the draft cold / warm). Each cell is the mean over the windows, with
+with the draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
+``decodeonly-{nospec,off}-*`` (every request admitted before the windows, none
+arriving or ending in them) and ``mixed-{nospec,off}-*`` (the sweep's
+arrivals; the off server's modes are the draft cold / warm). Each cell is the mean over the windows, with
 their spread; each ratio is of the means, with the range the single windows
 allow (worst window over best window, and the reverse), because these
 machines scatter by several per cent from one window to the next.
@@ -21,6 +24,8 @@ import sys
 from collections import defaultdict
 
 Cells = dict[tuple[str, str, int], list[dict[str, float]]]
+SWEEP_KINDS = ("nospec", "specctl", "adaptive")
+OFFCOST_LOADS = {"decodeonly": "decode only", "mixed": "with arrivals"}
 
 
 def read(paths: list[str]) -> Cells:
@@ -31,7 +36,8 @@ def read(paths: list[str]) -> Cells:
             for row in csv.DictReader(fh):
                 if not row.get("tok_s"):
                     continue
-                kind = row["label"].split("-")[0]
+                parts = row["label"].split("-")
+                kind = "-".join(parts[:2]) if parts[0] in OFFCOST_LOADS else parts[0]
                 tpot = float(row["tpot_ms"]) if row.get("tpot_ms") else float("nan")
                 cells[(kind, row["mode"], int(row["concurrency"]))].append(
                     {"tok_s": float(row["tok_s"]), "tpot": tpot})
@@ -65,7 +71,9 @@ def best_of(a: list[dict[str, float]] | None, b: list[dict[str, float]] | None) 
 
 def sweep_table(cells: Cells) -> str:
     """One row per concurrency; SGLang's adaptive gets a column only where it was measured."""
-    concs = sorted({c for (kind, _, c) in cells if kind != "offwarmth"})
+    concs = sorted({c for (kind, _, c) in cells if kind in SWEEP_KINDS})
+    if not concs:
+        return ""
     adaptive = any(kind == "adaptive" for (kind, _, _) in cells)
     names = ["no spec", "static (forced on)"] + (["SGLang adaptive"] if adaptive else []) + [
         "specctl off", "specctl auto", "off / none", "auto / max(static, none)"]
@@ -90,6 +98,22 @@ def warmth_table(cells: Cells) -> str:
     return "\n".join(lines)
 
 
+def offcost_table(cells: Cells) -> str:
+    """No spec vs the specctl server forced off, per load shape (run_fast_off.sh offcost)."""
+    rows = sorted({(load, c) for (kind, _, c) in cells for load in OFFCOST_LOADS if kind.startswith(load + "-")})
+    if not rows:
+        return ""
+    lines = ["| load | c | no spec | specctl off (draft cold) | off / none | off, draft warm | warm / none |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for load, c in rows:
+        none = cells.get((f"{load}-nospec", "-", c))
+        cold = cells.get((f"{load}-off", "cold", c)) or cells.get((f"{load}-off", "-", c))
+        warm = cells.get((f"{load}-off", "warm", c))
+        lines.append(f"| {OFFCOST_LOADS[load]} | {c} | {cell(none)} | {cell(cold)} | {ratio(cold, none)} | "
+                     f"{cell(warm)} | {ratio(warm, none)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -97,10 +121,8 @@ def main(argv: list[str]) -> int:
     cells = read(argv)
     print("Output tok/s, mean over the windows (window range) [TPOT ms, Little's law];"
           " ratios of the means (range over single windows)\n")
-    print(sweep_table(cells))
-    warmth = warmth_table(cells)
-    if warmth:
-        print("\n" + warmth)
+    tables = [t for t in (sweep_table(cells), warmth_table(cells), offcost_table(cells)) if t]
+    print("\n\n".join(tables))
     return 0
 
 

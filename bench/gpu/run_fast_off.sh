@@ -44,7 +44,7 @@
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) CONCS2 ROUNDS WINDOW IL_WARMUP
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share)
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
-#   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS (offprofile)
+#   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile)
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost)
 set -uo pipefail
 T0=$(date +%s)
@@ -80,6 +80,7 @@ PROF_CONCS=${PROF_CONCS:-"256"}
 PROF_INPUT=${PROF_INPUT:-256}
 PROF_OUTPUT=${PROF_OUTPUT:-2000}   # 256 x 2,256 tokens fit the 805k-token KV pool of a spec server
 PROF_STEPS=${PROF_STEPS:-60}
+PROF_JITTER=${PROF_JITTER:-0}      # the profiled load's length spread: 0 = decode only, 0.5 = arrivals inside
 RESUME_CONCS=${RESUME_CONCS:-"16 64 256"}
 MIXED_CONCS=${MIXED_CONCS:-"128 256"}
 MIXED_ROUNDS=${MIXED_ROUNDS:-3}
@@ -370,7 +371,7 @@ profile_now() {  # profile_now NAME: PROF_STEPS steps of SGLang's torch profiler
   local pdir=$WORK/prof-$1 slog=$2 done_p=0 trace
   mkdir -p "$pdir"
   python3 "$HERE/interleave.py" --url "$URL" --label "$1-profiled" --concs $(echo $PROF_CONCS | awk '{print $NF}') \
-    --rounds 1 --window 20 --warmup 8 --input-len "$PROF_INPUT" --output-len "$PROF_OUTPUT" --len-jitter 0 \
+    --rounds 1 --window 20 --warmup 8 --input-len "$PROF_INPUT" --output-len "$PROF_OUTPUT" --len-jitter "$PROF_JITTER" \
     > /dev/null 2>&1 &
   local lpid=$!
   sleep 10

@@ -261,9 +261,8 @@ class SimEngine:
         """Admit what fits, prefill it, run one decode step; None when there is nothing to run."""
         if not self.has_work:
             return None
-        drafting = self.policy is not None and self.policy.on
         prompts = self._admit()
-        duration = prefill_s(self.params, prompts, with_draft=drafting)
+        duration = prefill_s(self.params, prompts, with_draft=self._draft_prefills())
         bs = len(self.running)
         steps = self.policy.decide(bs) if self.policy is not None else 0
         if steps > 0:
@@ -282,6 +281,19 @@ class SimEngine:
             if self.on_finish is not None:
                 self.on_finish(req)
         return StepReport(duration, bs, steps, tokens, sum(prompts), tuple(finished))
+
+    def _draft_prefills(self) -> bool:
+        """Whether the draft model prefills new prompts: drafting, or off with the draft warm.
+
+        As the plugin does: while off, a cold draft (the running batch at or above
+        ``warm_below``) skips the prompts too; SGLang's own steps-0 state (no fast off)
+        always prefills them.
+        """
+        if self.policy is None:
+            return False
+        if self.policy.on or not self.fast_off:
+            return True
+        return self.policy.last_batch < self.policy.settings.warm_below
 
     def _plain_s(self, bs: int) -> float:
         """A step without drafting: a server without speculation, or specctl's off state.

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Where the scheduler thread's CPU time goes, per scheduler span, from SGLang's torch-profiler traces.
+
+    cpu_ops.py TRACE.json.gz [TRACE.json.gz ...] [--top N]
+
+summarize_trace.py (the kit's) says whether a step is CPU- or GPU-bound;
+this says which CPU work makes the difference between two traces: for each
+``scheduler.*`` span (get_next_batch_to_run, run_batch, process_batch_result)
+the mean milliseconds a step, how much of it is inside top-level torch ops
+and CUDA runtime calls (the rest is Python between them), and the ops that
+take most of it; ``run_batch`` is split by the kind of step it ran (SGLang's
+``step[DECODE bs=256]`` annotation inside it), so that prefill steps under
+arrivals are seen apart from decode steps. That is how 0.5.17's per-request ``select`` + ``item`` in
+alloc_for_spec_decode showed up in the off step (docs/fast-off.md). Times
+are the profiler's, which inflates each op by a few microseconds.
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import defaultdict
+from typing import Any
+
+SPANS = ("scheduler.get_next_batch_to_run", "scheduler.run_batch", "scheduler.process_batch_result")
+OP_CATS = ("cpu_op", "cuda_runtime")
+
+
+def load(path: str) -> list[dict[str, Any]]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)["traceEvents"]
+
+
+def top_level_ops(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ops and runtime calls not nested in another one on the same thread."""
+    ops = sorted((e for e in events if e.get("cat") in OP_CATS and e.get("ph") == "X"), key=lambda e: e["ts"])
+    top, ends = [], {}
+    for e in ops:
+        if ends.get(e["tid"], -1.0) >= e["ts"] + e["dur"]:
+            continue
+        top.append(e)
+        ends[e["tid"]] = e["ts"] + e["dur"]
+    return top
+
+
+def step_kind(events: list[dict[str, Any]], span: dict[str, Any]) -> str | None:
+    """The kind in the first ``step[KIND ...]`` annotation inside ``span`` (DECODE, EXTEND, ...)."""
+    start, end = span["ts"], span["ts"] + span["dur"]
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") == "user_annotation" and name.startswith("step[") and start <= e["ts"] < end:
+            return name[5:].split()[0].rstrip("]")
+    return None
+
+
+def spans_by_name(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The scheduler spans under report names; run_batch as ``scheduler.run_batch [KIND]``."""
+    named: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") != "user_annotation" or e.get("name") not in SPANS:
+            continue
+        name = e["name"]
+        if name == "scheduler.run_batch":
+            name += f" [{step_kind(events, e) or '?'}]"
+        named[name].append(e)
+    return named
+
+
+def span_report(spans: list[dict[str, Any]], ops: list[dict[str, Any]], name: str, top_n: int) -> list[str]:
+    per_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # name -> [calls, µs]
+    for s in spans:
+        start, end = s["ts"], s["ts"] + s["dur"]
+        for e in ops:
+            if e["tid"] == s["tid"] and start <= e["ts"] < end:
+                per_op[e["name"]][0] += 1
+                per_op[e["name"]][1] += e["dur"]
+    n = len(spans)
+    total = sum(s["dur"] for s in spans) / n / 1000
+    in_ops = sum(v[1] for v in per_op.values()) / n / 1000
+    calls = sum(v[0] for v in per_op.values()) / n
+    lines = [f"{name}: {total:.3f} ms/step, {in_ops:.3f} ms in {calls:.0f} top-level ops/step "
+             f"({total - in_ops:.3f} ms between them)"]
+    for op, (count, us) in sorted(per_op.items(), key=lambda kv: -kv[1][1])[:top_n]:
+        lines.append(f"  {us / n / 1000:8.3f} ms {count / n:7.1f}/step  {op[:90]}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("traces", nargs="+")
+    p.add_argument("--top", type=int, default=8, help="ops listed per span")
+    args = p.parse_args(argv)
+    for path in args.traces:
+        events = load(path)
+        named, ops = spans_by_name(events), top_level_ops(events)
+        print(f"== {path}")
+        for name in SPANS:
+            found = sorted(n for n in named if n.split(" [")[0] == name)
+            for report_name in found:
+                print("\n".join(span_report(named[report_name], ops, report_name, args.top)))
+            if not found:
+                print(f"{name}: not in this trace")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
