@@ -65,8 +65,9 @@ class PolicySettings:
     probe_after: int = 4096  # steps after a low_accept switch before trying again
     dwell: int = 8  # minimum steps between two automatic switches
     # Batch size below which the draft model keeps its KV cache warm while speculation is
-    # off (0: never). Not an input of decide(): the plugin's fast off reads it each off step.
-    # A warm draft costs a draft extend per off step (docs/fast-off.md), so keep it where cheap.
+    # off (0: never), prompts admitted while off included. Not an input of decide(): the
+    # plugin's fast off reads it each off step and prefill. A warm draft costs a draft extend
+    # per off step and a draft prefill per prompt (docs/fast-off.md), so keep it where cheap.
     warm_below: int = 0
 
     def __post_init__(self) -> None:
