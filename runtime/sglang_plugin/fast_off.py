@@ -353,6 +353,9 @@ def around_draft_extend_for_prefill(original: Callable[..., Any], draft_worker: 
     (draft_warmth.cold_prefill). The output is SGLang's own stub for a
     skipped draft extend: zero proposals and hidden states of the shapes
     the FutureMap stashes, and the bonus tokens the next step verifies.
+    Every tensor-parallel rank decides alike (the same runtime state, policy
+    state and settings), so all ranks run the draft's prefill, with its
+    collectives, or none does.
     """
     if not (STATS.built and draft_warmth.cold_prefill(draft_worker, batch) and _stub_fits(draft_worker)):
         return original(draft_worker, batch, *args, **kwargs)
