@@ -665,7 +665,7 @@ def test_the_cold_prefill_stub_is_what_sglang_stubs_for_a_skipped_draft_extend(s
              and ast.unparse(n.func).endswith("._draft_extend_for_prefill")]
     assert calls and all(len(c.args) == 4 and not c.keywords for c in calls)
     # The fields SGLang's own stub fills, and only those, are the ones fast_off fills with zeros.
-    stub = sglang_source.locate("sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2._stub_skipped_draft_extend").node
+    stub = sglang_source.locate(f"{compat._EAGLE_WORKER}._stub_skipped_draft_extend").node
     filled = {t.attr for n in ast.walk(stub) if isinstance(n, ast.Assign) for t in n.targets
               if isinstance(t, ast.Attribute) and ast.unparse(t.value) == "next_draft_input"}
     assert filled == {"topk_p", "topk_index", "hidden_states"}
