@@ -9,6 +9,9 @@ from typing import Iterator
 
 import pytest
 
+# The SGLang-source fixture (sglang_source) and its helpers, for the plugin's contract tests.
+pytest_plugins = ["conftest_sglang"]
+
 
 @pytest.fixture
 def sock_dir() -> Iterator[Path]:

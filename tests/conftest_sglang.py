@@ -6,8 +6,9 @@ with ``ast``. Wheels are fetched once with ``pip download --no-deps`` into
 ``~/.cache/specctl/sglang-wheels`` (``SPECCTL_WHEEL_CACHE`` overrides it) and
 reused from there.
 
-Import the fixture into a test module with
-``from conftest_sglang import sglang_source  # noqa: F401``.
+tests/conftest.py registers this module as a pytest plugin, so its
+``sglang_source`` fixture reaches every test module; they import only the
+helpers they call.
 """
 
 from __future__ import annotations

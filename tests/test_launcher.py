@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest_sglang import SglangSource, class_fields, sglang_source  # noqa: F401
+from conftest_sglang import SglangSource, class_fields
 
 from specctl.runtime import launcher
 from specctl.runtime.launcher import StartupProgress, build_command, launch_env

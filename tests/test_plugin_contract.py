@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_sglang import (  # noqa: F401
+from conftest_sglang import (
     SglangSource,
     attribute_names,
     class_fields,
     find_definition,
     parameter_names,
     required_parameter_names,
-    sglang_source,
 )
 
 from specctl.runtime.policy import PolicySettings
