@@ -110,9 +110,11 @@ def test_what_fast_off_calls_takes_what_it_passes(sglang_source: SglangSource) -
 
 
 def test_what_fast_off_imports_and_reads_exists(sglang_source: SglangSource) -> None:
-    tree = ast.parse((ROOT / "runtime" / "sglang_plugin" / "fast_off.py").read_text())
-    imported = [f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
-                and (n.module or "").startswith("sglang") for a in n.names]
+    imported = []
+    for module in ("fast_off.py", "draft_prefill.py", "spec_alloc.py"):
+        tree = ast.parse((ROOT / "runtime" / "sglang_plugin" / module).read_text())
+        imported += [f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                     and (n.module or "").startswith("sglang") for a in n.names]
     assert imported
     for name in [*imported, *compat.FAST_OFF_NAMES, f"sglang.srt.environ.Envs.{draft_warmth.SKIP_DRAFT_EXTEND_ENV}"]:
         assert sglang_source.locate(name).node is not None, name
@@ -633,8 +635,7 @@ def test_alloc_for_spec_decode_uses_reqs_only_as_the_hook_expects(sglang_source:
 
 @pytest.mark.parametrize("needed", [0, 5])
 def test_the_alloc_hook_leaves_what_sglangs_function_does(sglang_source: SglangSource, needed: int) -> None:
-    if not hooked_here(sglang_source.release, "alloc_for_spec_decode"):
-        pytest.skip("not hooked in this release")
+    """Hooked (0.5.17): the same as the plain function. Not hooked (0.5.23): its own loop gives the same."""
     assigned: list[tuple[Any, ...]] = []
     fn = function_from_source(sglang_source, "mem_cache/allocation.py", "alloc_for_spec_decode", {
         "alloc_token_slots": lambda tree_cache, n: f"slots:{n}",
@@ -650,14 +651,20 @@ def test_the_alloc_hook_leaves_what_sglangs_function_does(sglang_source: SglangS
         return [r.kv.kv_allocated_len for r in reqs]
 
     plain = run(fn)
-    hook = fast_off.handlers(sglang_source.release)["alloc_for_spec_decode"]
-    assert run(lambda *a, **kw: hook(fn, *a, **kw)) == plain == [8, 10, 12]
-    assert assigned == ([("idx", "to_token", "cur", "nxt", "slots:5", 3)] * 2 if needed else [])
+    if hooked_here(sglang_source.release, "alloc_for_spec_decode"):
+        hook = fast_off.handlers(sglang_source.release)["alloc_for_spec_decode"]
+        assert run(lambda *a, **kw: hook(fn, *a, **kw)) == plain
+    assert plain == [8, 10, 12]
+    calls = 2 if hooked_here(sglang_source.release, "alloc_for_spec_decode") else 1
+    assert assigned == ([("idx", "to_token", "cur", "nxt", "slots:5", 3)] * calls if needed else [])
 
 
 def test_the_cold_prefill_stub_is_what_sglang_stubs_for_a_skipped_draft_extend(sglang_source: SglangSource) -> None:
+    prefill = sglang_source.locate(compat._COLD_PREFILL.target).node
     if not hooked_here(sglang_source.release, "draft_extend_for_prefill"):
-        pytest.skip("not hooked in this release")
+        # Why this release is left out: its prefill takes more (a KV location plan), so the stub is unproven.
+        assert parameter_names(prefill) != list(compat._COLD_PREFILL.params)
+        return
     worker = sglang_source.tree("sglang/srt/speculative/eagle_worker_v2.py")
     # SGLang passes (batch, hidden states, next token ids, mm embeds) by position: fast_off reads index 1.
     calls = [n for n in ast.walk(worker) if isinstance(n, ast.Call)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from specctl.runtime.policy import PolicySettings
-from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off
+from specctl.runtime.sglang_plugin import compat, draft_prefill, draft_warmth, fast_off
 from specctl.runtime.sglang_plugin import params as params_module
 from specctl.runtime.sglang_plugin.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.compat import RELEASES
@@ -120,6 +120,7 @@ def fake_sglang(monkeypatch) -> None:
         module.__dict__.update(attrs)
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
+    monkeypatch.setattr(draft_prefill, "STATS", draft_prefill.DraftPrefillStats())
     monkeypatch.setattr(fast_off, "_RUNNER_CLASS", None)
     monkeypatch.setattr(draft_warmth, "_skip_written", None)
     monkeypatch.setattr(params_module, "_active", None)
@@ -465,7 +466,7 @@ def test_a_prefill_while_off_and_cold_skips_the_draft_and_stubs_its_output(prefi
     assert out.topk_index == ("zeros", (3, 1), "i64", "cuda:0")
     assert out.hidden_states == ("zeros", (3, 4096), "bf16", "cuda:0")
     assert (out.num_tokens_per_req, out.num_tokens_for_logprob_per_req) == (1, 1)
-    assert fast_off.STATS.cold_prefills == 1
+    assert draft_prefill.STATS.skipped == 1
 
 
 def test_a_prefill_while_off_below_warm_below_runs_the_draft(prefill, tmp_path) -> None:
@@ -499,4 +500,4 @@ def test_the_draft_prefill_runs_wherever_the_stub_may_not_stand_in(prefill, tmp_
         assert hook(SimpleNamespace(forward_mode=ForwardMode.IDLE), "h", Tokens(), None) == "drafted"
     else:
         assert run_prefill(hook) == "drafted"
-    assert fast_off.STATS.cold_prefills == 0
+    assert draft_prefill.STATS.skipped == 0

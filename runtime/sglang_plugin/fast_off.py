@@ -35,19 +35,15 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
 4. The draft extend while off (SGLang's own
    ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``, which SGLang reads through
    ``os.getenv`` at every steps-0 step) runs only for batches smaller than
-   the policy setting ``warm_below`` (0, the default: never). It keeps the
-   draft's KV cache warm, meant to spare acceptance a dip after speculation
-   resumes (not measured yet), but costs ~3.4 ms a step at batch 256 on Triton (about a quarter
-   of a decode step), far over the 5 % budget; at small batches it is
-   cheaper. A cold draft only misses the positions generated while off;
-   greedy outputs do not depend on it. The setting is per step and the same
-   on every tensor-parallel rank (settings arrive at a step boundary on
-   every rank, and the batch size is the same), so all ranks run the draft
-   extend, with its collectives, or none does.
+   the policy setting ``warm_below`` (0, the default: never). A warm draft
+   spares the first verify after a resume (run 2) at the cost of an eager
+   draft extend every off step (5-9 % of throughput at 128-256 requests on
+   FA3, run 3); greedy outputs do not depend on it. draft_warmth.py says
+   why every tensor-parallel rank decides alike.
 5. SGLang 0.5.17 only, AROUND ``EagleDraftWorker._draft_extend_for_prefill``:
    while off with the draft cold, prompts admitted are not prefilled by the
-   draft either (a stub of SGLang's own shapes stands in); at 128-256
-   requests a prompt arrives about every decode step.
+   draft either (draft_prefill.py); at 128-256 requests a prompt arrives
+   about every decode step.
 6. SGLang 0.5.17 only, AROUND ``alloc_for_spec_decode``: its per-request
    bookkeeping loop over a list, as 0.5.23 has it (spec_alloc.py). Items 5
    and 6 came from a profile of the off step on FA3 at 256 requests, which
@@ -73,7 +69,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from . import draft_trace, draft_warmth, spec_alloc
+from . import draft_prefill, draft_trace, draft_warmth, spec_alloc
 from .compat import HookSpec, ReadDoneNames, Release, register_hook
 
 logger = logging.getLogger(__name__)
@@ -103,7 +99,6 @@ class FastOffStats:
     decode_steps: int = 0
     graph_steps: int = 0
     warm_steps: int = 0  # off steps that ran the draft extend (batch below warm_below)
-    cold_prefills: int = 0  # prefills while off whose draft prefill was skipped (draft cold)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,7 +145,8 @@ def handlers(release: Release) -> dict[str, Callable[..., Any]]:
         "build_adaptive_runtime_state": around_build_adaptive_runtime_state,
         "eagle_prepare_for_verify": around_eagle_prepare_for_verify,
         STEP_HANDLER: functools.partial(around_forward_batch_generation, release.read_done),
-        "draft_extend_for_prefill": around_draft_extend_for_prefill,
+        "draft_extend_for_prefill": functools.partial(draft_prefill.around_draft_extend_for_prefill,
+                                                      lambda: STATS.built),
         "alloc_for_spec_decode": spec_alloc.around_alloc_for_spec_decode,
     }
 
@@ -337,64 +333,6 @@ def _hand_over_read_done(worker: Any, names: ReadDoneNames) -> None:
         return
     setattr(target, names.event_attr, None)
     setattr(reader, names.event_attr, event)
-
-
-def around_draft_extend_for_prefill(original: Callable[..., Any], draft_worker: Any, batch: Any,
-                                    *args: Any, **kwargs: Any) -> Any:
-    """While off with the draft cold, skip the draft model's prefill of new prompts.
-
-    Why: at 128-256 requests a prompt arrives about every decode step, and
-    SGLang runs the draft's prefill eagerly for each (1-2 % of the step time
-    on the GPU, more on the scheduler's CPU), which a server without
-    speculation does not pay. The draft then has no KV for those prompts,
-    as it has none for the tokens generated while cold: after a resume,
-    drafts for those requests are poorer until they finish (greedy outputs
-    do not change). ``warm_below`` keeps the draft warm, prefill included
-    (draft_warmth.cold_prefill). The output is SGLang's own stub for a
-    skipped draft extend: zero proposals and hidden states of the shapes
-    the FutureMap stashes, and the bonus tokens the next step verifies.
-    Every tensor-parallel rank decides alike (the same runtime state, policy
-    state and settings), so all ranks run the draft's prefill, with its
-    collectives, or none does.
-    """
-    if not (STATS.built and draft_warmth.cold_prefill(draft_worker, batch) and _stub_fits(draft_worker)):
-        return original(draft_worker, batch, *args, **kwargs)
-    STATS.cold_prefills += 1
-    if STATS.cold_prefills == 1 or STATS.cold_prefills % LOG_EVERY == 0:
-        logger.info("specctl fast-off: %d prefills while off with the draft cold (draft prefill skipped)",
-                    STATS.cold_prefills)
-    return cold_draft_input(draft_worker, _arg(args, kwargs, 1, "next_token_ids"))
-
-
-def _stub_fits(draft_worker: Any) -> bool:
-    """The stub stands in only where the prefill output has nothing beyond it.
-
-    Not for rejection sampling (the next draft would need its probabilities)
-    nor for DSA models (their prefill seeds the draft's top-k indices).
-    """
-    from sglang.srt.runtime_context import get_spec
-
-    return not get_spec().speculative_use_rejection_sampling and not getattr(
-        draft_worker, "seed_dsa_topk_from_draft_extend", False)
-
-
-def cold_draft_input(draft_worker: Any, next_token_ids: Any) -> Any:
-    """What a skipped draft prefill hands on: as SGLang's ``_stub_skipped_draft_extend`` fills it."""
-    import torch
-    from sglang.srt.speculative.eagle_info import EagleDraftInput
-    from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
-
-    bs, device = next_token_ids.shape[0], next_token_ids.device
-    hidden_size, hidden_dtype = get_draft_recurrent_hidden_state_spec(draft_worker.draft_runner)
-    return EagleDraftInput(
-        topk_p=torch.zeros((bs, draft_worker.topk), dtype=torch.float32, device=device),
-        topk_index=torch.zeros((bs, draft_worker.topk), dtype=torch.int64, device=device),
-        hidden_states=None if hidden_size is None else torch.zeros((bs, hidden_size), dtype=hidden_dtype,
-                                                                   device=device),
-        bonus_tokens=next_token_ids,
-        num_tokens_per_req=1,
-        num_tokens_for_logprob_per_req=1,
-    )
 
 
 def around_eagle_prepare_for_verify(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
