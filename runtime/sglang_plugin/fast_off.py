@@ -37,8 +37,9 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
    ``os.getenv`` at every steps-0 step) runs only for batches smaller than
    the policy setting ``warm_below`` (0, the default: never). A warm draft
    spares the first verify after a resume (run 2) at the cost of an eager
-   draft extend every off step (5-9 % of throughput at 128-256 requests on
-   FA3, run 3); greedy outputs do not depend on it. draft_warmth.py says
+   draft extend every off step and a draft prefill per prompt (item 5; 5-9 %
+   of throughput at 128-256 requests on FA3, run 3); greedy outputs do not
+   depend on it. draft_warmth.py says
    why every tensor-parallel rank decides alike.
 5. SGLang 0.5.17 only, AROUND ``EagleDraftWorker._draft_extend_for_prefill``:
    while off with the draft cold, prompts admitted are not prefilled by the
