@@ -19,6 +19,7 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
+import bisect
 import gzip
 import json
 from collections import defaultdict
@@ -46,37 +47,40 @@ def top_level_ops(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return top
 
 
-def step_kind(events: list[dict[str, Any]], span: dict[str, Any]) -> str | None:
-    """The kind in the first ``step[KIND ...]`` annotation inside ``span`` (DECODE, EXTEND, ...)."""
-    start, end = span["ts"], span["ts"] + span["dur"]
-    for e in events:
-        name = e.get("name", "")
-        if e.get("cat") == "user_annotation" and name.startswith("step[") and start <= e["ts"] < end:
-            return name[5:].split()[0].rstrip("]")
-    return None
+def within(events: list[dict[str, Any]], starts: list[float], span: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events (sorted by start, ``starts`` their start times) that start inside ``span``, on its thread."""
+    lo = bisect.bisect_left(starts, span["ts"])
+    hi = bisect.bisect_left(starts, span["ts"] + span["dur"])
+    return [e for e in events[lo:hi] if e["tid"] == span["tid"]]
 
 
 def spans_by_name(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The scheduler spans under report names; run_batch as ``scheduler.run_batch [KIND]``."""
+    """The scheduler spans under report names; run_batch as ``scheduler.run_batch [KIND]``.
+
+    KIND is from the first ``step[KIND ...]`` annotation inside the span (DECODE, EXTEND, ...).
+    """
+    marks = sorted((e for e in events if e.get("cat") == "user_annotation"
+                    and e.get("name", "").startswith("step[")), key=lambda e: e["ts"])
+    mark_starts = [e["ts"] for e in marks]
     named: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in events:
         if e.get("cat") != "user_annotation" or e.get("name") not in SPANS:
             continue
         name = e["name"]
         if name == "scheduler.run_batch":
-            name += f" [{step_kind(events, e) or '?'}]"
+            inside = within(marks, mark_starts, e)
+            name += f" [{inside[0]['name'][5:].split()[0].rstrip(']') if inside else '?'}]"
         named[name].append(e)
     return named
 
 
 def span_report(spans: list[dict[str, Any]], ops: list[dict[str, Any]], name: str, top_n: int) -> list[str]:
     per_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # name -> [calls, µs]
+    starts = [e["ts"] for e in ops]
     for s in spans:
-        start, end = s["ts"], s["ts"] + s["dur"]
-        for e in ops:
-            if e["tid"] == s["tid"] and start <= e["ts"] < end:
-                per_op[e["name"]][0] += 1
-                per_op[e["name"]][1] += e["dur"]
+        for e in within(ops, starts, s):
+            per_op[e["name"]][0] += 1
+            per_op[e["name"]][1] += e["dur"]
     n = len(spans)
     total = sum(s["dur"] for s in spans) / n / 1000
     in_ops = sum(v[1] for v in per_op.values()) / n / 1000
