@@ -56,7 +56,7 @@ class Mode:
 
 def warmth(bs: int, steps: int) -> tuple[bool, bool]:
     """This rank's draft warmth for an off decode step of ``bs``, and for the prefill after it."""
-    decode = draft_warmth._warm(SimpleNamespace(forward_mode=Mode(), seq_lens=[0] * bs))
+    decode = draft_warmth.choose((SimpleNamespace(forward_mode=Mode(), seq_lens=[0] * bs),), {})
     worker = SimpleNamespace(speculative_num_steps=steps)
     prefill = draft_warmth.cold_prefill(worker, SimpleNamespace(forward_mode=Mode()))
     return decode, prefill
