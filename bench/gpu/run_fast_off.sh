@@ -401,10 +401,7 @@ PYEOF
 }
 
 decode_only() {  # decode_only LABEL MODES [SWITCH]: decode-only windows at PROF_CONCS
-  local saved="$IL_INPUT $IL_OUTPUT $IL_JITTER $IL_WARMUP"
-  IL_INPUT=$PROF_INPUT IL_OUTPUT=$PROF_OUTPUT IL_JITTER=0 IL_WARMUP=8
-  interleave "$1" 3 "$PROF_CONCS" "$2" "${3:-}"
-  read -r IL_INPUT IL_OUTPUT IL_JITTER IL_WARMUP <<< "$saved"
+  IL_INPUT=$PROF_INPUT IL_OUTPUT=$PROF_OUTPUT IL_JITTER=0 IL_WARMUP=8 interleave "$1" 3 "$PROF_CONCS" "$2" "${3:-}"
 }
 
 phase_offprofile() {
@@ -422,10 +419,7 @@ phase_offprofile() {
 }
 
 mixed() {  # mixed LABEL MODES [SWITCH]: the sweep's arrivals (IL_* lengths) at MIXED_CONCS, MIXED_ROUNDS windows
-  local saved=$IL_WARMUP
-  IL_WARMUP=$MIXED_WARMUP
-  interleave "$1" "$MIXED_ROUNDS" "$MIXED_CONCS" "$2" "${3:-}"
-  IL_WARMUP=$saved
+  IL_WARMUP=$MIXED_WARMUP interleave "$1" "$MIXED_ROUNDS" "$MIXED_CONCS" "$2" "${3:-}"
 }
 
 warmth_switch() {  # a switch command for interleave.py: mode cold|warm sets warm_below (the server stays off)
