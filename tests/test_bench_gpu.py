@@ -109,28 +109,47 @@ def test_resume_compares_proposals_after_resuming_with_the_always_on_run(tmp_pat
     assert row.split("|")[2:4] == [" 0.0 % (3) ", " 100.0 % (3) "]
 
 
-def test_cpu_ops_splits_each_scheduler_span_into_its_top_level_ops(tmp_path: Path) -> None:
+def test_cpu_ops_splits_each_scheduler_span_by_the_kind_of_step_it_serves(tmp_path: Path) -> None:
     def ev(cat: str, name: str, ts: float, dur: float, tid: int = 1) -> dict[str, object]:
         return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid}
 
     events = []
-    for step in range(2):  # two steps of 1 ms each; 2 x (select 100 µs holding a nested op) + item 50 µs
+    for step, kind in enumerate(("DECODE", "DECODE", "EXTEND", "DECODE")):
         t0 = step * 10_000.0
         events += [ev("user_annotation", "scheduler.get_next_batch_to_run", t0, 1000),
-                   ev("cpu_op", "aten::select", t0 + 10, 100), ev("cpu_op", "aten::as_strided", t0 + 20, 10),
-                   ev("cpu_op", "aten::select", t0 + 200, 100), ev("cpu_op", "aten::item", t0 + 400, 50),
-                   ev("cpu_op", "aten::item", t0 + 500, 50, tid=2)]  # another thread's op: not this span's
-    events += [ev("user_annotation", "scheduler.run_batch", 30_000, 2000),  # a prefill step, named by its kind
-               ev("user_annotation", "step[EXTEND bs=2]", 30_100, 1500), ev("cpu_op", "aten::cat", 30_050, 40)]
+                   ev("user_annotation", "scheduler.run_batch", t0 + 1500, 2000),
+                   ev("user_annotation", f"step[{kind} bs=2]", t0 + 1600, 1500),
+                   ev("user_annotation", "scheduler.process_batch_result", t0 + 4000, 500)]
+        if kind == "DECODE":  # 2 x (select 100 µs holding a nested op) + item 50 µs
+            events += [ev("cpu_op", "aten::select", t0 + 10, 100), ev("cpu_op", "aten::as_strided", t0 + 20, 10),
+                       ev("cpu_op", "aten::select", t0 + 200, 100), ev("cpu_op", "aten::item", t0 + 400, 50),
+                       ev("cpu_op", "aten::item", t0 + 500, 50, tid=2)]  # another thread's op: not this span's
+        else:
+            events += [ev("cpu_op", "aten::cat", t0 + 1550 + 100, 40)]
     trace = tmp_path / "t.trace.json.gz"
     with gzip.open(trace, "wt") as fh:
         json.dump({"traceEvents": events}, fh)
     done = tool(str(GPU / "cpu_ops.py"), str(trace))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[1] == ("scheduler.get_next_batch_to_run: 1.000 ms/step, 0.250 ms in 3 top-level ops/step "
-                        "(0.750 ms between them)")
-    assert lines[2].split() == ["0.200", "ms", "2.0/step", "aten::select"]
-    assert lines[3].split() == ["0.050", "ms", "1.0/step", "aten::item"]
+    at = lines.index("scheduler.get_next_batch_to_run [DECODE]: 1.000 ms/step, 0.250 ms in 3 top-level ops/step "
+                     "(0.750 ms between them)")
+    assert lines[at + 1].split() == ["0.200", "ms", "2.0/step", "aten::select"]
+    assert lines[at + 2].split() == ["0.050", "ms", "1.0/step", "aten::item"]
+    assert "scheduler.get_next_batch_to_run [EXTEND]: 1.000 ms/step, 0.000 ms in 0 top-level ops/step" in done.stdout
     assert "scheduler.run_batch [EXTEND]: 2.000 ms/step, 0.040 ms in 1 top-level ops/step" in done.stdout
+    # each process_batch_result handles the batch launched one step earlier: the first has none
+    assert "scheduler.process_batch_result [?]: 0.500 ms/step" in done.stdout
+    assert "scheduler.process_batch_result [EXTEND]: 0.500 ms/step" in done.stdout
+    assert done.stdout.count("scheduler.process_batch_result [") == 3
+
+
+def test_cpu_ops_says_which_spans_a_trace_lacks(tmp_path: Path) -> None:
+    trace = tmp_path / "t.trace.json.gz"
+    with gzip.open(trace, "wt") as fh:
+        json.dump({"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "scheduler.run_batch",
+                                    "ts": 0, "dur": 10, "tid": 1}]}, fh)
+    done = tool(str(GPU / "cpu_ops.py"), str(trace))
+    assert done.returncode == 0, done.stderr
+    assert "scheduler.run_batch [?]: 0.010 ms/step" in done.stdout
     assert "scheduler.process_batch_result: not in this trace" in done.stdout

@@ -8,9 +8,9 @@ this says which CPU work makes the difference between two traces: for each
 ``scheduler.*`` span (get_next_batch_to_run, run_batch, process_batch_result)
 the mean milliseconds a step, how much of it is inside top-level torch ops
 and CUDA runtime calls (the rest is Python between them), and the ops that
-take most of it; ``run_batch`` is split by the kind of step it ran (SGLang's
-``step[DECODE bs=256]`` annotation inside it), so that prefill steps under
-arrivals are seen apart from decode steps. That is how 0.5.17's per-request ``select`` + ``item`` in
+take most of it; each span is split by the kind of step it serves (SGLang's
+``step[DECODE bs=256]`` annotation inside run_batch), so that prefill steps
+under arrivals are seen apart from decode steps. That is how 0.5.17's per-request ``select`` + ``item`` in
 alloc_for_spec_decode showed up in the off step (docs/fast-off.md). Times
 are the profiler's, which inflates each op by a few microseconds.
 
@@ -55,22 +55,33 @@ def within(events: list[dict[str, Any]], starts: list[float], span: dict[str, An
 
 
 def spans_by_name(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """The scheduler spans under report names; run_batch as ``scheduler.run_batch [KIND]``.
+    """The scheduler spans under report names, each with the kind of step it serves: ``NAME [KIND]``.
 
-    KIND is from the first ``step[KIND ...]`` annotation inside the span (DECODE, EXTEND, ...).
+    KIND is from the first ``step[KIND ...]`` annotation inside a run_batch
+    (DECODE, EXTEND, ...). The overlap loop runs get_next_batch_to_run(i),
+    run_batch(i), then process_batch_result(i-1), so get_next_batch_to_run
+    takes the kind of the run_batch after it and process_batch_result the kind
+    of the one before the run_batch it follows: a prefill's CPU cost is seen
+    in all three spans, apart from the decode steps'.
     """
     marks = sorted((e for e in events if e.get("cat") == "user_annotation"
                     and e.get("name", "").startswith("step[")), key=lambda e: e["ts"])
     mark_starts = [e["ts"] for e in marks]
+    spans = sorted((e for e in events if e.get("cat") == "user_annotation" and e.get("name") in SPANS),
+                   key=lambda e: e["ts"])
+    runs = [e for e in spans if e["name"] == "scheduler.run_batch"]
+    run_starts = [e["ts"] for e in runs]
+    kinds = []
+    for run in runs:
+        inside = within(marks, mark_starts, run)
+        kinds.append(inside[0]["name"][5:].split()[0].rstrip("]") if inside else "?")
     named: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for e in events:
-        if e.get("cat") != "user_annotation" or e.get("name") not in SPANS:
-            continue
-        name = e["name"]
-        if name == "scheduler.run_batch":
-            inside = within(marks, mark_starts, e)
-            name += f" [{inside[0]['name'][5:].split()[0].rstrip(']') if inside else '?'}]"
-        named[name].append(e)
+    for e in spans:
+        if e["name"] == "scheduler.process_batch_result":  # the batch launched before the latest one
+            i = bisect.bisect_right(run_starts, e["ts"]) - 2
+        else:  # run_batch itself, or get_next_batch_to_run: the run_batch that starts next
+            i = bisect.bisect_left(run_starts, e["ts"])
+        named[f"{e['name']} [{kinds[i] if 0 <= i < len(runs) else '?'}]"].append(e)
     return named
 
 

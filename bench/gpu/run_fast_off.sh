@@ -36,6 +36,10 @@
 #                  MIXED_CONCS), then a specctl server (acceptance not simulated): fixcheck's greedy
 #                  runs, forced off: decode-only windows, mixed windows with the draft cold vs warm
 #                  (warm_below), and a profile of off steps
+#   prefillcost    the off state's cost with arrivals (docs/fast-off.md): a server without
+#                  speculation, then a specctl server forced off, each with mixed windows at
+#                  MIXED_CONCS and a profile with arrivals inside (PROF_JITTER > 0); cpu_ops.py
+#                  splits both traces' scheduler CPU by step kind (prefill apart from decode)
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
 #   compare        greedy outputs of every run against the no-speculation reference
@@ -44,8 +48,8 @@
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) CONCS2 ROUNDS WINDOW IL_WARMUP
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share)
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
-#   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile)
-#   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost)
+#   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile, offcost, prefillcost)
+#   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost)
 set -uo pipefail
 T0=$(date +%s)
 REPO=$(pwd)
@@ -448,6 +452,27 @@ phase_offcost() {  # the off state's cost after the CPU fixes: no spec vs specct
   stop_server
 }
 
+phase_prefillcost() {  # no spec vs specctl off under arrivals at MIXED_CONCS: windows, then a profile with
+  # arrivals inside (PROF_JITTER > 0), and the scheduler's CPU per span split by step kind (cpu_ops.py)
+  start_server nospec nospec 0 || return 1
+  mixed "mixed-nospec-$ATTN" -
+  profile_now "arr-nospec-$ATTN" "$WORK/server-nospec.log"
+  server_facts nospec
+  stop_server
+  start_server prefcost specctl 0 || return 1
+  python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-160
+  mixed "mixed-off-$ATTN" -
+  profile_now "arr-off-$ATTN" "$WORK/server-prefcost.log"
+  server_facts prefcost
+  stop_server
+  local traces; traces=$(ls "$OUT"/trace-arr-*-"$ATTN".json.gz 2>/dev/null)
+  [ -n "$traces" ] && python3 "$HERE/cpu_ops.py" $traces > "$OUT/cpu-ops-$TAG.txt" 2>&1
+  python3 "$HERE/report.py" "$CSV2" | tail -n 4
+  for f in "$WORK"/prof-arr-*.txt; do [ -f "$f" ] && sed -n 1,12p "$f"; done
+  [ -f "$OUT/cpu-ops-$TAG.txt" ] && head -n 80 "$OUT/cpu-ops-$TAG.txt"
+  true
+}
+
 fixcheck_runs() {  # greedy runs through the off state's paths (cold prefill, resume), KV before/after
   local P=$WORK/fixcheck-$TAG.txt
   { echo "== KV used before"; python3 "$HERE/ctl.py" "$URL" used; } > "$P" 2>&1
@@ -574,6 +599,7 @@ for ph in "$@"; do
     resume) phase_resume ;;
     offprofile) phase_offprofile ;;
     offcost) phase_offcost ;;
+    prefillcost) phase_prefillcost ;;
     fixcheck) phase_fixcheck ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
