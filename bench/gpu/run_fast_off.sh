@@ -40,6 +40,8 @@
 #                  speculation, then a specctl server forced off, each with mixed windows at
 #                  MIXED_CONCS and a profile with arrivals inside (PROF_JITTER > 0); cpu_ops.py
 #                  splits both traces' scheduler CPU by step kind (prefill apart from decode)
+#   offab          no spec vs specctl forced off, a fresh server each turn, AB_ROUNDS turns each
+#                  (A B A B): mixed windows at MIXED_CONCS
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
 #   compare        greedy outputs of every run against the no-speculation reference
@@ -49,7 +51,7 @@
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share)
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
 #   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile, offcost, prefillcost)
-#   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost)
+#   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
 set -uo pipefail
 T0=$(date +%s)
 REPO=$(pwd)
@@ -89,6 +91,7 @@ RESUME_CONCS=${RESUME_CONCS:-"16 64 256"}
 MIXED_CONCS=${MIXED_CONCS:-"128 256"}
 MIXED_ROUNDS=${MIXED_ROUNDS:-3}
 MIXED_WARMUP=${MIXED_WARMUP:-10}
+AB_ROUNDS=${AB_ROUNDS:-2}
 CSV2=$OUT/interleave-$TAG.csv
 XENV=()                         # extra environment for the next start_server
 STEPS=3
@@ -473,6 +476,21 @@ phase_prefillcost() {  # no spec vs specctl off under arrivals at MIXED_CONCS: w
   true
 }
 
+phase_offab() {  # no spec and specctl forced off taking turns, AB_ROUNDS times (A B A B): mixed windows at
+  # MIXED_CONCS on a fresh server each turn, so that drift between server starts lands on both alike
+  local r
+  for r in $(seq 1 "$AB_ROUNDS"); do
+    start_server nospec nospec 0 || return 1
+    mixed "mixed-nospec-$ATTN" -
+    stop_server
+    start_server offab specctl 0 || return 1
+    python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-120
+    mixed "mixed-off-$ATTN" -
+    stop_server
+  done
+  python3 "$HERE/report.py" "$CSV2" | tail -n 4
+}
+
 fixcheck_runs() {  # greedy runs through the off state's paths (cold prefill, resume), KV before/after
   local P=$WORK/fixcheck-$TAG.txt
   { echo "== KV used before"; python3 "$HERE/ctl.py" "$URL" used; } > "$P" 2>&1
@@ -600,6 +618,7 @@ for ph in "$@"; do
     offprofile) phase_offprofile ;;
     offcost) phase_offcost ;;
     prefillcost) phase_prefillcost ;;
+    offab) phase_offab ;;
     fixcheck) phase_fixcheck ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
