@@ -142,14 +142,18 @@ def test_cpu_ops_splits_each_scheduler_span_by_the_kind_of_step_it_serves(tmp_pa
     assert "scheduler.process_batch_result [?]: 0.500 ms/step" in done.stdout
     assert "scheduler.process_batch_result [EXTEND]: 0.500 ms/step" in done.stdout
     assert done.stdout.count("scheduler.process_batch_result [") == 3
+    assert "CPU probe (median us per call): aten::as_strided 10.00\n" in done.stdout
 
 
 def test_cpu_ops_says_which_spans_a_trace_lacks(tmp_path: Path) -> None:
     trace = tmp_path / "t.trace.json.gz"
     with gzip.open(trace, "wt") as fh:
         json.dump({"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "scheduler.run_batch",
-                                    "ts": 0, "dur": 10, "tid": 1}]}, fh)
+                                    "ts": 0, "dur": 10, "tid": 1}]
+                   + [{"ph": "X", "cat": "cpu_op", "name": "aten::view", "ts": t, "dur": d, "tid": 1}
+                      for t, d in ((1, 1.0), (2, 3.0), (3, 2.5))]}, fh)
     done = tool(str(GPU / "cpu_ops.py"), str(trace))
     assert done.returncode == 0, done.stderr
+    assert "CPU probe (median us per call): aten::view 2.50\n" in done.stdout
     assert "scheduler.run_batch [?]: 0.010 ms/step" in done.stdout
     assert "scheduler.process_batch_result: not in this trace" in done.stdout

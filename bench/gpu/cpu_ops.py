@@ -8,7 +8,9 @@ this says which CPU work makes the difference between two traces: for each
 ``scheduler.*`` span (get_next_batch_to_run, run_batch, process_batch_result)
 the mean milliseconds a step, how much of it is inside top-level torch ops
 and CUDA runtime calls (the rest is Python between them), and the ops that
-take most of it; each span is split by the kind of step it serves (SGLang's
+take most of it, and a CPU probe (the time per call of a few ops whose
+work does not depend on the server: it tells when two traces ran on CPUs of
+different speed); each span is split by the kind of step it serves (SGLang's
 ``step[DECODE bs=256]`` annotation inside run_batch), so that prefill steps
 under arrivals are seen apart from decode steps. That is how 0.5.17's per-request ``select`` + ``item`` in
 alloc_for_spec_decode showed up in the off step (docs/fast-off.md). Times
@@ -22,11 +24,16 @@ import argparse
 import bisect
 import gzip
 import json
+import statistics
 from collections import defaultdict
 from typing import Any
 
 SPANS = ("scheduler.get_next_batch_to_run", "scheduler.run_batch", "scheduler.process_batch_result")
 OP_CATS = ("cpu_op", "cuda_runtime")
+# Ops whose work does not depend on the model or the server: their time per call measures the CPU
+# the scheduler ran on. Two servers started minutes apart on one machine differed by up to 30 %
+# in it (docs/gpu-results.md, run 4), which matters wherever the scheduler is CPU-bound.
+PROBE_OPS = ("aten::view", "aten::as_strided", "aten::empty", "aten::slice", "cudaLaunchKernel")
 
 
 def load(path: str) -> list[dict[str, Any]]:
@@ -103,6 +110,16 @@ def span_report(spans: list[dict[str, Any]], ops: list[dict[str, Any]], name: st
     return lines
 
 
+def cpu_probe(events: list[dict[str, Any]]) -> str:
+    """Median microseconds per call of PROBE_OPS, over the whole trace."""
+    durs: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("name") in PROBE_OPS:
+            durs[e["name"]].append(e["dur"])
+    parts = [f"{name} {statistics.median(durs[name]):.2f}" for name in PROBE_OPS if durs[name]]
+    return "CPU probe (median us per call): " + (", ".join(parts) if parts else "none of the probe ops")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("traces", nargs="+")
@@ -112,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         events = load(path)
         named, ops = spans_by_name(events), top_level_ops(events)
         print(f"== {path}")
+        print(cpu_probe(events))
         for name in SPANS:
             found = sorted(n for n in named if n.split(" [")[0] == name)
             for report_name in found:
