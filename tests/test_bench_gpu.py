@@ -157,3 +157,24 @@ def test_cpu_ops_says_which_spans_a_trace_lacks(tmp_path: Path) -> None:
     assert "CPU probe (median us per call): aten::view 2.50\n" in done.stdout
     assert "scheduler.run_batch [?]: 0.010 ms/step" in done.stdout
     assert "scheduler.process_batch_result: not in this trace" in done.stdout
+
+
+def test_same_kernels_compares_only_kernels_launched_alike(tmp_path: Path) -> None:
+    def trace(path: Path, gemm_us: float, extra: list[dict[str, object]]) -> str:
+        events = [{"ph": "X", "cat": "kernel", "name": "gemm", "ts": i, "dur": gemm_us,
+                   "args": {"grid": [2, 66, 1], "block": [384, 1, 1]}} for i in range(3)]
+        events += [{"ph": "X", "cat": "cpu_op", "name": "gemm", "ts": 0, "dur": 999}]  # not a kernel
+        with gzip.open(path, "wt") as fh:
+            json.dump({"traceEvents": events + extra}, fh)
+        return str(path)
+
+    other_grid = [{"ph": "X", "cat": "kernel", "name": "gemm", "ts": 9, "dur": 500.0,
+                   "args": {"grid": [1, 132, 1], "block": [384, 1, 1]}} for _ in range(3)]
+    a = trace(tmp_path / "a.json.gz", 100.0, [])
+    b = trace(tmp_path / "b.json.gz", 110.0, other_grid)  # same launches 10 % slower, plus other work
+    done = tool(str(GPU / "same_kernels.py"), a, b, "--min-calls", "3")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert len(rows) == 1 and rows[0][0] == "1.100" and "grid=[2," in done.stdout
+    assert "median ratio over these 1: 1.100" in done.stdout
+    assert tool(str(GPU / "same_kernels.py"), a, b, "--min-calls", "4").returncode == 1
