@@ -42,6 +42,9 @@
 #                  splits both traces' scheduler CPU by step kind (prefill apart from decode)
 #   offab          no spec vs specctl forced off, a fresh server each turn, AB_ROUNDS turns each
 #                  (A B A B): mixed windows at MIXED_CONCS
+#   offpair        no spec and specctl forced off resident together (PAIR_MEM_FRAC each,
+#                  --sleep-on-idle), windows taking turns between them, PAIR_ROUNDS x MIXED_CONCS;
+#                  PAIR_PROFILE=1 adds a profile of each (CPU probe: cpu_ops.py)
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
 #   compare        greedy outputs of every run against the no-speculation reference
@@ -52,6 +55,8 @@
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
 #   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile, offcost, prefillcost)
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
+#   PAIR_ROUNDS PAIR_MEM_FRAC PAIR_PROFILE (offpair) PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
+#   the servers' processes and the load generators; empty = not pinned)
 set -uo pipefail
 T0=$(date +%s)
 REPO=$(pwd)
@@ -92,6 +97,13 @@ MIXED_CONCS=${MIXED_CONCS:-"128 256"}
 MIXED_ROUNDS=${MIXED_ROUNDS:-3}
 MIXED_WARMUP=${MIXED_WARMUP:-10}
 AB_ROUNDS=${AB_ROUNDS:-2}
+PAIR_ROUNDS=${PAIR_ROUNDS:-4}
+PAIR_MEM_FRAC=${PAIR_MEM_FRAC:-0.42}
+PIN_SERVER=${PIN_SERVER:-}       # a CPU list (taskset -c) for every server process, empty = not pinned
+PIN_LOAD=${PIN_LOAD:-}           # a CPU list for the load generators
+SERVER_PIN=(); [ -n "$PIN_SERVER" ] && SERVER_PIN=(taskset -c "$PIN_SERVER")
+LOAD_PIN=(); [ -n "$PIN_LOAD" ] && LOAD_PIN=(taskset -c "$PIN_LOAD")
+XARGS=()                        # extra server arguments for the next start_server (the last one wins)
 CSV2=$OUT/interleave-$TAG.csv
 XENV=()                         # extra environment for the next start_server
 STEPS=3
@@ -192,11 +204,16 @@ EOF
 }
 
 SPID=""
-stop_server() {
+SPID2=""                        # offpair's second server
+stop_pid() {  # stop_pid PID: the process group, TERM then KILL
+  [ -n "$1" ] || return 0
+  kill -TERM -- -"$1" 2>/dev/null
+  for _ in $(seq 1 30); do kill -0 "$1" 2>/dev/null || break; sleep 1; done
+  kill -KILL -- -"$1" 2>/dev/null
+}
+stop_server() {  # the current server, then until the GPU's memory is given back
   [ -n "$SPID" ] || return 0
-  kill -TERM -- -"$SPID" 2>/dev/null
-  for _ in $(seq 1 30); do kill -0 "$SPID" 2>/dev/null || break; sleep 1; done
-  kill -KILL -- -"$SPID" 2>/dev/null
+  stop_pid "$SPID"
   SPID=""
   for _ in $(seq 1 30); do
     used=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1)
@@ -206,7 +223,7 @@ stop_server() {
 }
 JPID=""
 stop_journal() { [ -n "$JPID" ] && kill -INT "$JPID" 2>/dev/null; sleep 1; [ -n "$JPID" ] && kill -KILL "$JPID" 2>/dev/null; JPID=""; }
-trap 'stop_journal; stop_server' EXIT
+trap 'stop_journal; stop_pid "$SPID2"; stop_server' EXIT
 
 start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   local name=$1 kind=$2 sim=$3 slog=$WORK/server-$1.log args=() envs=()
@@ -228,8 +245,8 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   fi
   [ "$sim" = 1 ] && envs+=("SGLANG_SIMULATE_ACC_LEN=$ACC_LEN" "SGLANG_SIMULATE_ACC_METHOD=match-expected")
   envs+=("${XENV[@]}")
-  log "starting $name: ${envs[*]} ${args[*]} ${COMMON[*]}"
-  env -u SGLANG_SIMULATE_ACC_LEN "${envs[@]}" setsid "${args[@]}" "${COMMON[@]}" > "$slog" 2>&1 &
+  log "starting $name: ${envs[*]} ${SERVER_PIN[*]} ${args[*]} ${COMMON[*]} ${XARGS[*]}"
+  env -u SGLANG_SIMULATE_ACC_LEN "${envs[@]}" setsid "${SERVER_PIN[@]}" "${args[@]}" "${COMMON[@]}" "${XARGS[@]}" > "$slog" 2>&1 &
   SPID=$!
   wait_up "$name" && return 0
   log "$name did NOT come up; log tail:"; grep -v "Capturing batches" "$slog" | tail -n 60
@@ -281,7 +298,7 @@ bench_point() {  # bench_point LABEL C
 interleave() {  # interleave LABEL ROUNDS "CONCS" "MODES" [SWITCH-COMMAND]
   local budget=$(( $(left) - 25 ))
   [ "$budget" -gt 20 ] || { log "skip $1: $(left)s left"; return 0; }
-  python3 "$HERE/interleave.py" --url "$URL" --label "$1" --rounds "$2" --concs $3 --modes $4 \
+  "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1" --rounds "$2" --concs $3 --modes $4 \
     --switch "${5:-}" --window "$WINDOW" --warmup "$IL_WARMUP" --settle 1 --budget-s "$budget" --csv "$CSV2" \
     --input-len "$IL_INPUT" --output-len "$IL_OUTPUT" --len-jitter "$IL_JITTER" \
     || log "interleave $1 failed"
@@ -377,7 +394,7 @@ phase_resume() {
 profile_now() {  # profile_now NAME: PROF_STEPS steps of SGLang's torch profiler under a decode-only load
   local pdir=$WORK/prof-$1 slog=$2 done_p=0 trace
   mkdir -p "$pdir"
-  python3 "$HERE/interleave.py" --url "$URL" --label "$1-profiled" --concs $(echo $PROF_CONCS | awk '{print $NF}') \
+  "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1-profiled" --concs $(echo $PROF_CONCS | awk '{print $NF}') \
     --rounds 1 --window 20 --warmup 8 --input-len "$PROF_INPUT" --output-len "$PROF_OUTPUT" --len-jitter "$PROF_JITTER" \
     > /dev/null 2>&1 &
   local lpid=$!
@@ -489,6 +506,35 @@ phase_offab() {  # no spec and specctl forced off taking turns, AB_ROUNDS times 
     stop_server
   done
   python3 "$HERE/report.py" "$CSV2" | tail -n 4
+}
+
+phase_offpair() {  # no spec and specctl forced off resident together (PAIR_MEM_FRAC of the GPU each,
+  # --sleep-on-idle), windows taking turns between them PAIR_ROUNDS times at MIXED_CONCS, each turn
+  # after its own MIXED_WARMUP: the same machine, the same minutes and (with PIN_SERVER) the same
+  # CPUs for both, where offab's fresh servers differed in CPU speed from start to start (run 4)
+  local url_a=$URL url_b=http://127.0.0.1:$((PORT + 1)) r c
+  XARGS=(--mem-fraction-static "$PAIR_MEM_FRAC" --sleep-on-idle)
+  start_server nospec nospec 0 || { XARGS=(); return 1; }
+  SPID2=$SPID; SPID=""
+  PORT=$((PORT + 1)) URL=$url_b start_server pairoff specctl 0 || { XARGS=(); stop_pid "$SPID2"; SPID2=""; return 1; }
+  XARGS=()
+  python3 "$HERE/ctl.py" "$url_b" mode off | cut -c1-120
+  for r in $(seq 1 "$PAIR_ROUNDS"); do
+    for c in $MIXED_CONCS; do
+      URL=$url_a MIXED_ROUNDS=1 MIXED_CONCS=$c mixed "mixed-nospec-$ATTN" -
+      URL=$url_b MIXED_ROUNDS=1 MIXED_CONCS=$c mixed "mixed-off-$ATTN" -
+    done
+  done
+  [ "${PAIR_PROFILE:-0}" = 1 ] && URL=$url_a profile_now "pair-nospec-$ATTN" "$WORK/server-nospec.log"
+  [ "${PAIR_PROFILE:-0}" = 1 ] && URL=$url_b profile_now "pair-off-$ATTN" "$WORK/server-pairoff.log"
+  server_facts nospec
+  URL=$url_b server_facts pairoff
+  stop_pid "$SPID2"; SPID2=""
+  stop_server
+  python3 "$HERE/report.py" "$CSV2" | tail -n 4
+  local traces; traces=$(ls "$OUT"/trace-pair-*-"$ATTN".json.gz 2>/dev/null)
+  [ -n "$traces" ] && python3 "$HERE/cpu_ops.py" $traces | grep -A1 "^==" 
+  true
 }
 
 fixcheck_runs() {  # greedy runs through the off state's paths (cold prefill, resume), KV before/after
@@ -619,6 +665,7 @@ for ph in "$@"; do
     offcost) phase_offcost ;;
     prefillcost) phase_prefillcost ;;
     offab) phase_offab ;;
+    offpair) phase_offpair ;;
     fixcheck) phase_fixcheck ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
