@@ -178,3 +178,27 @@ def test_same_kernels_compares_only_kernels_launched_alike(tmp_path: Path) -> No
     assert len(rows) == 1 and rows[0][0] == "1.100" and "grid=[2," in done.stdout
     assert "median ratio over these 1: 1.100" in done.stdout
     assert tool(str(GPU / "same_kernels.py"), a, b, "--min-calls", "4").returncode == 1
+
+
+def test_report_pairs_turns_of_fresh_or_resident_servers_within_each_sitting(tmp_path: Path) -> None:
+    def write(name: str, rows: list[tuple[str, int, str, float]]) -> str:
+        path = tmp_path / name
+        with path.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["label", "concurrency", "mode", "round", "tok_s", "tpot_ms"])
+            writer.writerows((label, c, mode, 0, tok, 10) for label, c, mode, tok in rows)
+        return str(path)
+
+    offab = write("ab.csv", [("mixed-nospec-x", 128, "-", 1000), ("mixed-nospec-x", 128, "-", 1200),
+                             ("mixed-off-x", 128, "cold", 990), ("mixed-off-x", 128, "warm", 500),
+                             ("mixed-off-x", 128, "cold", 1210),  # warm left out: one turn of 1100
+                             ("mixed-nospec-x", 128, "-", 1000), ("mixed-off-x", 128, "-", 800)])
+    offpair = write("pair.csv", [("mixed-nospec-x", 256, "-", 2000), ("mixed-off-x", 256, "-", 1900),
+                                 ("mixed-nospec-x", 256, "-", 2000), ("mixed-off-x", 256, "-", 2100),
+                                 ("decodeonly-nospec-x", 256, "-", 5000)])  # not a turn with arrivals
+    done = tool(str(GPU / "report.py"), offab, offpair)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines()
+            if line.startswith("| 128 | 2 |") or line.startswith("| 256 | 2 |")}
+    assert rows["128"] == "| 128 | 2 | 1.000, 0.800 | 0.900 | 0.80-1.00 |"
+    assert rows["256"] == "| 256 | 2 | 0.950, 1.050 | 1.000 | 0.95-1.05 |"

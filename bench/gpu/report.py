@@ -9,7 +9,8 @@ auto), ``adaptive-*`` (SGLang's own adaptive), ``offwarmth-*`` (the off state
 with the draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 ``decodeonly-{nospec,off}-*`` (every request admitted before the windows, none
 arriving or ending in them) and ``mixed-{nospec,off}-*`` (the sweep's
-arrivals; the off server's modes are the draft cold / warm). Each cell is the mean over the windows, with
+arrivals; the off server's modes are the draft cold / warm). With arrivals it
+also pairs the servers turn by turn (see ``paired_table``). Each cell is the mean over the windows, with
 their spread; each ratio is of the means, with the range the single windows
 allow (worst window over best window, and the reverse), because these
 machines scatter by several per cent from one window to the next.
@@ -114,6 +115,54 @@ def offcost_table(cells: Cells) -> str:
     return "\n".join(lines)
 
 
+def turns(path: str) -> dict[int, dict[str, list[list[float]]]]:
+    """c -> {"nospec"|"off": tok/s windows per turn, in time order} for one CSV's arrival rows.
+
+    A turn is a run of consecutive windows of one server at one
+    concurrency (the off server's draft-warm windows left out), as offab
+    (fresh servers taking turns) and offpair (resident servers taking turns)
+    write them; one CSV is one sitting, so turns pair only within a file.
+    """
+    out: dict[int, dict[str, list[list[float]]]] = defaultdict(lambda: {"nospec": [], "off": []})
+    last = None
+    with open(path, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            parts = row["label"].split("-")
+            if parts[0] != "mixed" or len(parts) < 2 or parts[1] not in ("nospec", "off"):
+                continue
+            if not row.get("tok_s") or row["mode"] == "warm":
+                continue
+            key = (parts[1], int(row["concurrency"]))
+            if key != last:
+                out[key[1]][key[0]].append([])
+                last = key
+            out[key[1]][key[0]][-1].append(float(row["tok_s"]))
+    return out
+
+
+def paired_table(paths: list[str]) -> str:
+    """Off / none per pair of turns (the k-th no-spec turn with the k-th off turn), over all files.
+
+    Why: the same server kind read up to 25 % apart from one start to the
+    next (docs/gpu-results.md, run 4), more than the windows within a start,
+    so the spread of the pairs, not of the windows, says how sure a ratio is.
+    """
+    pairs: dict[int, list[float]] = defaultdict(list)
+    for path in paths:
+        for c, by in turns(path).items():
+            for none, off in zip(by["nospec"], by["off"]):
+                pairs[c].append(statistics.fmean(off) / statistics.fmean(none))
+    if not pairs:
+        return ""
+    lines = ["Paired turns with arrivals (each no-spec turn with the off turn of the same rank, in time order):\n",
+             "| c | pairs | off / none per pair | mean | range |", "| ---: | ---: | --- | ---: | ---: |"]
+    for c in sorted(pairs):
+        r = pairs[c]
+        lines.append(f"| {c} | {len(r)} | {', '.join(f'{x:.3f}' for x in r)} | {statistics.fmean(r):.3f} | "
+                     f"{min(r):.2f}-{max(r):.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -121,7 +170,7 @@ def main(argv: list[str]) -> int:
     cells = read(argv)
     print("Output tok/s, mean over the windows (window range) [TPOT ms, Little's law];"
           " ratios of the means (range over single windows)\n")
-    tables = [t for t in (sweep_table(cells), warmth_table(cells), offcost_table(cells)) if t]
+    tables = [t for t in (sweep_table(cells), warmth_table(cells), offcost_table(cells), paired_table(argv)) if t]
     print("\n\n".join(tables))
     return 0
 
