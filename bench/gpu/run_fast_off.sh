@@ -42,7 +42,7 @@
 #                  splits both traces' scheduler CPU by step kind (prefill apart from decode)
 #   offab          no spec vs specctl forced off, a fresh server each turn, AB_ROUNDS turns each
 #                  (A B A B): mixed windows at MIXED_CONCS
-#   offpair        no spec and specctl forced off resident together (PAIR_MEM_FRAC each,
+#   offpair        no spec and specctl forced off resident together (KV pools of PAIR_MAX_TOKENS,
 #                  --sleep-on-idle), windows taking turns between them, PAIR_ROUNDS x MIXED_CONCS;
 #                  PAIR_PROFILE=1 adds a profile of each (CPU probe: cpu_ops.py)
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
@@ -55,7 +55,7 @@
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
 #   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile, offcost, prefillcost)
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
-#   PAIR_ROUNDS PAIR_MEM_FRAC PAIR_PROFILE (offpair) PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
+#   PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE (offpair) PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
 #   the servers' processes and the load generators; empty = not pinned)
 set -uo pipefail
 T0=$(date +%s)
@@ -98,7 +98,12 @@ MIXED_ROUNDS=${MIXED_ROUNDS:-3}
 MIXED_WARMUP=${MIXED_WARMUP:-10}
 AB_ROUNDS=${AB_ROUNDS:-2}
 PAIR_ROUNDS=${PAIR_ROUNDS:-4}
-PAIR_MEM_FRAC=${PAIR_MEM_FRAC:-0.42}
+# offpair: SGLang 0.5.17 sizes the KV pool from the memory free at start-up times the fraction, so the
+# second server needs a larger fraction of what the first left free; both pools are capped at
+# PAIR_MAX_TOKENS (the sweep's 256 requests need about 200k) so that they are the same size
+PAIR_FRAC_A=${PAIR_FRAC_A:-0.46}
+PAIR_FRAC_B=${PAIR_FRAC_B:-0.84}
+PAIR_MAX_TOKENS=${PAIR_MAX_TOKENS:-340000}
 PIN_SERVER=${PIN_SERVER:-}       # a CPU list (taskset -c) for every server process, empty = not pinned
 PIN_LOAD=${PIN_LOAD:-}           # a CPU list for the load generators
 SERVER_PIN=(); [ -n "$PIN_SERVER" ] && SERVER_PIN=(taskset -c "$PIN_SERVER")
@@ -487,7 +492,7 @@ phase_prefillcost() {  # no spec vs specctl off under arrivals at MIXED_CONCS: w
   stop_server
   local traces; traces=$(ls "$OUT"/trace-arr-*-"$ATTN".json.gz 2>/dev/null)
   [ -n "$traces" ] && python3 "$HERE/cpu_ops.py" $traces > "$OUT/cpu-ops-$TAG.txt" 2>&1
-  python3 "$HERE/report.py" "$CSV2" | tail -n 4
+  python3 "$HERE/report.py" "$CSV2" | grep "^|"
   for f in "$WORK"/prof-arr-*.txt; do [ -f "$f" ] && sed -n 1,12p "$f"; done
   [ -f "$OUT/cpu-ops-$TAG.txt" ] && head -n 80 "$OUT/cpu-ops-$TAG.txt"
   true
@@ -505,19 +510,21 @@ phase_offab() {  # no spec and specctl forced off taking turns, AB_ROUNDS times 
     mixed "mixed-off-$ATTN" -
     stop_server
   done
-  python3 "$HERE/report.py" "$CSV2" | tail -n 4
+  python3 "$HERE/report.py" "$CSV2" | grep "^|"
 }
 
-phase_offpair() {  # no spec and specctl forced off resident together (PAIR_MEM_FRAC of the GPU each,
+phase_offpair() {  # no spec and specctl forced off resident together (KV pools of PAIR_MAX_TOKENS each,
   # --sleep-on-idle), windows taking turns between them PAIR_ROUNDS times at MIXED_CONCS, each turn
   # after its own MIXED_WARMUP: the same machine, the same minutes and (with PIN_SERVER) the same
   # CPUs for both, where offab's fresh servers differed in CPU speed from start to start (run 4)
   local url_a=$URL url_b=http://127.0.0.1:$((PORT + 1)) r c
-  XARGS=(--mem-fraction-static "$PAIR_MEM_FRAC" --sleep-on-idle)
+  XARGS=(--mem-fraction-static "$PAIR_FRAC_A" --max-total-tokens "$PAIR_MAX_TOKENS" --sleep-on-idle)
   start_server nospec nospec 0 || { XARGS=(); return 1; }
   SPID2=$SPID; SPID=""
+  XARGS=(--mem-fraction-static "$PAIR_FRAC_B" --max-total-tokens "$PAIR_MAX_TOKENS" --sleep-on-idle)
   PORT=$((PORT + 1)) URL=$url_b start_server pairoff specctl 0 || { XARGS=(); stop_pid "$SPID2"; SPID2=""; return 1; }
   XARGS=()
+  log "KV pools: no spec $(python3 "$HERE/ctl.py" "$url_a" info max_total_num_tokens), off $(python3 "$HERE/ctl.py" "$url_b" info max_total_num_tokens)"
   python3 "$HERE/ctl.py" "$url_b" mode off | cut -c1-120
   for r in $(seq 1 "$PAIR_ROUNDS"); do
     for c in $MIXED_CONCS; do
@@ -531,7 +538,7 @@ phase_offpair() {  # no spec and specctl forced off resident together (PAIR_MEM_
   URL=$url_b server_facts pairoff
   stop_pid "$SPID2"; SPID2=""
   stop_server
-  python3 "$HERE/report.py" "$CSV2" | tail -n 4
+  python3 "$HERE/report.py" "$CSV2" | grep "^|"
   local traces; traces=$(ls "$OUT"/trace-pair-*-"$ATTN".json.gz 2>/dev/null)
   [ -n "$traces" ] && python3 "$HERE/cpu_ops.py" $traces | grep -A1 "^==" 
   true
