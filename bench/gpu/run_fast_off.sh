@@ -396,7 +396,8 @@ phase_resume() {
   stop_server
 }
 
-profile_now() {  # profile_now NAME: PROF_STEPS steps of SGLang's torch profiler under a decode-only load
+profile_now() {  # profile_now NAME SERVER-LOG: PROF_STEPS steps of SGLang's torch profiler under load
+  # (decode only with PROF_JITTER=0: every request admitted before; arrivals inside with PROF_JITTER > 0)
   local pdir=$WORK/prof-$1 slog=$2 done_p=0 trace
   mkdir -p "$pdir"
   "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1-profiled" --concs $(echo $PROF_CONCS | awk '{print $NF}') \
@@ -477,19 +478,27 @@ phase_offcost() {  # the off state's cost after the CPU fixes: no spec vs specct
   stop_server
 }
 
+mixed_turn() {  # mixed_turn nospec|off NAME [profile]: a fresh server (specctl's forced off), mixed
+  # windows at MIXED_CONCS, and with "profile" a profile with arrivals inside and the server's facts
+  local kind=$1 name=$2
+  if [ "$kind" = nospec ]; then
+    start_server "$name" nospec 0 || return 1
+  else
+    start_server "$name" specctl 0 || return 1
+    python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-120
+  fi
+  mixed "mixed-$kind-$ATTN" -
+  if [ "${3:-}" = profile ]; then
+    profile_now "arr-$kind-$ATTN" "$WORK/server-$name.log"
+    server_facts "$name"
+  fi
+  stop_server
+}
+
 phase_prefillcost() {  # no spec vs specctl off under arrivals at MIXED_CONCS: windows, then a profile with
   # arrivals inside (PROF_JITTER > 0), and the scheduler's CPU per span split by step kind (cpu_ops.py)
-  start_server nospec nospec 0 || return 1
-  mixed "mixed-nospec-$ATTN" -
-  profile_now "arr-nospec-$ATTN" "$WORK/server-nospec.log"
-  server_facts nospec
-  stop_server
-  start_server prefcost specctl 0 || return 1
-  python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-160
-  mixed "mixed-off-$ATTN" -
-  profile_now "arr-off-$ATTN" "$WORK/server-prefcost.log"
-  server_facts prefcost
-  stop_server
+  mixed_turn nospec nospec profile || return 1
+  mixed_turn off prefcost profile || return 1
   local traces; traces=$(ls "$OUT"/trace-arr-*-"$ATTN".json.gz 2>/dev/null)
   [ -n "$traces" ] && python3 "$HERE/cpu_ops.py" $traces > "$OUT/cpu-ops-$TAG.txt" 2>&1
   python3 "$HERE/report.py" "$CSV2" | grep "^|"
@@ -502,13 +511,8 @@ phase_offab() {  # no spec and specctl forced off taking turns, AB_ROUNDS times 
   # MIXED_CONCS on a fresh server each turn, so that drift between server starts lands on both alike
   local r
   for r in $(seq 1 "$AB_ROUNDS"); do
-    start_server nospec nospec 0 || return 1
-    mixed "mixed-nospec-$ATTN" -
-    stop_server
-    start_server offab specctl 0 || return 1
-    python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-120
-    mixed "mixed-off-$ATTN" -
-    stop_server
+    mixed_turn nospec nospec || return 1
+    mixed_turn off offab || return 1
   done
   python3 "$HERE/report.py" "$CSV2" | grep "^|"
 }
@@ -540,7 +544,7 @@ phase_offpair() {  # no spec and specctl forced off resident together (KV pools 
   stop_server
   python3 "$HERE/report.py" "$CSV2" | grep "^|"
   local traces; traces=$(ls "$OUT"/trace-pair-*-"$ATTN".json.gz 2>/dev/null)
-  [ -n "$traces" ] && python3 "$HERE/cpu_ops.py" $traces | grep -A1 "^==" 
+  [ -n "$traces" ] && python3 "$HERE/cpu_ops.py" $traces | grep -A1 "^=="
   true
 }
 
