@@ -16,22 +16,21 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import statistics
+import sys
 from collections import defaultdict
-from typing import Any
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_ops import load  # noqa: E402
 
 Key = tuple[str, str, str]
 
 
 def kernels(path: str) -> dict[Key, list[float]]:
     """Durations (us) of every GPU kernel in the trace, by (name, grid, block)."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        events: list[dict[str, Any]] = json.load(fh)["traceEvents"]
     out: dict[Key, list[float]] = defaultdict(list)
-    for e in events:
+    for e in load(path):
         if e.get("cat") == "kernel" and e.get("ph") == "X":
             args = e.get("args") or {}
             out[(e["name"], str(args.get("grid")), str(args.get("block")))].append(float(e["dur"]))
