@@ -517,6 +517,10 @@ phase_offab() {  # no spec and specctl forced off taking turns, AB_ROUNDS times 
   python3 "$HERE/report.py" "$CSV2" | grep "^|"
 }
 
+pair_turn() {  # pair_turn URL KIND C: one warm-up and one window of offpair's at C
+  URL=$1 MIXED_ROUNDS=1 MIXED_CONCS=$3 mixed "mixed-$2-$ATTN" -
+}
+
 phase_offpair() {  # no spec and specctl forced off resident together (KV pools of PAIR_MAX_TOKENS each,
   # --sleep-on-idle), windows taking turns between them PAIR_ROUNDS times at MIXED_CONCS, each turn
   # after its own MIXED_WARMUP: the same machine, the same minutes and (with PIN_SERVER) the same
@@ -530,10 +534,10 @@ phase_offpair() {  # no spec and specctl forced off resident together (KV pools 
   XARGS=()
   log "KV pools: no spec $(python3 "$HERE/ctl.py" "$url_a" info max_total_num_tokens), off $(python3 "$HERE/ctl.py" "$url_b" info max_total_num_tokens)"
   python3 "$HERE/ctl.py" "$url_b" mode off | cut -c1-120
-  for r in $(seq 1 "$PAIR_ROUNDS"); do
+  for r in $(seq 1 "$PAIR_ROUNDS"); do  # A B, then B A: neither server always goes first
     for c in $MIXED_CONCS; do
-      URL=$url_a MIXED_ROUNDS=1 MIXED_CONCS=$c mixed "mixed-nospec-$ATTN" -
-      URL=$url_b MIXED_ROUNDS=1 MIXED_CONCS=$c mixed "mixed-off-$ATTN" -
+      if [ $((r % 2)) = 1 ]; then pair_turn "$url_a" nospec "$c"; pair_turn "$url_b" off "$c"
+      else pair_turn "$url_b" off "$c"; pair_turn "$url_a" nospec "$c"; fi
     done
   done
   [ "${PAIR_PROFILE:-0}" = 1 ] && URL=$url_a profile_now "pair-nospec-$ATTN" "$WORK/server-nospec.log"
