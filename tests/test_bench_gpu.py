@@ -199,6 +199,28 @@ def test_report_pairs_turns_of_fresh_or_resident_servers_within_each_sitting(tmp
     done = tool(str(GPU / "report.py"), offab, offpair)
     assert done.returncode == 0, done.stderr
     rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines()
-            if line.startswith("| 128 | 2 |") or line.startswith("| 256 | 2 |")}
-    assert rows["128"] == "| 128 | 2 | 1.000, 0.800 | 0.900 | 0.80-1.00 |"
-    assert rows["256"] == "| 256 | 2 | 0.950, 1.050 | 1.000 | 0.95-1.05 |"
+            if line.startswith("| 128 | off |") or line.startswith("| 256 | off |")}
+    assert rows["128"] == "| 128 | off | 2 | 1.000, 0.800 | 0.900 | 0.80-1.00 | 0.900 (2) | - | - |"
+    assert rows["256"] == "| 256 | off | 2 | 0.950, 1.050 | 1.000 | 0.95-1.05 | 1.000 (2) | - | - |"
+
+
+def test_report_averages_the_two_orders_of_a_pair_and_reads_the_null_test(tmp_path: Path) -> None:
+    path = tmp_path / "pair.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["label", "concurrency", "mode", "round", "window_s", "tok_s", "t_unix"])
+        # A B, then B A, one 4 s window a turn after 10 s of warm-up; whoever goes first reads 1,200, not
+        # 1,000; the off server's two turns in a row are two turns, the warm-up between them says so
+        writer.writerows((label, 128, "-", 0, 4.0, tok, 14.0 * i) for i, (label, tok) in enumerate([
+            ("mixed-nospec-x", 1200), ("mixed-off-x", 1000), ("mixed-off-x", 1200), ("mixed-nospec-x", 1000),
+            ("mixed-nospec2-x", 900)]))
+    with (tmp_path / "null.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["label", "concurrency", "mode", "round", "tok_s", "tpot_ms"])
+        writer.writerows((label, 128, "-", 0, tok, 10) for label, tok in [
+            ("mixed-nospec-x", 1000), ("mixed-nospec2-x", 1100)])
+    done = tool(str(GPU / "report.py"), str(path), str(tmp_path / "null.csv"))
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 128 |")]
+    assert rows == ["| 128 | nospec2 | 2 | 0.750, 1.100 | 0.925 | 0.75-1.10 | 0.925 (2) | - | - |",
+                    "| 128 | off | 2 | 0.833, 1.200* | 1.017 | 0.83-1.20 | 0.833 (1) | 1.200 (1) | 1.017 |"]

@@ -9,8 +9,9 @@ auto), ``adaptive-*`` (SGLang's own adaptive), ``offwarmth-*`` (the off state
 with the draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 ``decodeonly-{nospec,off}-*`` (every request admitted before the windows, none
 arriving or ending in them) and ``mixed-{nospec,off}-*`` (the sweep's
-arrivals; the off server's modes are the draft cold / warm). With arrivals it
-also pairs the servers turn by turn (see ``paired_table``). Each cell is the mean over the windows, with
+arrivals; the off server's modes are the draft cold / warm; ``mixed-nospec2-*``
+is offpair's second server without speculation, its null test). With arrivals
+it also pairs the servers turn by turn (see ``paired_table``). Each cell is the mean over the windows, with
 their spread; each ratio is of the means, with the range the single windows
 allow (worst window over best window, and the reverse), because these
 machines scatter by several per cent from one window to the next.
@@ -115,51 +116,76 @@ def offcost_table(cells: Cells) -> str:
     return "\n".join(lines)
 
 
-def turns(path: str) -> dict[int, dict[str, list[list[float]]]]:
-    """c -> {"nospec"|"off": tok/s windows per turn, in time order} for one CSV's arrival rows.
+Turn = tuple[int, list[float]]  # (row of its first window in the CSV, tok/s windows)
+# The servers a no-spec server is paired with: specctl forced off, and for offpair's null test
+# (two servers alike) a second server without speculation.
+PAIRED = ("off", "nospec2")
+
+
+def turns(path: str) -> dict[int, dict[str, list[Turn]]]:
+    """c -> {"nospec"|"off"|"nospec2": turns in time order} for one CSV's arrival rows.
 
     A turn is a run of consecutive windows of one server at one
     concurrency (the off server's draft-warm windows left out), as offab
     (fresh servers taking turns) and offpair (resident servers taking turns)
     write them; one CSV is one sitting, so turns pair only within a file.
+    Two turns of one server in a row (offpair's B A after A B at one
+    concurrency) are told apart by the warm-up between them: windows more
+    than 1.5 windows + 2 s after the row before (interleave.py's t_unix) start
+    a new turn.
     """
-    out: dict[int, dict[str, list[list[float]]]] = defaultdict(lambda: {"nospec": [], "off": []})
-    last = None
+    out: dict[int, dict[str, list[Turn]]] = defaultdict(lambda: defaultdict(list))
+    last, last_t = None, None
     with open(path, newline="", encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
+        for row_no, row in enumerate(csv.DictReader(fh)):
+            t = float(row["t_unix"]) if row.get("t_unix") else None
+            gap = t is not None and last_t is not None and t - last_t > 1.5 * float(row.get("window_s") or 0) + 2
+            last_t = t  # the gap is to the row before, whatever it was (a draft-warm window too)
             parts = row["label"].split("-")
-            if parts[0] != "mixed" or len(parts) < 2 or parts[1] not in ("nospec", "off"):
+            if parts[0] != "mixed" or len(parts) < 2 or parts[1] not in ("nospec", *PAIRED):
                 continue
             if not row.get("tok_s") or row["mode"] == "warm":
                 continue
             key = (parts[1], int(row["concurrency"]))
-            if key != last:
-                out[key[1]][key[0]].append([])
-                last = key
-            out[key[1]][key[0]][-1].append(float(row["tok_s"]))
+            if key != last or gap:
+                out[key[1]][key[0]].append((row_no, []))
+            last = key
+            out[key[1]][key[0]][-1][1].append(float(row["tok_s"]))
     return out
 
 
 def paired_table(paths: list[str]) -> str:
-    """Off / none per pair of turns (the k-th no-spec turn with the k-th off turn), over all files.
+    """X / none per pair of turns (the k-th no-spec turn with the k-th X turn), over all files.
 
     Why: the same server kind read up to 25 % apart from one start to the
     next (docs/gpu-results.md, run 4), more than the windows within a start,
     so the spread of the pairs, not of the windows, says how sure a ratio is.
+    Which server went first in a pair is marked, and where both orders
+    occur the two orders' means are averaged: resident servers taking turns
+    at 128 requests read about 12 % better when they went first in the pair
+    (run 5), an effect the A B / B A order cancels only when it is averaged so.
     """
-    pairs: dict[int, list[float]] = defaultdict(list)
+    pairs: dict[tuple[int, str], list[tuple[float, bool]]] = defaultdict(list)  # (X / none, X went first)
     for path in paths:
         for c, by in turns(path).items():
-            for none, off in zip(by["nospec"], by["off"]):
-                pairs[c].append(statistics.fmean(off) / statistics.fmean(none))
+            for kind in PAIRED:
+                for (t_none, none), (t_x, x) in zip(by["nospec"], by[kind]):
+                    pairs[c, kind].append((statistics.fmean(x) / statistics.fmean(none), t_x < t_none))
     if not pairs:
         return ""
-    lines = ["Paired turns with arrivals (each no-spec turn with the off turn of the same rank, in time order):\n",
-             "| c | pairs | off / none per pair | mean | range |", "| ---: | ---: | --- | ---: | ---: |"]
-    for c in sorted(pairs):
-        r = pairs[c]
-        lines.append(f"| {c} | {len(r)} | {', '.join(f'{x:.3f}' for x in r)} | {statistics.fmean(r):.3f} | "
-                     f"{min(r):.2f}-{max(r):.2f} |")
+    lines = ["Paired turns with arrivals (each no-spec turn with the other server's turn of the same rank, in"
+             " time order; * = the other server went first; nospec2 = a second server without speculation):\n",
+             "| c | server | pairs | server / none per pair | mean | range | none first | other first | order-balanced |",
+             "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for c, kind in sorted(pairs):
+        r = [x for x, _ in pairs[c, kind]]
+        by_order = {first: [x for x, f in pairs[c, kind] if f == first] for first in (False, True)}
+        means = {first: statistics.fmean(v) for first, v in by_order.items() if v}
+        shown = {first: f"{m:.3f} ({len(by_order[first])})" for first, m in means.items()}
+        balanced = f"{statistics.fmean(means.values()):.3f}" if len(means) == 2 else "-"
+        listed = ", ".join(f"{x:.3f}" + ("*" if f else "") for x, f in pairs[c, kind])
+        lines.append(f"| {c} | {kind} | {len(r)} | {listed} | {statistics.fmean(r):.3f} | {min(r):.2f}-{max(r):.2f} | "
+                     f"{shown.get(False, '-')} | {shown.get(True, '-')} | {balanced} |")
     return "\n".join(lines)
 
 

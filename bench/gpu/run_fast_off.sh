@@ -42,9 +42,10 @@
 #                  splits both traces' scheduler CPU by step kind (prefill apart from decode)
 #   offab          no spec vs specctl forced off, a fresh server each turn, AB_ROUNDS turns each
 #                  (A B A B): mixed windows at MIXED_CONCS
-#   offpair        no spec and specctl forced off resident together (KV pools of PAIR_MAX_TOKENS,
-#                  --sleep-on-idle), windows taking turns between them, PAIR_ROUNDS x MIXED_CONCS;
-#                  PAIR_PROFILE=1 adds a profile of each (CPU probe: cpu_ops.py)
+#   offpair        two servers resident together (PAIR: "nospec off", "off nospec" or the null test
+#                  "nospec nospec2"; KV pools of PAIR_MAX_TOKENS, --sleep-on-idle), windows taking
+#                  turns between them (A B, then B A), PAIR_ROUNDS x MIXED_CONCS; PAIR_PROFILE=1 adds
+#                  a profile of each (CPU probe: cpu_ops.py)
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
 #   compare        greedy outputs of every run against the no-speculation reference
@@ -55,7 +56,7 @@
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
 #   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile, offcost, prefillcost)
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
-#   PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE (offpair) PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
+#   PAIR PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE (offpair) IL_SEED PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
 #   the servers' processes and the load generators; empty = not pinned)
 set -uo pipefail
 T0=$(date +%s)
@@ -98,6 +99,8 @@ MIXED_ROUNDS=${MIXED_ROUNDS:-3}
 MIXED_WARMUP=${MIXED_WARMUP:-10}
 AB_ROUNDS=${AB_ROUNDS:-2}
 PAIR_ROUNDS=${PAIR_ROUNDS:-4}
+PAIR=${PAIR:-"nospec off"}      # offpair's roles in start order (see phase_offpair)
+IL_SEED=${IL_SEED:-0}           # interleave.py's request seed
 # offpair: SGLang 0.5.17 sizes the KV pool from the memory free at start-up times the fraction, so the
 # second server needs a larger fraction of what the first left free; both pools are capped at
 # PAIR_MAX_TOKENS (the sweep's 256 requests need about 200k) so that they are the same size
@@ -305,7 +308,7 @@ interleave() {  # interleave LABEL ROUNDS "CONCS" "MODES" [SWITCH-COMMAND]
   [ "$budget" -gt 20 ] || { log "skip $1: $(left)s left"; return 0; }
   "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1" --rounds "$2" --concs $3 --modes $4 \
     --switch "${5:-}" --window "$WINDOW" --warmup "$IL_WARMUP" --settle 1 --budget-s "$budget" --csv "$CSV2" \
-    --input-len "$IL_INPUT" --output-len "$IL_OUTPUT" --len-jitter "$IL_JITTER" \
+    --input-len "$IL_INPUT" --output-len "$IL_OUTPUT" --len-jitter "$IL_JITTER" --seed "$IL_SEED" \
     || log "interleave $1 failed"
 }
 
@@ -517,33 +520,49 @@ phase_offab() {  # no spec and specctl forced off taking turns, AB_ROUNDS times 
   python3 "$HERE/report.py" "$CSV2" | grep "^|"
 }
 
-pair_turn() {  # pair_turn URL KIND C: one warm-up and one window of offpair's at C
-  URL=$1 MIXED_ROUNDS=1 MIXED_CONCS=$3 mixed "mixed-$2-$ATTN" -
+pair_start() {  # pair_start ROLE PORT FRAC: one of offpair's servers; ROLE nospec|nospec2 (no speculation)
+  # or off (specctl forced off); its log is server-pair-ROLE.log
+  local kind=nospec rc url=http://127.0.0.1:$2
+  [ "$1" = off ] && kind=specctl
+  XARGS=(--mem-fraction-static "$3" --max-total-tokens "$PAIR_MAX_TOKENS" --sleep-on-idle)
+  PORT=$2 URL=$url start_server "pair-$1" "$kind" 0; rc=$?
+  XARGS=()
+  [ "$rc" = 0 ] && [ "$1" = off ] && python3 "$HERE/ctl.py" "$url" mode off | cut -c1-120
+  return "$rc"
 }
 
-phase_offpair() {  # no spec and specctl forced off resident together (KV pools of PAIR_MAX_TOKENS each,
-  # --sleep-on-idle), windows taking turns between them PAIR_ROUNDS times at MIXED_CONCS, each turn
-  # after its own MIXED_WARMUP: the same machine, the same minutes and (with PIN_SERVER) the same
-  # CPUs for both, where offab's fresh servers differed in CPU speed from start to start (run 4)
-  local url_a=$URL url_b=http://127.0.0.1:$((PORT + 1)) r c
-  XARGS=(--mem-fraction-static "$PAIR_FRAC_A" --max-total-tokens "$PAIR_MAX_TOKENS" --sleep-on-idle)
-  start_server nospec nospec 0 || { XARGS=(); return 1; }
+pair_turn() {  # pair_turn URL ROLE C ROUND: one warm-up and one window at C; both servers of a round get
+  # the same requests (interleave.py's seed = ROUND), the rounds different ones
+  URL=$1 MIXED_ROUNDS=1 MIXED_CONCS=$3 IL_SEED=$4 mixed "mixed-$2-$ATTN" -
+}
+
+phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS each, --sleep-on-idle), the
+  # roles in PAIR in start order ("nospec off"; "off nospec" swaps which starts first; "nospec nospec2"
+  # is the null test: what the method reads between two servers alike), windows taking turns between them
+  # PAIR_ROUNDS times at MIXED_CONCS, each turn after its own MIXED_WARMUP, A B in odd rounds and B A in
+  # even ones: the same machine, the same minutes and (with PIN_SERVER) the same CPUs for both, where
+  # offab's fresh servers differed in CPU speed from start to start (run 4)
+  local roles=($PAIR) urls=(http://127.0.0.1:$PORT http://127.0.0.1:$((PORT + 1))) r c i
+  [ "${#roles[@]}" = 2 ] && [ "${roles[0]}" != "${roles[1]}" ] || { log "PAIR needs two roles, got '$PAIR'"; return 1; }
+  pair_start "${roles[0]}" "$PORT" "$PAIR_FRAC_A" || return 1
   SPID2=$SPID; SPID=""
-  XARGS=(--mem-fraction-static "$PAIR_FRAC_B" --max-total-tokens "$PAIR_MAX_TOKENS" --sleep-on-idle)
-  PORT=$((PORT + 1)) URL=$url_b start_server pairoff specctl 0 || { XARGS=(); stop_pid "$SPID2"; SPID2=""; return 1; }
-  XARGS=()
-  log "KV pools: no spec $(python3 "$HERE/ctl.py" "$url_a" info max_total_num_tokens), off $(python3 "$HERE/ctl.py" "$url_b" info max_total_num_tokens)"
-  python3 "$HERE/ctl.py" "$url_b" mode off | cut -c1-120
-  for r in $(seq 1 "$PAIR_ROUNDS"); do  # A B, then B A: neither server always goes first
+  pair_start "${roles[1]}" "$((PORT + 1))" "$PAIR_FRAC_B" || { stop_pid "$SPID2"; SPID2=""; return 1; }
+  log "KV pools: ${roles[0]} $(python3 "$HERE/ctl.py" "${urls[0]}" info max_total_num_tokens)," \
+      "${roles[1]} $(python3 "$HERE/ctl.py" "${urls[1]}" info max_total_num_tokens)"
+  for r in $(seq 1 "$PAIR_ROUNDS"); do
     for c in $MIXED_CONCS; do
-      if [ $((r % 2)) = 1 ]; then pair_turn "$url_a" nospec "$c"; pair_turn "$url_b" off "$c"
-      else pair_turn "$url_b" off "$c"; pair_turn "$url_a" nospec "$c"; fi
+      for i in $( [ $((r % 2)) = 1 ] && echo 0 1 || echo 1 0 ); do
+        pair_turn "${urls[$i]}" "${roles[$i]}" "$c" "$r"
+      done
     done
   done
-  [ "${PAIR_PROFILE:-0}" = 1 ] && URL=$url_a profile_now "pair-nospec-$ATTN" "$WORK/server-nospec.log"
-  [ "${PAIR_PROFILE:-0}" = 1 ] && URL=$url_b profile_now "pair-off-$ATTN" "$WORK/server-pairoff.log"
-  server_facts nospec
-  URL=$url_b server_facts pairoff
+  if [ "${PAIR_PROFILE:-0}" = 1 ]; then
+    for i in 0 1; do
+      URL=${urls[$i]} profile_now "pair-${roles[$i]}-$ATTN" "$WORK/server-pair-${roles[$i]}.log"
+    done
+  fi
+  URL=${urls[0]} server_facts "pair-${roles[0]}"
+  URL=${urls[1]} server_facts "pair-${roles[1]}"
   stop_pid "$SPID2"; SPID2=""
   stop_server
   python3 "$HERE/report.py" "$CSV2" | grep "^|"
