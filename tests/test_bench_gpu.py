@@ -224,3 +224,18 @@ def test_report_averages_the_two_orders_of_a_pair_and_reads_the_null_test(tmp_pa
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 128 |")]
     assert rows == ["| 128 | nospec2 | 2 | 0.750, 1.100 | 0.925 | 0.75-1.10 | 0.925 (2) | - | - |",
                     "| 128 | off | 2 | 0.833, 1.200* | 1.017 | 0.83-1.20 | 0.833 (1) | 1.200 (1) | 1.017 |"]
+
+
+def test_report_gives_the_order_balanced_ratio_its_standard_error(tmp_path: Path) -> None:
+    path = tmp_path / "pair.csv"
+    turns = [("nospec", 1000), ("off", 900), ("off", 1100), ("nospec", 1000),  # rounds 1-2: 0.9, 1.1*
+             ("nospec", 1000), ("off", 700), ("off", 1300), ("nospec", 1000)]  # rounds 3-4: 0.7, 1.3*
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["label", "concurrency", "mode", "round", "window_s", "tok_s", "t_unix"])
+        writer.writerows((f"mixed-{kind}-x", 128, "-", 0, 4.0, tok, 14.0 * i) for i, (kind, tok) in enumerate(turns))
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| 128 | off |"))
+    # each order: mean 0.8 / 1.2, variance 0.02 over 2 pairs; SE = 0.5 * sqrt(0.01 + 0.01) = 0.0707
+    assert row.endswith("| 0.800 (2) | 1.200 (2) | 1.000 +- 0.071 |"), row

@@ -154,6 +154,14 @@ def turns(path: str) -> dict[int, dict[str, list[Turn]]]:
     return out
 
 
+def balanced_se(a: list[float], b: list[float]) -> str:
+    """" +- SE" of the mean of two groups' means, where each group has two pairs or more."""
+    if len(a) < 2 or len(b) < 2:
+        return ""
+    se = 0.5 * (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+    return f" +- {se:.3f}"
+
+
 def paired_table(paths: list[str]) -> str:
     """X / none per pair of turns (the k-th no-spec turn with the k-th X turn), over all files.
 
@@ -163,7 +171,8 @@ def paired_table(paths: list[str]) -> str:
     Which server went first in a pair is marked, and where both orders
     occur the two orders' means are averaged: resident servers taking turns
     at 128 requests read about 12 % better when they went first in the pair
-    (run 5), an effect the A B / B A order cancels only when it is averaged so.
+    (run 5), an effect the A B / B A order cancels only when it is averaged so;
+    its standard error is shown where each order has two pairs or more.
     """
     pairs: dict[tuple[int, str], list[tuple[float, bool]]] = defaultdict(list)  # (X / none, X went first)
     for path in paths:
@@ -182,7 +191,7 @@ def paired_table(paths: list[str]) -> str:
         by_order = {first: [x for x, f in pairs[c, kind] if f == first] for first in (False, True)}
         means = {first: statistics.fmean(v) for first, v in by_order.items() if v}
         shown = {first: f"{m:.3f} ({len(by_order[first])})" for first, m in means.items()}
-        balanced = f"{statistics.fmean(means.values()):.3f}" if len(means) == 2 else "-"
+        balanced = f"{statistics.fmean(means.values()):.3f}{balanced_se(*by_order.values())}" if len(means) == 2 else "-"
         listed = ", ".join(f"{x:.3f}" + ("*" if f else "") for x, f in pairs[c, kind])
         lines.append(f"| {c} | {kind} | {len(r)} | {listed} | {statistics.fmean(r):.3f} | {min(r):.2f}-{max(r):.2f} | "
                      f"{shown.get(False, '-')} | {shown.get(True, '-')} | {balanced} |")
