@@ -52,6 +52,7 @@ def test_interleave_switches_the_mode_per_window_under_one_load(sim: str, tmp_pa
     assert [(r["concurrency"], r["mode"], r["round"]) for r in rows] == [
         (c, m, r) for c in ("2", "8") for r in ("0", "1") for m in ("on", "off")]
     assert all(float(r["tok_s"]) > 0 and r["switch_rc"] == "0" for r in rows)
+    assert all(0 <= float(r["cpu_busy"]) <= 100 and 0 <= float(r["cpu_steal"]) <= 100 for r in rows)
     assert {r["mode"]: r["steps"] for r in rows if r["concurrency"] == "8"} == {"on": "3.0", "off": "0.0"}
     assert "c=8 off:" in done.stdout
 
@@ -59,6 +60,11 @@ def test_interleave_switches_the_mode_per_window_under_one_load(sim: str, tmp_pa
 def test_interleave_refuses_modes_without_a_switch_command(tmp_path: Path) -> None:
     done = tool(str(GPU / "interleave.py"), "--modes", "on", "off")
     assert done.returncode == 2 and "need --switch" in done.stderr
+
+
+def test_interleave_refuses_a_cpu_list_it_cannot_read() -> None:
+    done = tool(str(GPU / "interleave.py"), "--cpus", "0-x")
+    assert done.returncode == 2 and "--cpus takes a CPU list" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_report_puts_each_mode_in_its_column_with_the_ratios(tmp_path: Path) -> None:

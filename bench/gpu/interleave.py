@@ -21,6 +21,8 @@ running-requests, accept-length and spec-steps gauges sampled every 0.5 s
 first samples may still show the previous mode; the token counter is bumped
 every batch). TPOT is Little's law over the window, running requests / tok/s:
 the time per output token a request saw on average, prefill included.
+cpu_busy / cpu_steal: the share of the --cpus' time that ran something, and
+that the host of a virtual machine took away, over the window (/proc/stat).
 
 Needs the standard library plus aiohttp or httpx (bench_spec.py's client).
 """
@@ -47,7 +49,7 @@ GAUGES = {"running": ("sglang:num_running_reqs",), "accept": ("sglang:spec_accep
           "steps": ("sglang:spec_num_steps", "specctl:spec_steps")}
 VERBS = {"on": "force-on", "off": "force-off", "auto": "auto"}
 FIELDS = ["label", "concurrency", "mode", "round", "window_s", "tok_s", "tpot_ms", "running",
-          "accept_len", "steps", "reqs_done", "errors", "switch_rc", "t_unix"]
+          "accept_len", "steps", "reqs_done", "errors", "switch_rc", "t_unix", "cpu_busy", "cpu_steal"]
 
 
 class Load:
@@ -123,8 +125,50 @@ async def switch(template: str, mode: str, timeout: float) -> int:
     return proc.returncode or 0
 
 
-async def window(http: Http, load: Load, seconds: float) -> dict[str, Any]:
-    """Measure one window: decode tok/s from the counter, gauge means from 0.5 s samples."""
+def parse_cpus(text: str) -> set[int]:
+    """A taskset-style CPU list ("0-11,14") as a set; empty text = every CPU."""
+    cpus: set[int] = set()
+    for part in filter(None, text.replace(" ", "").split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def cpu_ticks(cpus: set[int]) -> tuple[int, int, int] | None:
+    """(total, idle + iowait, steal) jiffies summed over ``cpus`` (all if empty) from /proc/stat; None off Linux.
+
+    Why: the device is a virtual machine whose scheduler CPUs ran at speeds
+    differing by up to 2x between profiles (docs/gpu-results.md, run 5);
+    steal time is the host taking those CPUs away, busy time what ran on them.
+    """
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    total = idle = steal = 0
+    for line in lines:
+        name, *vals = line.split()
+        if not (name.startswith("cpu") and name[3:].isdigit()) or (cpus and int(name[3:]) not in cpus):
+            continue
+        ticks = [int(v) for v in vals[:8]] + [0] * (8 - len(vals[:8]))
+        total += sum(ticks)
+        idle += ticks[3] + ticks[4]
+        steal += ticks[7]
+    return (total, idle, steal) if total else None
+
+
+def cpu_shares(before: tuple[int, int, int] | None, after: tuple[int, int, int] | None) -> dict[str, Any]:
+    """cpu_busy and cpu_steal in per cent of the CPUs' time between two cpu_ticks readings."""
+    if before is None or after is None or after[0] <= before[0]:
+        return {}
+    total = after[0] - before[0]
+    return {"cpu_busy": round(100.0 * (total - (after[1] - before[1])) / total, 1),
+            "cpu_steal": round(100.0 * (after[2] - before[2]) / total, 1)}
+
+
+async def window(http: Http, load: Load, seconds: float, cpus: set[int] | None = None) -> dict[str, Any]:
+    """Measure one window: decode tok/s from the counter, gauge means from 0.5 s samples, CPU shares."""
+    ticks0 = cpu_ticks(cpus or set())
     m0, t0 = await scrape(http), time.perf_counter()
     errors0 = load.errors
     samples: list[dict[str, float]] = []
@@ -145,11 +189,13 @@ async def window(http: Http, load: Load, seconds: float) -> dict[str, Any]:
         row[col] = round(statistics.fmean(values), 3) if values else ""
     if row.get("tok_s") and row["running"]:
         row["tpot_ms"] = round(1000.0 * row["running"] / row["tok_s"], 2)
+    row.update(cpu_shares(ticks0, cpu_ticks(cpus or set())))
     return row
 
 
 def emit(row: dict[str, Any], path: str) -> None:
-    print("[interleave] " + " ".join(f"{k}={row.get(k, '')}" for k in FIELDS[:11]), flush=True)
+    shown = FIELDS[:11] + FIELDS[14:]
+    print("[interleave] " + " ".join(f"{k}={row.get(k, '')}" for k in shown), flush=True)
     if not path:
         return
     new = not os.path.exists(path) or os.path.getsize(path) == 0
@@ -194,7 +240,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     for mode in modes or ["-"]:
                         rc = await switch(args.switch, mode, 30.0) if mode != "-" else ""
                         await asyncio.sleep(args.settle if mode != "-" else 0.0)
-                        row = await window(http, load, args.window)
+                        row = await window(http, load, args.window, parse_cpus(args.cpus))
                         row.update(label=args.label, concurrency=c, mode=mode, round=rnd,
                                    switch_rc=rc, t_unix=round(time.time(), 1))
                         emit(row, args.csv)
@@ -222,9 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocab", type=int, default=128000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget-s", type=float, default=1e9, help="skip concurrencies that would not fit")
+    p.add_argument("--cpus", default="", help="CPU list for cpu_busy / cpu_steal (the server's, e.g. 0-11); default all")
     p.add_argument("--label", default="")
     p.add_argument("--csv", default="")
     args = p.parse_args(argv)
+    try:
+        parse_cpus(args.cpus)
+    except ValueError:
+        p.error(f"--cpus takes a CPU list such as 0-11,14 (got {args.cpus!r})")
     if args.modes != ["-"] and ("-" in args.modes or not args.switch):
         p.error(f"modes other than '-' need --switch, and '-' goes alone (got {args.modes})")
     rows = asyncio.run(run(args))

@@ -308,7 +308,7 @@ interleave() {  # interleave LABEL ROUNDS "CONCS" "MODES" [SWITCH-COMMAND]
   [ "$budget" -gt 20 ] || { log "skip $1: $(left)s left"; return 0; }
   "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1" --rounds "$2" --concs $3 --modes $4 \
     --switch "${5:-}" --window "$WINDOW" --warmup "$IL_WARMUP" --settle 1 --budget-s "$budget" --csv "$CSV2" \
-    --input-len "$IL_INPUT" --output-len "$IL_OUTPUT" --len-jitter "$IL_JITTER" --seed "$IL_SEED" \
+    --input-len "$IL_INPUT" --output-len "$IL_OUTPUT" --len-jitter "$IL_JITTER" --seed "$IL_SEED" --cpus "$PIN_SERVER" \
     || log "interleave $1 failed"
 }
 
@@ -520,6 +520,17 @@ phase_offab() {  # no spec and specctl forced off taking turns, AB_ROUNDS times 
   python3 "$HERE/report.py" "$CSV2" | grep "^|"
 }
 
+cpu_facts() {  # the CPUs the servers share (a virtual machine: which vCPUs are siblings, what the host steals)
+  {
+    echo "== CPUs $(date -u +%FT%TZ)"
+    lscpu 2>/dev/null | grep -E "^(CPU\(s\)|Thread|Core|Socket|NUMA|Model name|Hypervisor|CPU MHz)"
+    for c in $(seq 0 $(( $(nproc) - 1 ))); do
+      printf "cpu%s siblings %s\n" "$c" "$(cat /sys/devices/system/cpu/cpu$c/topology/thread_siblings_list 2>/dev/null)"
+    done
+    grep "^cpu " /proc/stat
+  } >> "$WORK/facts-$TAG.txt" 2>&1
+}
+
 pair_start() {  # pair_start ROLE PORT FRAC: one of offpair's servers; ROLE nospec|nospec2 (no speculation)
   # or off (specctl forced off); its log is server-pair-ROLE.log
   local kind=nospec rc url=http://127.0.0.1:$2
@@ -544,6 +555,7 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
   # offab's fresh servers differed in CPU speed from start to start (run 4)
   local roles=($PAIR) urls=(http://127.0.0.1:$PORT http://127.0.0.1:$((PORT + 1))) r c i
   [ "${#roles[@]}" = 2 ] && [ "${roles[0]}" != "${roles[1]}" ] || { log "PAIR needs two roles, got '$PAIR'"; return 1; }
+  cpu_facts
   pair_start "${roles[0]}" "$PORT" "$PAIR_FRAC_A" || return 1
   SPID2=$SPID; SPID=""
   pair_start "${roles[1]}" "$((PORT + 1))" "$PAIR_FRAC_B" || { stop_pid "$SPID2"; SPID2=""; return 1; }
