@@ -194,7 +194,7 @@ async def window(http: Http, load: Load, seconds: float, cpus: set[int] | None =
 
 
 def emit(row: dict[str, Any], path: str) -> None:
-    shown = FIELDS[:11] + FIELDS[14:]
+    shown = [k for k in FIELDS if k not in ("errors", "switch_rc", "t_unix")]
     print("[interleave] " + " ".join(f"{k}={row.get(k, '')}" for k in shown), flush=True)
     if not path:
         return
