@@ -245,3 +245,18 @@ def test_report_gives_the_order_balanced_ratio_its_standard_error(tmp_path: Path
     row = next(line for line in done.stdout.splitlines() if line.startswith("| 128 | off |"))
     # each order: mean 0.8 / 1.2, variance 0.02 over 2 pairs; SE = 0.5 * sqrt(0.01 + 0.01) = 0.0707
     assert row.endswith("| 0.800 (2) | 1.200 (2) | 1.000 +- 0.071 |"), row
+
+
+def test_report_matches_turns_on_the_turn_just_before_them(tmp_path: Path) -> None:
+    path = tmp_path / "pair.csv"
+    turns = [("nospec", 1000), ("off", 900), ("off", 1100), ("nospec", 1000), ("nospec", 1200), ("off", 800)]
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["label", "concurrency", "mode", "round", "window_s", "tok_s", "t_unix"])
+        writer.writerows((f"mixed-{kind}-x", 128, "-", 0, 4.0, tok, 14.0 * i) for i, (kind, tok) in enumerate(turns))
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| pair.csv |")]
+    # the first turn follows nothing; after another server's turn off read 900 and 800 against 1,000,
+    # after its own 1,100 against 1,200
+    assert rows == ["| pair.csv | 128 | other | off | 1 / 2 | 0.850 |", "| pair.csv | 128 | own | off | 1 / 1 | 0.917 |"]

@@ -198,6 +198,35 @@ def paired_table(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
+def follows_table(paths: list[str]) -> str:
+    """Per file and concurrency, off / none over turns matched on the turn that ran just before them.
+
+    Why: run 5's order effect at 128 requests looked like "a turn right
+    after the other server's turn runs slower", so turns that followed the
+    same thing (the server's own turn, or the other server's) compare like
+    with like; one file is one sitting, so each file gets its own rows.
+    """
+    lines = []
+    for path in paths:
+        seq = sorted((row_no, kind, c, windows) for c, by in turns(path).items()
+                     for kind, ts in by.items() for row_no, windows in ts)
+        means: dict[tuple[int, str, str], list[float]] = defaultdict(list)  # (c, follows, kind) -> turn means
+        for before, (_, kind, c, windows) in zip([None, *seq], seq):
+            if before is not None:
+                means[c, "own" if before[1] == kind else "other", kind].append(statistics.fmean(windows))
+        for c, follows, kind in sorted(k for k in means if k[2] != "nospec"):
+            none, other = means.get((c, follows, "nospec")), means[c, follows, kind]
+            if none:
+                lines.append(f"| {path.rsplit('/', 1)[-1]} | {c} | {follows} | {kind} | {len(none)} / {len(other)} | "
+                             f"{statistics.fmean(other) / statistics.fmean(none):.3f} |")
+    if not lines:
+        return ""
+    return "\n".join(["Turns matched on the turn just before them (own: the same server's; other: the other"
+                      " server's; the file's first turn left out):\n",
+                      "| file | c | follows | server | turns none / server | server / none |",
+                      "| --- | ---: | --- | --- | ---: | ---: |", *lines])
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -205,7 +234,8 @@ def main(argv: list[str]) -> int:
     cells = read(argv)
     print("Output tok/s, mean over the windows (window range) [TPOT ms, Little's law];"
           " ratios of the means (range over single windows)\n")
-    tables = [t for t in (sweep_table(cells), warmth_table(cells), offcost_table(cells), paired_table(argv)) if t]
+    tables = [t for t in (sweep_table(cells), warmth_table(cells), offcost_table(cells), paired_table(argv),
+                          follows_table(argv)) if t]
     print("\n\n".join(tables))
     return 0
 
