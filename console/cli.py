@@ -43,7 +43,9 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specctl", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="specctl", epilog="exit codes: 0 ok, 1 refused, 2 usage, 3 no supervisor to talk to",
+        description="Supervise an SGLang server's speculative decoding: off when it is loaded, on when it is quiet.")
     parser.add_argument("--version", action="version", version=f"specctl {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
 

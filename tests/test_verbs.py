@@ -166,3 +166,10 @@ def test_a_closed_stdout_is_not_a_traceback(sock: Path) -> None:
     proc.stdout.close()  # like `specctl status | head -0`
     _, err = proc.communicate(timeout=GUARD)
     assert proc.returncode == 0 and "Traceback" not in err
+
+
+def test_help_says_what_specctl_is_for_and_what_its_exit_codes_mean() -> None:
+    done = specctl("--help")
+    assert done.returncode == 0
+    assert "speculative decoding" in done.stdout and "``" not in done.stdout
+    assert "3 no supervisor to talk to" in done.stdout
