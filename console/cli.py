@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from typing import Sequence
 
 from specctl import __version__
+from specctl.runtime.policy import PolicySettings
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_SUPERVISOR = 0, 1, 2, 3
 
@@ -49,32 +51,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specctl {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
 
-    tui = sub.add_parser("tui", help="the live console (default: on the embedded simulator)")
+    def verb(name: str, text: str) -> argparse.ArgumentParser:
+        """A subcommand whose own --help opens with the line the command list shows."""
+        return sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+
+    tui = verb("tui", "the live console (default: on the embedded simulator)")
     tui.add_argument("--connect", metavar="SOCKET", help="view and steer a running supervisor")
     _add_server_args(tui)
 
-    run = sub.add_parser("run", help="run a supervisor")
+    run = verb("run", "run a supervisor")
     run.add_argument("--headless", action="store_true", help="no console: journal and control socket only")
     _add_server_args(run)
 
-    replay = sub.add_parser("replay", help="play a journal back in the console")
+    replay = verb("replay", "play a journal back in the console")
     replay.add_argument("file", metavar="FILE.jsonl")
     replay.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1.0)")
 
     for name, text in (("force-off", "force speculation off"), ("force-on", "force speculation on"),
                        ("auto", "let the policy decide (default)")):
-        p = sub.add_parser(name, help=text)
+        p = verb(name, text)
         p.add_argument("--socket", help="control socket path")
-    setp = sub.add_parser("set", help="change thresholds, all or nothing: specctl set off_at=64 on_at=32")
-    setp.add_argument("pairs", nargs="+", metavar="KEY=VALUE")
+    setp = verb("set", "change thresholds, all or nothing: specctl set off_at=64 on_at=32")
+    setp.add_argument("pairs", nargs="+", metavar="KEY=VALUE",
+                      help="KEY is one of " + ", ".join(f.name for f in fields(PolicySettings)) + " (docs/policy.md)")
     setp.add_argument("--socket", help="control socket path")
-    status = sub.add_parser("status", help="the supervisor's latest snapshot")
+    status = verb("status", "the supervisor's latest snapshot")
     status.add_argument("--json", action="store_true", help="print the latest sample as one JSON line")
     status.add_argument("--socket", help="control socket path")
-    server = sub.add_parser("server", help="restart or stop the model server")
+    server = verb("server", "start, restart or stop the model server")
     server.add_argument("action", choices=("restart", "stop", "start"))
     server.add_argument("--socket", help="control socket path")
-    locate = sub.add_parser("locate", help="print where specctl keeps its socket, config and state")
+    locate = verb("locate", "print where specctl keeps its socket, config and state")
     locate.add_argument("--socket", help="control socket path")
     return parser
 

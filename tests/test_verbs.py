@@ -173,3 +173,10 @@ def test_help_says_what_specctl_is_for_and_what_its_exit_codes_mean() -> None:
     assert done.returncode == 0
     assert "speculative decoding" in done.stdout and "``" not in done.stdout
     assert "3 no supervisor to talk to" in done.stdout
+
+
+def test_each_verb_help_opens_with_what_it_does_and_set_names_its_keys() -> None:
+    done = specctl("set", "--help")
+    assert done.returncode == 0 and "Change thresholds, all or nothing" in done.stdout
+    assert "off_at" in done.stdout and "warm_below" in done.stdout
+    assert "Start, restart or stop the model server." in specctl("server", "--help").stdout
