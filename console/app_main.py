@@ -11,6 +11,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+from specctl.runtime.journal import read_journal
+
 from .cli import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_USAGE
 from .links import Link, LinkError, ReplayLink, SocketLink
 
@@ -48,7 +50,21 @@ def run_replay(args: argparse.Namespace) -> int:
     if not args.speed > 0:
         print("specctl: --speed must be above 0", file=sys.stderr)
         return EXIT_USAGE
+    problem = _journal_problem(path)
+    if problem:
+        print(f"specctl: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     return _run(ReplayLink(path, speed=args.speed))
+
+
+def _journal_problem(path: Path) -> str:
+    """Why ``path`` cannot be replayed, or "": checked here so that a wrong file is a message, not an empty screen."""
+    try:
+        if any(isinstance(r.get("t"), (int, float)) for r in read_journal(path)):
+            return ""
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    return f"{path} holds no journal records (a journal is what `specctl run --log FILE.jsonl` writes)"
 
 
 def _probe(link: SocketLink) -> str:

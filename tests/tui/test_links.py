@@ -54,6 +54,14 @@ def test_replay_of_a_missing_journal_is_a_usage_error(tmp_path: Path, capsys) ->
     assert "no journal" in capsys.readouterr().err
 
 
+def test_replay_of_a_file_that_is_no_journal_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text("not json\n[1, 2]\n{\"kind\": \"sample\"}\n")  # nothing with a time to play
+    args = build_parser().parse_args(["replay", str(bad)])
+    assert run_replay(args) == EXIT_USAGE
+    assert "holds no journal records" in capsys.readouterr().err
+
+
 def test_bad_server_arguments_are_a_usage_error(capsys) -> None:
     args = build_parser().parse_args(["tui", "--draft", "d"])
     assert run_tui(args) == EXIT_USAGE
