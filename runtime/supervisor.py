@@ -274,7 +274,8 @@ class Supervisor:
             self._attempt = 0
             self.emit(records.event("server_ready", url=self.backend.url))
             await self.commands.push_desired()
-        elif not healthy and self.state == "ready":
+        elif not healthy and (self.state == "ready" or (self.state == "starting" and not self.backend.owns_process)):
+            # a server we launched may take minutes to start; one we attached to should answer now
             self.state = "unreachable"
             self.emit(records.event("server_unreachable", error=self._error))
 

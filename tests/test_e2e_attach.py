@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,23 @@ def test_a_vanished_attached_server_is_unreachable_then_back(tmp_path: Path, sim
             again.wait(timeout=30)
     finally:
         h.stop()
+
+
+def test_attaching_to_a_server_that_does_not_answer_says_so_then_sees_it_come(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port with nothing behind it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    h = Headless(tmp_path, "--attach", f"http://127.0.0.1:{port}")
+    try:
+        told = h.wait_event("server_unreachable")
+        assert "refused" in told["error"]
+        wait_for(lambda: h.status()["server"]["state"] == "unreachable", "state unreachable")
+        late, _ = start_sim(tmp_path, port=port)
+        try:
+            h.wait_event("server_ready")
+            assert len(h.records("event", "server_unreachable")) == 1, "said once, not every sample"
+        finally:
+            late.terminate()
+            late.wait(timeout=30)
+    finally:
+        assert h.stop() == 0
