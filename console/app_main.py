@@ -23,9 +23,7 @@ def run_tui(args: argparse.Namespace) -> int:
         link: Link = SocketLink(args.connect)
         problem = _probe(link)
         if problem:
-            print(f"specctl: no supervisor at {args.connect}: {problem}\n"
-                  "start one with `specctl run --headless` or drop --connect to run one here",
-                  file=sys.stderr)
+            print(f"specctl: {problem}", file=sys.stderr)  # it names the path and how to start one
             return EXIT_NO_SUPERVISOR
     else:
         from specctl.runtime.config import ConfigError, SupervisorConfig
