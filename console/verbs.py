@@ -18,6 +18,8 @@ from ..runtime import config, config_file, paths, records
 from ..runtime.control_client import ControlError, NoSupervisor, ProtocolError, call
 from .cli import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
+GIB = 1024**3
+
 SERVER_TIMEOUT = 300.0  # a restart may wait for the model server to come back
 
 
@@ -189,7 +191,7 @@ def _gpu_line(gpu: dict[str, Any]) -> str:
     if gpu.get("state") not in (None, "ok"):
         return f"{head}  {gpu['state']}" + (f": {gpu['error']}" if gpu.get("error") else "")
     used, total = gpu.get("mem_used"), gpu.get("mem_total")
-    mem = f"{_v(used and used / 1e9, '{:.1f}')}/{_v(total and total / 1e9, '{:.1f}')} GB"
+    mem = f"{_v(used and used / GIB, '{:.1f}')}/{_v(total and total / GIB, '{:.1f}')} GiB"  # as the console, nvitop
     return (f"{head}  util {_v(gpu.get('util'), '{:.0f}%')}  mem {mem}  "
             f"power {_v(gpu.get('power_w'), '{:.0f} W')}  temp {_v(gpu.get('temp_c'), '{:.0f} C')}")
 

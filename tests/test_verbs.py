@@ -156,7 +156,14 @@ def test_summary_shows_unreadable_values_as_dashes() -> None:
     assert "starting (cuda_graphs 40%)" in text
     assert "spec       unknown" in text
     assert "running -  queued -  - tok/s  accept len -" in text
-    assert "util -  mem -/- GB  power -  temp -" in text
+    assert "util -  mem -/- GiB  power -  temp -" in text
+
+
+def test_summary_gives_gpu_memory_in_gib_as_the_console_does() -> None:
+    sample = {"v": 1, "t": 0.0, "kind": "sample", "sim": True, "spec": None, "procs": [], "server": {"state": "ready"},
+              "gpus": [{"index": 0, "name": "NVIDIA H200", "state": "ok", "util": 99.0, "mem_used": 132 * 1024**3,
+                        "mem_total": 143771 * 1024**2, "power_w": 690.0, "temp_c": 51.0}]}
+    assert "mem 132.0/140.4 GiB" in "\n".join(summary(sample))
 
 
 def test_a_closed_stdout_is_not_a_traceback(sock: Path) -> None:
