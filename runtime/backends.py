@@ -30,7 +30,15 @@ PR_SET_PDEATHSIG = 1
 
 
 class BackendError(RuntimeError):
-    """The server could not be started; the message says why in operator terms."""
+    """The server could not be started; the message says why in operator terms.
+
+    ``retry`` is False where trying again cannot help (nothing to run): the
+    supervisor then stops instead of restarting with back-off forever.
+    """
+
+    def __init__(self, message: str, *, retry: bool = True) -> None:
+        super().__init__(message)
+        self.retry = retry
 
 
 class Backend(Protocol):
@@ -90,7 +98,7 @@ class ProcessBackend:
             self._adopt(await spawn)
             raise
         except OSError as exc:
-            raise BackendError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from exc
+            raise BackendError(f"cannot start {self.argv[0]}: {exc.strerror or exc}", retry=False) from exc
         self._adopt(proc)
 
     def _adopt(self, proc: asyncio.subprocess.Process) -> None:

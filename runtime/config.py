@@ -81,6 +81,8 @@ class SupervisorConfig:
             raise ConfigError("choose one of --attach URL and --model")
         if args.draft and not args.model:
             raise ConfigError("--draft needs --model")
+        for flag, value in (("--model", args.model), ("--draft", args.draft)):
+            _check_local_model(flag, value)
         try:
             site = config_file.load()
         except config_file.ConfigFileError as exc:
@@ -112,3 +114,14 @@ def parse_pairs(pairs: list[str]) -> dict[str, str]:
             raise ConfigError(f"{key} is given twice")
         out[key] = value
     return out
+
+
+def _check_local_model(flag: str, value: str | None) -> None:
+    """A model written as a local path must exist; a hub id (org/name) is SGLang's to fetch.
+
+    Why here: SGLang would only fail minutes later, after loading the other model.
+    """
+    if not value or not value.startswith(("/", "./", "../", "~")):
+        return
+    if not Path(value).expanduser().exists():
+        raise ConfigError(f"{flag} {value}: no such file or directory (a hub id is written org/name)")

@@ -42,4 +42,5 @@ class SGLangBackend(ProcessBackend):
             env=self.env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         if await probe.wait() != 0:
             raise BackendError(f"SGLang is not installed for {self.argv[0]}; install it there "
-                               "(pip install 'specctl[sglang]') or supervise a running server with --attach URL")
+                               "(pip install 'specctl[sglang]') and run `specctl server start`, "
+                               "or supervise a running server with --attach URL", retry=False)

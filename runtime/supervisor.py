@@ -126,8 +126,11 @@ class Supervisor:
             await self.backend.start()
         except BackendError as exc:
             self._error = str(exc)
-            self.emit(records.event("server_start_failed", error=str(exc)))
-            self._schedule_restart(None)
+            self.emit(records.event("server_start_failed", error=str(exc), retry=exc.retry))
+            if exc.retry:
+                self._schedule_restart(None)
+            else:  # stopped until an operator fixes it and says `specctl server start`
+                self.state, self._restart_at = "stopped", None
             return
         await self._reset_clients()
         self.emit(records.event("server_start", pid=self.backend.pid, url=self.backend.url))

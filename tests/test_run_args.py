@@ -32,3 +32,11 @@ def test_without_xdg_runtime_dir_locate_prints_paths_and_no_warning(tmp_path: Pa
     out = run(tmp_path, "locate")
     assert out.returncode == 0 and "specctl.sock" in out.stdout
     assert out.stderr == ""
+
+
+def test_a_model_path_that_is_not_there_is_refused_at_once(tmp_path: Path) -> None:
+    out = run(tmp_path, "run", "--headless", "--socket", str(tmp_path / "s.sock"),
+              "--model", str(tmp_path / "no-model"), "--draft", "org/eagle3-draft")
+    assert out.returncode == 2, out.stderr
+    assert "--model" in out.stderr and "no such file or directory" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "s.sock").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -143,13 +144,24 @@ async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
-async def test_a_missing_sglang_is_one_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # no stand-in here, and no real SGLang on this machine
+async def test_a_missing_sglang_is_one_clear_message_then_a_start_once_it_is_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(site))  # empty for now: no real SGLang on this machine
+    monkeypatch.setenv("STANDIN_STEP_S", "0.2")
+    monkeypatch.setenv("STANDIN_PIDFILE", str(tmp_path / "rank.pid"))
     sup = Supervisor(config())
     await sup.start()
     try:
         failed = await until(lambda: events(sup, "server_start_failed"), "the start to fail")
         assert "SGLang is not installed" in failed[0]["error"] and "--attach" in failed[0]["error"]
-        assert sup.latest_sample is None or sup.latest_sample["server"]["state"] in ("restarting", "starting")
+        assert failed[0]["retry"] is False
+        await until(lambda: sup.latest_sample and sup.latest_sample["server"]["state"] == "stopped", "stopped")
+        await asyncio.sleep(0.5)  # longer than the first back-off (0.2 s): nothing is retried
+        assert not events(sup, "server_restart") and len(events(sup, "server_start_failed")) == 1
+        shutil.copytree(STANDIN / "sglang", site / "sglang")  # the operator installs it...
+        await sup.execute("server", {"action": "start"}, uid=os.getuid())  # ...and says start
+        await until(lambda: sup.state == "ready", "ready")
     finally:
         await sup.stop()
