@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import config_file
+from . import config_file, paths
 from .policy import PolicySettings, SettingsError
 
 BackendKind = Literal["sim", "sglang", "attach"]
@@ -89,6 +89,15 @@ class SupervisorConfig:
             raise ConfigError(str(exc)) from None
         sup = site.supervisor
         log = args.log or sup.get("log")
+        from_file = {key for key in sup if getattr(args, key, None) is None}
+        try:
+            return cls._build(args, backend, sup, site, log)
+        except ConfigError as exc:
+            raise _blame_the_file(exc, from_file) from None
+
+    @classmethod
+    def _build(cls, args: argparse.Namespace, backend: BackendKind, sup: dict[str, Any],
+               site: config_file.FileConfig, log: str | None) -> "SupervisorConfig":
         return cls(
             backend=backend, url=args.attach, model=args.model, draft=args.draft, tp=args.tp,
             spec_steps=args.spec_steps, port=args.port, sglang_args=list(args.sglang_args or []),
@@ -125,3 +134,12 @@ def _check_local_model(flag: str, value: str | None) -> None:
         return
     if not Path(value).expanduser().exists():
         raise ConfigError(f"{flag} {value}: no such file or directory (a hub id is written org/name)")
+
+
+def _blame_the_file(exc: ConfigError, from_file: set[str]) -> ConfigError:
+    """A bad value that came from the config file is named as the file's, not as a flag nobody typed."""
+    flag, _, rest = str(exc).partition(" ")
+    key = flag.removeprefix("--").rstrip(":").replace("-", "_")
+    if flag.startswith("--") and key in from_file:
+        return ConfigError(f"{paths.config_file()}: [supervisor] {key}{':' if flag.endswith(':') else ''} {rest}")
+    return exc

@@ -68,3 +68,17 @@ def test_from_args_turns_file_errors_into_config_errors(tmp_path: Path, monkeypa
     monkeypatch.setenv("SPECCTL_CONFIG", str(write(tmp_path, "[supervisor]\nsim_load = 3\n")))
     with pytest.raises(ConfigError, match="sim_load"):
         SupervisorConfig.from_args(build_parser().parse_args(["run", "--headless"]))
+
+
+@pytest.mark.parametrize("text, flag, named", [
+    ("[supervisor]\ninterval = 0.001\n", "--interval", "[supervisor] interval must be between"),
+    ("[supervisor]\nsim_load = 'nope'\n", "--sim-load", "[supervisor] sim_load: unknown load kind"),
+])
+def test_a_bad_value_from_the_file_is_named_as_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          text: str, flag: str, named: str) -> None:
+    path = write(tmp_path, text)
+    monkeypatch.setenv("SPECCTL_CONFIG", str(path))
+    with pytest.raises(ConfigError) as caught:
+        SupervisorConfig.from_args(build_parser().parse_args(["run", "--headless"]))
+    assert str(caught.value).startswith(f"{path}: ") and named in str(caught.value)
+    assert flag not in str(caught.value), "nobody typed that flag"
