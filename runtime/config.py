@@ -91,24 +91,19 @@ class SupervisorConfig:
         log = args.log or sup.get("log")
         from_file = {key for key in sup if getattr(args, key, None) is None}
         try:
-            return cls._build(args, backend, sup, site, log)
+            return cls(
+                backend=backend, url=args.attach, model=args.model, draft=args.draft, tp=args.tp,
+                spec_steps=args.spec_steps, port=args.port, sglang_args=list(args.sglang_args or []),
+                sim_preset=args.sim_preset or sup.get("sim_preset", "h200-llama8b"),
+                sim_gpus=args.sim_gpus, sim_load=args.sim_load or sup.get("sim_load", "bursts"),
+                interval=args.interval if args.interval is not None else float(sup.get("interval", 0.5)),
+                socket_path=Path(args.socket) if args.socket else config_file.socket_path(),
+                journal_path=Path(log) if log else None,
+                journal_max_mb=float(args.log_max_mb if args.log_max_mb is not None else sup.get("log_max_mb", 64.0)),
+                settings={**site.policy, **parse_pairs(args.settings)},
+            )
         except ConfigError as exc:
             raise _blame_the_file(exc, from_file) from None
-
-    @classmethod
-    def _build(cls, args: argparse.Namespace, backend: BackendKind, sup: dict[str, Any],
-               site: config_file.FileConfig, log: str | None) -> "SupervisorConfig":
-        return cls(
-            backend=backend, url=args.attach, model=args.model, draft=args.draft, tp=args.tp,
-            spec_steps=args.spec_steps, port=args.port, sglang_args=list(args.sglang_args or []),
-            sim_preset=args.sim_preset or sup.get("sim_preset", "h200-llama8b"),
-            sim_gpus=args.sim_gpus, sim_load=args.sim_load or sup.get("sim_load", "bursts"),
-            interval=args.interval if args.interval is not None else float(sup.get("interval", 0.5)),
-            socket_path=Path(args.socket) if args.socket else config_file.socket_path(),
-            journal_path=Path(log) if log else None,
-            journal_max_mb=float(args.log_max_mb if args.log_max_mb is not None else sup.get("log_max_mb", 64.0)),
-            settings={**site.policy, **parse_pairs(args.settings)},
-        )
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:

@@ -14,8 +14,8 @@ every mode alike instead of on whichever ran last.
 
 --modes '-' measures without switching (a server without specctl). The
 switch command gets {mode} and, for on/off/auto, {verb} (force-on/force-off/
-auto, the specctl CLI verb); other mode names are passed through as they are. Per window: output tok/s from SGLang's decode-token
-counter (sglang:realtime_tokens_total{mode="decode"}), and the means of the
+auto, the specctl CLI verb); other mode names are passed through as they are.
+Per window: output tok/s from SGLang's decode-token counter (sglang:realtime_tokens_total{mode="decode"}), and the means of the
 running-requests, accept-length and spec-steps gauges sampled every 0.5 s
 (SGLang 0.5.17 refreshes those gauges every 40 decode batches, so a window's
 first samples may still show the previous mode; the token counter is bumped
@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocab", type=int, default=128000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget-s", type=float, default=1e9, help="skip concurrencies that would not fit")
-    p.add_argument("--cpus", default="", help="CPU list for cpu_busy / cpu_steal (the server's, e.g. 0-11); default all")
+    p.add_argument("--cpus", default="",
+                   help="CPU list for cpu_busy / cpu_steal (the server's, e.g. 0-11); default all")
     p.add_argument("--label", default="")
     p.add_argument("--csv", default="")
     args = p.parse_args(argv)

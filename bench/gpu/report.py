@@ -184,14 +184,17 @@ def paired_table(paths: list[str]) -> str:
         return ""
     lines = ["Paired turns with arrivals (each no-spec turn with the other server's turn of the same rank, in"
              " time order; * = the other server went first; nospec2 = a second server without speculation):\n",
-             "| c | server | pairs | server / none per pair | mean | range | none first | other first | order-balanced |",
+             "| c | server | pairs | server / none per pair | mean | range | none first | other first |"
+             " order-balanced |",
              "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for c, kind in sorted(pairs):
         r = [x for x, _ in pairs[c, kind]]
         by_order = {first: [x for x, f in pairs[c, kind] if f == first] for first in (False, True)}
         means = {first: statistics.fmean(v) for first, v in by_order.items() if v}
         shown = {first: f"{m:.3f} ({len(by_order[first])})" for first, m in means.items()}
-        balanced = f"{statistics.fmean(means.values()):.3f}{balanced_se(*by_order.values())}" if len(means) == 2 else "-"
+        balanced = "-"
+        if len(means) == 2:
+            balanced = f"{statistics.fmean(means.values()):.3f}{balanced_se(*by_order.values())}"
         listed = ", ".join(f"{x:.3f}" + ("*" if f else "") for x, f in pairs[c, kind])
         lines.append(f"| {c} | {kind} | {len(r)} | {listed} | {statistics.fmean(r):.3f} | {min(r):.2f}-{max(r):.2f} | "
                      f"{shown.get(False, '-')} | {shown.get(True, '-')} | {balanced} |")
