@@ -15,7 +15,8 @@ every mode alike instead of on whichever ran last.
 --modes '-' measures without switching (a server without specctl). The
 switch command gets {mode} and, for on/off/auto, {verb} (force-on/force-off/
 auto, the specctl CLI verb); other mode names are passed through as they are.
-Per window: output tok/s from SGLang's decode-token counter (sglang:realtime_tokens_total{mode="decode"}), and the means of the
+Per window: output tok/s from SGLang's decode-token counter
+(sglang:realtime_tokens_total{mode="decode"}), and the means of the
 running-requests, accept-length and spec-steps gauges sampled every 0.5 s
 (SGLang 0.5.17 refreshes those gauges every 40 decode batches, so a window's
 first samples may still show the previous mode; the token counter is bumped
