@@ -340,7 +340,12 @@ class ControlServer:
 
     async def start(self) -> None:
         """Bind the socket (0600, in a 0700 directory if we make it) and start accepting."""
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            why = "it is not a folder" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
+            raise ControlSocketError(f"cannot make {self.path.parent} for the control socket: {why} "
+                                     "(choose another with --socket)") from None
         await self._clear_stale()
         sock = self._bind()
         self._inode = os.stat(self.path).st_ino
@@ -393,6 +398,8 @@ class ControlServer:
 
     def _remove_socket_file(self) -> None:
         """Only our own socket: a newer supervisor may have bound the path since."""
+        if self._inode is None:  # never bound (start failed): nothing here is ours
+            return
         with contextlib.suppress(FileNotFoundError):
             if os.lstat(self.path).st_ino == self._inode:
                 self.path.unlink()

@@ -28,8 +28,11 @@ class Journal:
         self._open()
 
     def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a", encoding="utf-8", newline="\n")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a", encoding="utf-8", newline="\n")
+        except OSError as exc:  # said in the operator's terms; the supervisor refuses to start
+            raise OSError(f"cannot write the journal {self.path}: {exc.strerror or exc}") from None
         self._inode = os.fstat(self._fh.fileno()).st_ino
 
     def write(self, record: dict[str, Any]) -> None:

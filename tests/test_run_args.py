@@ -40,3 +40,16 @@ def test_a_model_path_that_is_not_there_is_refused_at_once(tmp_path: Path) -> No
     assert out.returncode == 2, out.stderr
     assert "--model" in out.stderr and "no such file or directory" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "s.sock").exists()
+
+
+@pytest.mark.parametrize(("flag", "named"), [("--log", "cannot write the journal"),
+                                             ("--socket", "for the control socket")])
+def test_a_journal_or_socket_that_cannot_be_made_is_one_line(tmp_path: Path, flag: str, named: str) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # nothing can be made inside a file, not even by root
+    paths = {"--log": str(tmp_path / "j.jsonl"), "--socket": str(tmp_path / "s.sock")}
+    paths[flag] = str(blocker / "x")
+    out = run(tmp_path, "run", "--headless", "--log", paths["--log"], "--socket", paths["--socket"])
+    assert out.returncode == 1, out.stderr
+    assert named in out.stderr and str(blocker) in out.stderr and "Traceback" not in out.stderr
+    assert "[Errno" not in out.stderr
