@@ -210,16 +210,20 @@ def test_report_pairs_turns_of_fresh_or_resident_servers_within_each_sitting(tmp
     assert rows["256"] == "| 256 | off | 2 | 0.950, 1.050 | 1.000 | 0.95-1.05 | 1.000 (2) | - | - |"
 
 
-def test_report_averages_the_two_orders_of_a_pair_and_reads_the_null_test(tmp_path: Path) -> None:
-    path = tmp_path / "pair.csv"
+def turns_csv(path: Path, turns: list[tuple[str, float]]) -> Path:
+    """offpair's CSV: one 4 s window a turn at 128 requests, after 10 s of warm-up, per (server, tok/s)."""
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["label", "concurrency", "mode", "round", "window_s", "tok_s", "t_unix"])
-        # A B, then B A, one 4 s window a turn after 10 s of warm-up; whoever goes first reads 1,200, not
-        # 1,000; the off server's two turns in a row are two turns, the warm-up between them says so
-        writer.writerows((label, 128, "-", 0, 4.0, tok, 14.0 * i) for i, (label, tok) in enumerate([
-            ("mixed-nospec-x", 1200), ("mixed-off-x", 1000), ("mixed-off-x", 1200), ("mixed-nospec-x", 1000),
-            ("mixed-nospec2-x", 900)]))
+        writer.writerows((f"mixed-{kind}-x", 128, "-", 0, 4.0, tok, 14.0 * i) for i, (kind, tok) in enumerate(turns))
+    return path
+
+
+def test_report_averages_the_two_orders_of_a_pair_and_reads_the_null_test(tmp_path: Path) -> None:
+    # A B, then B A; whoever goes first reads 1,200, not 1,000; the off server's two turns in a row
+    # are two turns, the warm-up between them says so
+    path = turns_csv(tmp_path / "pair.csv", [("nospec", 1200), ("off", 1000), ("off", 1200), ("nospec", 1000),
+                                             ("nospec2", 900)])
     with (tmp_path / "null.csv").open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["label", "concurrency", "mode", "round", "tok_s", "tpot_ms"])
@@ -233,13 +237,9 @@ def test_report_averages_the_two_orders_of_a_pair_and_reads_the_null_test(tmp_pa
 
 
 def test_report_gives_the_order_balanced_ratio_its_standard_error(tmp_path: Path) -> None:
-    path = tmp_path / "pair.csv"
-    turns = [("nospec", 1000), ("off", 900), ("off", 1100), ("nospec", 1000),  # rounds 1-2: 0.9, 1.1*
-             ("nospec", 1000), ("off", 700), ("off", 1300), ("nospec", 1000)]  # rounds 3-4: 0.7, 1.3*
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["label", "concurrency", "mode", "round", "window_s", "tok_s", "t_unix"])
-        writer.writerows((f"mixed-{kind}-x", 128, "-", 0, 4.0, tok, 14.0 * i) for i, (kind, tok) in enumerate(turns))
+    path = turns_csv(tmp_path / "pair.csv", [
+        ("nospec", 1000), ("off", 900), ("off", 1100), ("nospec", 1000),  # rounds 1-2: 0.9, 1.1*
+        ("nospec", 1000), ("off", 700), ("off", 1300), ("nospec", 1000)])  # rounds 3-4: 0.7, 1.3*
     done = tool(str(GPU / "report.py"), str(path))
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("| 128 | off |"))
@@ -248,12 +248,8 @@ def test_report_gives_the_order_balanced_ratio_its_standard_error(tmp_path: Path
 
 
 def test_report_matches_turns_on_the_turn_just_before_them(tmp_path: Path) -> None:
-    path = tmp_path / "pair.csv"
-    turns = [("nospec", 1000), ("off", 900), ("off", 1100), ("nospec", 1000), ("nospec", 1200), ("off", 800)]
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["label", "concurrency", "mode", "round", "window_s", "tok_s", "t_unix"])
-        writer.writerows((f"mixed-{kind}-x", 128, "-", 0, 4.0, tok, 14.0 * i) for i, (kind, tok) in enumerate(turns))
+    path = turns_csv(tmp_path / "pair.csv", [("nospec", 1000), ("off", 900), ("off", 1100), ("nospec", 1000),
+                                             ("nospec", 1200), ("off", 800)])
     done = tool(str(GPU / "report.py"), str(path))
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| pair.csv |")]
