@@ -227,6 +227,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     modes = [] if args.modes == ["-"] else args.modes
     deadline = time.perf_counter() + args.budget_s
+    cpus = parse_cpus(args.cpus)
     async with Http(args.url, max(args.concs) + 8) as http:
         load = Load(http, args)
         try:
@@ -241,7 +242,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     for mode in modes or ["-"]:
                         rc = await switch(args.switch, mode, 30.0) if mode != "-" else ""
                         await asyncio.sleep(args.settle if mode != "-" else 0.0)
-                        row = await window(http, load, args.window, parse_cpus(args.cpus))
+                        row = await window(http, load, args.window, cpus)
                         row.update(label=args.label, concurrency=c, mode=mode, round=rnd,
                                    switch_rc=rc, t_unix=round(time.time(), 1))
                         emit(row, args.csv)

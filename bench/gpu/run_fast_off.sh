@@ -481,15 +481,19 @@ phase_offcost() {  # the off state's cost after the CPU fixes: no spec vs specct
   stop_server
 }
 
+start_role() {  # start_role ROLE NAME: ROLE nospec|nospec2 (no speculation) or off (specctl, forced off)
+  if [ "$1" = off ]; then
+    start_server "$2" specctl 0 || return 1
+    python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-120
+  else
+    start_server "$2" nospec 0
+  fi
+}
+
 mixed_turn() {  # mixed_turn nospec|off NAME [profile]: a fresh server (specctl's forced off), mixed
   # windows at MIXED_CONCS, and with "profile" a profile with arrivals inside and the server's facts
   local kind=$1 name=$2
-  if [ "$kind" = nospec ]; then
-    start_server "$name" nospec 0 || return 1
-  else
-    start_server "$name" specctl 0 || return 1
-    python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-120
-  fi
+  start_role "$kind" "$name" || return 1
   mixed "mixed-$kind-$ATTN" -
   if [ "${3:-}" = profile ]; then
     profile_now "arr-$kind-$ATTN" "$WORK/server-$name.log"
@@ -531,14 +535,12 @@ cpu_facts() {  # the CPUs the servers share (a virtual machine: which vCPUs are 
   } >> "$WORK/facts-$TAG.txt" 2>&1
 }
 
-pair_start() {  # pair_start ROLE PORT FRAC: one of offpair's servers; ROLE nospec|nospec2 (no speculation)
-  # or off (specctl forced off); its log is server-pair-ROLE.log
-  local kind=nospec rc url=http://127.0.0.1:$2
-  [ "$1" = off ] && kind=specctl
+pair_start() {  # pair_start ROLE PORT FRAC: one of offpair's servers (start_role's ROLE), its log
+  # server-pair-ROLE.log
+  local rc
   XARGS=(--mem-fraction-static "$3" --max-total-tokens "$PAIR_MAX_TOKENS" --sleep-on-idle)
-  PORT=$2 URL=$url start_server "pair-$1" "$kind" 0; rc=$?
+  PORT=$2 URL=http://127.0.0.1:$2 start_role "$1" "pair-$1"; rc=$?
   XARGS=()
-  [ "$rc" = 0 ] && [ "$1" = off ] && python3 "$HERE/ctl.py" "$url" mode off | cut -c1-120
   return "$rc"
 }
 
