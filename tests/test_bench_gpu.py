@@ -256,3 +256,18 @@ def test_report_matches_turns_on_the_turn_just_before_them(tmp_path: Path) -> No
     # the first turn follows nothing; after another server's turn off read 900 and 800 against 1,000,
     # after its own 1,100 against 1,200
     assert rows == ["| pair.csv | 128 | other | off | 1 / 2 | 0.850 |", "| pair.csv | 128 | own | off | 1 / 1 | 0.917 |"]
+
+
+def test_report_tells_the_servers_role_from_its_start_position(tmp_path: Path) -> None:
+    # off started second reads 1.1 (order-balanced), started first 0.9: role sqrt(1.1 x 0.9), position sqrt(1.1 / 0.9)
+    second = turns_csv(tmp_path / "pair.csv", [("nospec", 1000), ("off", 1000), ("off", 1200), ("nospec", 1000),
+                                               ("nospec", 1000), ("off", 1200), ("off", 1000), ("nospec", 1000)])
+    first = turns_csv(tmp_path / "swap.csv", [("off", 800), ("nospec", 1000), ("nospec", 1000), ("off", 1000),
+                                              ("off", 1000), ("nospec", 1000), ("nospec", 1000), ("off", 800)])
+    null = turns_csv(tmp_path / "null.csv", [("nospec", 1000), ("nospec2", 1050)])  # one position only: no row
+    done = tool(str(GPU / "report.py"), str(second), str(first), str(null))
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 128 |") and line.count("|") == 7]
+    # each position: two orders of two pairs, variance 0.02, SE 0.0707; relative errors 0.064 and 0.079
+    assert rows == ["| 128 | off | 1.100 (4) | 0.900 (4) | 0.995 +- 0.051 | 1.106 |"]
+    assert tool(str(GPU / "report.py"), str(second)).stdout.count("start position") == 0

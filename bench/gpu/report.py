@@ -11,7 +11,7 @@ with the draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 arriving or ending in them) and ``mixed-{nospec,off}-*`` (the sweep's
 arrivals; the off server's modes are the draft cold / warm; ``mixed-nospec2-*``
 is offpair's second server without speculation, its null test). With arrivals
-it also pairs the servers turn by turn (see ``paired_table``). Each cell is the mean over the windows, with
+it also pairs the servers turn by turn (``paired_table``) and tells a server's role from its start position (``position_table``). Each cell is the mean over the windows, with
 their spread; each ratio is of the means, with the range the single windows
 allow (worst window over best window, and the reverse), because these
 machines scatter by several per cent from one window to the next.
@@ -24,6 +24,7 @@ import csv
 import statistics
 import sys
 from collections import defaultdict
+from typing import NamedTuple
 
 Cells = dict[tuple[str, str, int], list[dict[str, float]]]
 SWEEP_KINDS = ("nospec", "specctl", "adaptive")
@@ -154,12 +155,46 @@ def turns(path: str) -> dict[int, dict[str, list[Turn]]]:
     return out
 
 
-def balanced_se(a: list[float], b: list[float]) -> str:
-    """" +- SE" of the mean of two groups' means, where each group has two pairs or more."""
-    if len(a) < 2 or len(b) < 2:
-        return ""
-    se = 0.5 * (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
-    return f" +- {se:.3f}"
+class Pair(NamedTuple):
+    """One no-spec turn with the other server's turn of the same rank."""
+
+    ratio: float  # the other server's tok/s over no spec's
+    went_first: bool  # the other server's turn came first in the pair
+    started_second: bool  # the other server was started after the file's first server
+
+
+def pairs_of(paths: list[str]) -> dict[tuple[int, str], list[Pair]]:
+    """(c, server) -> its pairs with no spec over all files; each file is one sitting.
+
+    The file's first turn is its first-started server's (offpair's rounds
+    begin A B), which is how a server's start position is known.
+    """
+    pairs: dict[tuple[int, str], list[Pair]] = defaultdict(list)
+    for path in paths:
+        by_c = turns(path)
+        starts = [(ts[0][0], kind) for by in by_c.values() for kind, ts in by.items() if ts]
+        first_started = min(starts)[1] if starts else "nospec"
+        for c, by in by_c.items():
+            for kind in PAIRED:
+                for (t_none, none), (t_x, x) in zip(by["nospec"], by[kind]):
+                    pairs[c, kind].append(Pair(statistics.fmean(x) / statistics.fmean(none), t_x < t_none,
+                                               kind != first_started))
+    return pairs
+
+
+def order_balanced(pairs: list[Pair]) -> tuple[float, float | None]:
+    """The mean of the two orders' means where both occur (else of the pairs), with its standard error.
+
+    Why: resident servers taking turns at 128 requests read about 12 % apart
+    by who went first in the pair (run 5); averaging the two orders' means
+    cancels that where the plain mean would weigh whichever order had more
+    pairs. The error needs two pairs in each group it averages.
+    """
+    groups = [g for g in ([p.ratio for p in pairs if not p.went_first], [p.ratio for p in pairs if p.went_first]) if g]
+    if any(len(g) < 2 for g in groups):
+        return statistics.fmean(statistics.fmean(g) for g in groups), None
+    se = sum(statistics.variance(g) / len(g) for g in groups) ** 0.5 / len(groups)
+    return statistics.fmean(statistics.fmean(g) for g in groups), se
 
 
 def paired_table(paths: list[str]) -> str:
@@ -169,17 +204,9 @@ def paired_table(paths: list[str]) -> str:
     next (docs/gpu-results.md, run 4), more than the windows within a start,
     so the spread of the pairs, not of the windows, says how sure a ratio is.
     Which server went first in a pair is marked, and where both orders
-    occur the two orders' means are averaged: resident servers taking turns
-    at 128 requests read about 12 % better when they went first in the pair
-    (run 5), an effect the A B / B A order cancels only when it is averaged so;
-    its standard error is shown where each order has two pairs or more.
+    occur the two orders' means are averaged (``order_balanced``).
     """
-    pairs: dict[tuple[int, str], list[tuple[float, bool]]] = defaultdict(list)  # (X / none, X went first)
-    for path in paths:
-        for c, by in turns(path).items():
-            for kind in PAIRED:
-                for (t_none, none), (t_x, x) in zip(by["nospec"], by[kind]):
-                    pairs[c, kind].append((statistics.fmean(x) / statistics.fmean(none), t_x < t_none))
+    pairs = pairs_of(paths)
     if not pairs:
         return ""
     lines = ["Paired turns with arrivals (each no-spec turn with the other server's turn of the same rank, in"
@@ -188,17 +215,48 @@ def paired_table(paths: list[str]) -> str:
              " order-balanced |",
              "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for c, kind in sorted(pairs):
-        r = [x for x, _ in pairs[c, kind]]
-        by_order = {first: [x for x, f in pairs[c, kind] if f == first] for first in (False, True)}
-        means = {first: statistics.fmean(v) for first, v in by_order.items() if v}
-        shown = {first: f"{m:.3f} ({len(by_order[first])})" for first, m in means.items()}
+        r = [p.ratio for p in pairs[c, kind]]
+        shown = {first: f"{statistics.fmean(g):.3f} ({len(g)})" for first in (False, True)
+                 if (g := [p.ratio for p in pairs[c, kind] if p.went_first == first])}
         balanced = "-"
-        if len(means) == 2:
-            balanced = f"{statistics.fmean(means.values()):.3f}{balanced_se(*by_order.values())}"
-        listed = ", ".join(f"{x:.3f}" + ("*" if f else "") for x, f in pairs[c, kind])
+        if len(shown) == 2:
+            m, se = order_balanced(pairs[c, kind])
+            balanced = f"{m:.3f}" + ("" if se is None else f" +- {se:.3f}")
+        listed = ", ".join(f"{p.ratio:.3f}" + ("*" if p.went_first else "") for p in pairs[c, kind])
         lines.append(f"| {c} | {kind} | {len(r)} | {listed} | {statistics.fmean(r):.3f} | {min(r):.2f}-{max(r):.2f} | "
                      f"{shown.get(False, '-')} | {shown.get(True, '-')} | {balanced} |")
     return "\n".join(lines)
+
+
+def position_table(paths: list[str]) -> str:
+    """X / none with X started second and with X started first, and what the two give apart.
+
+    Why: the null test (two servers alike) and the roles swapped (run 6)
+    showed a server's start position moving its reading by a few per cent.
+    If starting second is worth a factor p and the role a factor r, X
+    started second reads r * p and started first r / p, so their geometric
+    mean is the role alone and the square root of their ratio the position
+    alone. Rows only where X was measured in both positions.
+    """
+    lines = []
+    for (c, kind), pairs in sorted(pairs_of(paths).items()):
+        second = [p for p in pairs if p.started_second]
+        first = [p for p in pairs if not p.started_second]
+        if not second or not first:
+            continue
+        (ms, ses), (mf, sef) = order_balanced(second), order_balanced(first)
+        role, position = (ms * mf) ** 0.5, (ms / mf) ** 0.5
+        err = ""
+        if ses is not None and sef is not None:  # relative errors of the two means, halved by the square root
+            err = f" +- {role * 0.5 * ((ses / ms) ** 2 + (sef / mf) ** 2) ** 0.5:.3f}"
+        lines.append(f"| {c} | {kind} | {ms:.3f} ({len(second)}) | {mf:.3f} ({len(first)}) | "
+                     f"{role:.3f}{err} | {position:.3f} |")
+    if not lines:
+        return ""
+    return "\n".join(["The server's role apart from its start position (order-balanced means over the files;"
+                      " role = sqrt(second x first), start position = sqrt(second / first)):\n",
+                      "| c | server | started second (pairs) | started first (pairs) | role | start position |",
+                      "| ---: | --- | ---: | ---: | ---: | ---: |", *lines])
 
 
 def follows_table(paths: list[str]) -> str:
@@ -238,7 +296,7 @@ def main(argv: list[str]) -> int:
     print("Output tok/s, mean over the windows (window range) [TPOT ms, Little's law];"
           " ratios of the means (range over single windows)\n")
     tables = [t for t in (sweep_table(cells), warmth_table(cells), offcost_table(cells), paired_table(argv),
-                          follows_table(argv)) if t]
+                          position_table(argv), follows_table(argv)) if t]
     print("\n\n".join(tables))
     return 0
 
