@@ -11,7 +11,8 @@ with the draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 arriving or ending in them) and ``mixed-{nospec,off}-*`` (the sweep's
 arrivals; the off server's modes are the draft cold / warm; ``mixed-nospec2-*``
 is offpair's second server without speculation, its null test). With arrivals
-it also pairs the servers turn by turn (``paired_table``) and tells a server's role from its start position (``position_table``). Each cell is the mean over the windows, with
+it also pairs the servers turn by turn (``paired_table``) and tells a
+server's role from its start position (``position_table``). Each cell is the mean over the windows, with
 their spread; each ratio is of the means, with the range the single windows
 allow (worst window over best window, and the reverse), because these
 machines scatter by several per cent from one window to the next.
