@@ -330,6 +330,7 @@ phase_adaptive() {
 }
 
 journal_log() {  # journal_log JOURNAL OUT: the server's own log lines the supervisor journalled
+  [ -f "$1" ] || { echo "(no journal at $1: the supervisor did not start)" > "$2"; return 0; }
   python3 - "$1" > "$2" <<'PYEOF'
 import json, sys
 for line in open(sys.argv[1], encoding="utf-8"):
