@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -185,10 +186,25 @@ def test_a_refused_change_names_the_field_and_changes_nothing(config: str, wire:
 
 def test_observer_hears_each_change_once(config: str) -> None:
     heard: list[tuple[bool, int, int]] = []
-    p = make(config, observer=lambda *a: heard.append(a))
+    p = make(config, observer=lambda s: heard.append((s["on"], s["steps"], s["switches"])))
     for bs in (1, 2, 9, 9, 9, 1):
         p.get_steps_for_batch(bs)
     assert heard == [(True, 3, 0), (False, 0, 1), (True, 3, 2)]
+
+
+def test_each_switch_is_logged_with_the_step_it_acted_at(config: str, caplog: pytest.LogCaptureFixture) -> None:
+    from specctl.runtime.sglang_plugin.plugin import log_switch
+
+    p = make(config, observer=log_switch)
+    with caplog.at_level(logging.INFO, logger="specctl.plugin"):
+        for bs in (1, 2, 9, 9, 9, 1):
+            p.get_steps_for_batch(bs)
+        p.apply_settings(p.validate_wire({"specctl_mode": "off"}))
+        p.get_steps_for_batch(1)
+    assert [r.getMessage() for r in caplog.records] == [
+        "specctl: switch 1 at step 3: speculation off (load), batch 9",
+        "specctl: switch 2 at step 6: speculation on (quiet), batch 1",
+        "specctl: switch 3 at step 7: speculation off (forced), batch 1"]
 
 
 def test_gauges_reach_a_multiprocess_collector(tmp_path: Path) -> None:
@@ -198,7 +214,7 @@ def test_gauges_reach_a_multiprocess_collector(tmp_path: Path) -> None:
 import os, sys
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = sys.argv[1]
 from specctl.runtime.sglang_plugin.gauges import metrics_observer
-metrics_observer()(False, 0, 5)
+metrics_observer()({"on": False, "steps": 0, "switches": 5})
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 registry = CollectorRegistry()
 multiprocess.MultiProcessCollector(registry)

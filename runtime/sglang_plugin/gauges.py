@@ -12,6 +12,7 @@ rank writes the same values, and "mostrecent" merges them into one series.
 from __future__ import annotations
 
 import os
+from typing import Any, Mapping
 
 from .compat import PROMETHEUS_DIR_ENV
 from .params import Observer
@@ -32,9 +33,9 @@ def metrics_observer() -> Observer | None:
     spec_steps = gauge("specctl:spec_steps", "Draft steps specctl chose for the current batches (0 = off).")
     switches = gauge("specctl:spec_switches_total", "On/off switches since the server started.")
 
-    def observe(on: bool, steps: int, switch_count: int) -> None:
-        spec_on.set(1 if on else 0)
-        spec_steps.set(steps)
-        switches.set(switch_count)
+    def observe(state: Mapping[str, Any]) -> None:
+        spec_on.set(1 if state["on"] else 0)
+        spec_steps.set(state["steps"])
+        switches.set(state["switches"])
 
     return observe

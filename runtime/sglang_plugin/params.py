@@ -21,8 +21,8 @@ from typing import Any, Callable, Mapping
 from ..policy import PolicySettings, SettingsError, SpecPolicy, settings_from_wire
 from .adaptive_config import read_candidate_steps
 
-# Observer of the exported state: (on, steps, switches). Called only on change.
-Observer = Callable[[bool, int, int], None]
+# Observer of the policy's state (SpecPolicy.state()). Called only when on/off or the steps change.
+Observer = Callable[[Mapping[str, Any]], None]
 
 # Decided-but-not-yet-verified batches. SGLang's overlap scheduler launches
 # batch k+1 before it processes batch k's result, so this holds one or two;
@@ -60,7 +60,7 @@ class SpecctlParams:
         self._cuda_graph_bs: list[int] | None = None
         self._in_flight: deque[int] = deque(maxlen=IN_FLIGHT)
         self._observer = observer
-        self._reported: tuple[bool, int, int] | None = None
+        self._reported: tuple[bool, int] | None = None
         self._report()
         _active = self
 
@@ -127,8 +127,20 @@ class SpecctlParams:
         """Tell the observer about a change; cheap when nothing changed (runs every decode batch)."""
         if self._observer is None:
             return
-        if self._reported is not None and self._reported[:2] == (self.policy.on, self._current_steps()):
+        if self._reported is not None and self._reported == (self.policy.on, self._current_steps()):
             return
-        state = self.policy.state()
-        self._reported = (bool(state["on"]), int(state["steps"]), int(state["switches"]))
-        self._observer(*self._reported)
+        self._reported = (self.policy.on, self._current_steps())
+        self._observer(self.policy.state())
+
+
+def observers(*fns: Observer | None) -> Observer | None:
+    """One observer calling each given one in turn (None where none is given)."""
+    chosen = [fn for fn in fns if fn is not None]
+    if not chosen:
+        return None
+
+    def observe(state: Mapping[str, Any]) -> None:
+        for fn in chosen:
+            fn(state)
+
+    return observe

@@ -21,7 +21,7 @@ from ..policy import WIRE_PREFIX, PolicySettings, SettingsError
 from . import compat, fast_off
 from .compat import HookSpec, Release, SpecctlPluginError
 from .gauges import metrics_observer
-from .params import SpecctlParams, active
+from .params import SpecctlParams, active, observers
 
 ENABLE_ENV = "SPECCTL_PLUGIN"
 SETTINGS_ENV = "SPECCTL_SETTINGS"  # JSON object of PolicySettings fields
@@ -46,11 +46,26 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> PolicySettings
         raise SpecctlPluginError(f"{SETTINGS_ENV}: {exc.field}: {exc.message}") from None
 
 
+def log_switch(state: Mapping[str, Any]) -> None:
+    """One line in the server's log per switch, with the scheduler step it acted at.
+
+    Why: every tensor-parallel rank runs its own policy and must switch at
+    the same step or the ranks' collectives hang; SGLang prefixes each
+    rank's lines (``TP0``, ``TP1``, ...), so the log shows whether they did.
+    The supervisor's journal sees switches only as often as it polls.
+    """
+    if not state["switches"]:
+        return
+    logger.info("specctl: switch %d at step %s: speculation %s (%s), batch %s", state["switches"],
+                state["last_switch_step"], "on" if state["on"] else "off", state["reason"], state["batch_size"])
+
+
 class SglangParams(SpecctlParams):
     """What SGLang builds in place of AdaptiveSpeculativeParams (same constructor)."""
 
     def __init__(self, initial_steps: int, cfg_path: str | None = None) -> None:
-        super().__init__(initial_steps, cfg_path, settings=settings_from_env(), observer=metrics_observer())
+        super().__init__(initial_steps, cfg_path, settings=settings_from_env(),
+                         observer=observers(metrics_observer(), log_switch))
         logger.info("specctl: policy in charge, candidate steps %s, settings %s",
                     self.candidate_steps, self.policy.settings.as_dict())
 
