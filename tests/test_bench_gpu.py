@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -271,3 +272,30 @@ def test_report_tells_the_servers_role_from_its_start_position(tmp_path: Path) -
     # each position: two orders of two pairs, variance 0.02, SE 0.0707; relative errors 0.064 and 0.079
     assert rows == ["| 128 | off | 1.100 (4) | 0.900 (4) | 0.995 +- 0.051 | 1.106 |"]
     assert tool(str(GPU / "report.py"), str(second)).stdout.count("start position") == 0
+
+
+def test_rank_switches_compares_every_ranks_switches_step_by_step(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    from specctl.runtime.sglang_plugin.plugin import log_switch
+
+    # the plugin's own lines, prefixed per rank as SGLang's log format does
+    with caplog.at_level(logging.INFO, logger="specctl.plugin"):
+        log_switch({"switches": 1, "last_switch_step": 412, "on": False, "reason": "load", "batch_size": 57})
+        log_switch({"switches": 2, "last_switch_step": 900, "on": True, "reason": "quiet", "batch_size": 3})
+    lines = [r.getMessage() for r in caplog.records]
+    agree = tmp_path / "agree.log"
+    agree.write_text("".join(f"[2026-11-29 16:22:0{i} TP{r}] {line}\n" for i, line in enumerate(lines) for r in (0, 1))
+                     + "[2026-11-29 16:22:09 TP0] Decode batch, #running-req: 3\n")
+    done = tool(str(GPU / "rank_switches.py"), str(agree))
+    assert done.returncode == 0, done.stdout
+    assert "every rank (2) switched at the same steps, 2 switches" in done.stdout
+
+    late = tmp_path / "late.log"
+    late.write_text(agree.read_text().replace("TP1] specctl: switch 2 at step 900", "TP1] specctl: switch 2 at step 901"))
+    done = tool(str(GPU / "rank_switches.py"), str(late))
+    assert done.returncode == 1
+    assert "ranks DISAGREE: switch 2: TP0 at step 900 (on, quiet), TP1 at step 901 (on, quiet)" in done.stdout
+
+    quiet = tmp_path / "quiet.log"
+    quiet.write_text("[2026-11-29 16:22:09] Decode batch, #running-req: 3\n")
+    assert tool(str(GPU / "rank_switches.py"), str(quiet)).returncode == 2
