@@ -50,7 +50,8 @@
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
-# Knobs (env): ATTN (triton|fa3) CONCS WARMUP DURATION ACC_LEN BUDGET_S OUT TAG MEM_FRAC
+# Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
+#   BUDGET_S OUT TAG MEM_FRAC
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) CONCS2 ROUNDS WINDOW IL_WARMUP
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share)
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
@@ -80,6 +81,7 @@ ACC_LEN=${ACC_LEN:-2.8}
 MEM_FRAC=${MEM_FRAC:-0.85}
 BUDGET_S=${BUDGET_S:-570}
 FAST_OFF=${FAST_OFF:-1}
+TP=${TP:-1}                     # tensor-parallel size of every server (a machine with TP GPUs)
 CONCS2=${CONCS2:-"1 4 16 32 64 128 256"}
 ROUNDS=${ROUNDS:-2}
 WINDOW=${WINDOW:-4}
@@ -194,14 +196,14 @@ COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-len
 
 # The specctl server's command and environment, from the project's own launcher.
 specctl_cmd() {  # prints one argument per line
-  python3 - "$MODELS" "$PORT" "$STEPS" "$WORK/adaptive.json" "$ATTN" <<'EOF'
+  python3 - "$MODELS" "$PORT" "$STEPS" "$WORK/adaptive.json" "$ATTN" "$TP" <<'EOF'
 import json, sys
 from specctl.runtime import launcher
 from specctl.runtime.policy import PolicySettings
 from specctl.runtime.sglang_plugin.adaptive_config import write_config
 models, port, steps, cfg, attn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 write_config(cfg, steps)
-cmd = launcher.build_command(f"{models}/llama3-8b-shape", f"{models}/eagle3-llama3-8b-shape", 1, steps,
+cmd = launcher.build_command(f"{models}/llama3-8b-shape", f"{models}/eagle3-llama3-8b-shape", int(sys.argv[6]), steps,
                              port, "127.0.0.1", cfg, extra_args=["--attention-backend", attn])
 env = launcher.launch_env(PolicySettings(steps=steps))
 for k, v in env.items():
@@ -238,12 +240,12 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   write_models
   if [ "$kind" = nospec ]; then
     args=(python3 -m sglang.launch_server --model-path "$MODELS/llama3-8b-shape" --attention-backend "$ATTN"
-          --host 127.0.0.1 --port "$PORT" --enable-metrics)
+          --host 127.0.0.1 --port "$PORT" --enable-metrics --tp-size "$TP")
   elif [ "$kind" = adaptive ]; then
     args=(python3 -m sglang.launch_server --model-path "$MODELS/llama3-8b-shape" --attention-backend "$ATTN"
           --host 127.0.0.1 --port "$PORT" --enable-metrics --speculative-algorithm EAGLE3
           --speculative-draft-model-path "$MODELS/eagle3-llama3-8b-shape" --speculative-draft-load-format dummy
-          --speculative-eagle-topk 1 --speculative-adaptive --speculative-num-steps 7)
+          --speculative-eagle-topk 1 --speculative-adaptive --speculative-num-steps 7 --tp-size "$TP")
   else
     while IFS= read -r line; do
       case $line in ENV\ *) envs+=("${line#ENV }") ;; *) args+=("$line") ;; esac
@@ -349,7 +351,7 @@ phase_sweep2() {  # the specctl server as an operator runs it: launched and stee
   log "starting sweep2 through specctl run --headless (ATTN=$ATTN, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN)"
   SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
     setsid "$SITE/bin/specctl" run --headless --model "$MODELS/llama3-8b-shape" \
-      --draft "$MODELS/eagle3-llama3-8b-shape" --port "$PORT" --socket "$sock" --log "$journal" --interval 0.5 \
+      --draft "$MODELS/eagle3-llama3-8b-shape" --tp "$TP" --port "$PORT" --socket "$sock" --log "$journal" --interval 0.5 \
       -- --attention-backend "$ATTN" --speculative-draft-load-format dummy "${COMMON[@]}" \
       > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
   SPID=$!
@@ -652,6 +654,7 @@ phase_proof() {
   tail -n 4 "$P" | cut -c1-400
   sleep 2; stop_journal
   [ -f "$WORK/journal-$TAG.jsonl" ] && log "journal lines: $(wc -l < "$WORK/journal-$TAG.jsonl")" && tail -n 3 "$WORK/supervisor-$TAG.log"
+  python3 "$HERE/rank_switches.py" "$WORK/server-proof.log" | tee "$WORK/ranks-$TAG.txt"
   server_facts proof
   stop_server
 }
