@@ -156,6 +156,11 @@ def turns(path: str) -> dict[int, dict[str, list[Turn]]]:
     return out
 
 
+def captioned(caption: str, header: str, rule: str, rows: list[str]) -> str:
+    """A Markdown table under its caption; "" without rows, so that main leaves it out."""
+    return "\n".join([caption + "\n", header, rule, *rows]) if rows else ""
+
+
 class Pair(NamedTuple):
     """One no-spec turn with the other server's turn of the same rank."""
 
@@ -252,12 +257,10 @@ def position_table(paths: list[str]) -> str:
             err = f" +- {role * 0.5 * ((ses / ms) ** 2 + (sef / mf) ** 2) ** 0.5:.3f}"
         lines.append(f"| {c} | {kind} | {ms:.3f} ({len(second)}) | {mf:.3f} ({len(first)}) | "
                      f"{role:.3f}{err} | {position:.3f} |")
-    if not lines:
-        return ""
-    return "\n".join(["The server's role apart from its start position (order-balanced means over the files;"
-                      " role = sqrt(second x first), start position = sqrt(second / first)):\n",
-                      "| c | server | started second (pairs) | started first (pairs) | role | start position |",
-                      "| ---: | --- | ---: | ---: | ---: | ---: |", *lines])
+    return captioned("The server's role apart from its start position (order-balanced means over the files;"
+                     " role = sqrt(second x first), start position = sqrt(second / first)):",
+                     "| c | server | started second (pairs) | started first (pairs) | role | start position |",
+                     "| ---: | --- | ---: | ---: | ---: | ---: |", lines)
 
 
 def follows_table(paths: list[str]) -> str:
@@ -281,12 +284,10 @@ def follows_table(paths: list[str]) -> str:
             if none:
                 lines.append(f"| {path.rsplit('/', 1)[-1]} | {c} | {follows} | {kind} | {len(none)} / {len(other)} | "
                              f"{statistics.fmean(other) / statistics.fmean(none):.3f} |")
-    if not lines:
-        return ""
-    return "\n".join(["Turns matched on the turn just before them (own: the same server's; other: the other"
-                      " server's; the file's first turn left out):\n",
-                      "| file | c | follows | server | turns none / server | server / none |",
-                      "| --- | ---: | --- | --- | ---: | ---: |", *lines])
+    return captioned("Turns matched on the turn just before them (own: the same server's; other: the other"
+                     " server's; the file's first turn left out):",
+                     "| file | c | follows | server | turns none / server | server / none |",
+                     "| --- | ---: | --- | --- | ---: | ---: |", lines)
 
 
 def main(argv: list[str]) -> int:
