@@ -127,9 +127,10 @@ class SpecctlParams:
         """Tell the observer about a change; cheap when nothing changed (runs every decode batch)."""
         if self._observer is None:
             return
-        if self._reported is not None and self._reported == (self.policy.on, self._current_steps()):
+        now = (self.policy.on, self._current_steps())
+        if now == self._reported:
             return
-        self._reported = (self.policy.on, self._current_steps())
+        self._reported = now
         self._observer(self.policy.state())
 
 
