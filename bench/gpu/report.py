@@ -156,9 +156,18 @@ def turns(path: str) -> dict[int, dict[str, list[Turn]]]:
     return out
 
 
-def captioned(caption: str, header: str, rule: str, rows: list[str]) -> str:
-    """A Markdown table under its caption; "" without rows, so that main leaves it out."""
-    return "\n".join([caption + "\n", header, rule, *rows]) if rows else ""
+def captioned(caption: str, columns: str, rows: list[str]) -> str:
+    """A Markdown table under its caption; "" without rows, so that main leaves it out.
+
+    ``columns`` names the columns, "|"-separated; a name ending in ":" is a
+    number column (right-aligned), so each table states its rule only once.
+    """
+    if not rows:
+        return ""
+    names = [n.strip() for n in columns.split("|")]
+    header = "| " + " | ".join(n.rstrip(":") for n in names) + " |"
+    rule = "| " + " | ".join("---:" if n.endswith(":") else "---" for n in names) + " |"
+    return "\n".join([caption + "\n", header, rule, *rows])
 
 
 class Pair(NamedTuple):
@@ -213,13 +222,7 @@ def paired_table(paths: list[str]) -> str:
     occur the two orders' means are averaged (``order_balanced``).
     """
     pairs = pairs_of(paths)
-    if not pairs:
-        return ""
-    lines = ["Paired turns with arrivals (each no-spec turn with the other server's turn of the same rank, in"
-             " time order; * = the other server went first; nospec2 = a second server without speculation):\n",
-             "| c | server | pairs | server / none per pair | mean | range | none first | other first |"
-             " order-balanced |",
-             "| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = []
     for c, kind in sorted(pairs):
         r = [p.ratio for p in pairs[c, kind]]
         shown = {first: f"{statistics.fmean(g):.3f} ({len(g)})" for first in (False, True)
@@ -231,7 +234,10 @@ def paired_table(paths: list[str]) -> str:
         listed = ", ".join(f"{p.ratio:.3f}" + ("*" if p.went_first else "") for p in pairs[c, kind])
         lines.append(f"| {c} | {kind} | {len(r)} | {listed} | {statistics.fmean(r):.3f} | {min(r):.2f}-{max(r):.2f} | "
                      f"{shown.get(False, '-')} | {shown.get(True, '-')} | {balanced} |")
-    return "\n".join(lines)
+    return captioned("Paired turns with arrivals (each no-spec turn with the other server's turn of the same rank, in"
+                     " time order; * = the other server went first; nospec2 = a second server without speculation):",
+                     "c: | server | pairs: | server / none per pair | mean: | range: | none first: | other first: |"
+                     " order-balanced:", lines)
 
 
 def position_table(paths: list[str]) -> str:
@@ -259,8 +265,7 @@ def position_table(paths: list[str]) -> str:
                      f"{role:.3f}{err} | {position:.3f} |")
     return captioned("The server's role apart from its start position (order-balanced means over the files;"
                      " role = sqrt(second x first), start position = sqrt(second / first)):",
-                     "| c | server | started second (pairs) | started first (pairs) | role | start position |",
-                     "| ---: | --- | ---: | ---: | ---: | ---: |", lines)
+                     "c: | server | started second (pairs): | started first (pairs): | role: | start position:", lines)
 
 
 def follows_table(paths: list[str]) -> str:
@@ -286,8 +291,7 @@ def follows_table(paths: list[str]) -> str:
                              f"{statistics.fmean(other) / statistics.fmean(none):.3f} |")
     return captioned("Turns matched on the turn just before them (own: the same server's; other: the other"
                      " server's; the file's first turn left out):",
-                     "| file | c | follows | server | turns none / server | server / none |",
-                     "| --- | ---: | --- | --- | ---: | ---: |", lines)
+                     "file | c: | follows | server | turns none / server: | server / none:", lines)
 
 
 def main(argv: list[str]) -> int:
