@@ -350,7 +350,7 @@ phase_sweep2() {  # the specctl server as an operator runs it: launched and stee
   rm -f "$sock"
   log "starting sweep2 through specctl run --headless (ATTN=$ATTN, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN)"
   SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
-    setsid "$SITE/bin/specctl" run --headless --model "$MODELS/llama3-8b-shape" \
+    setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --model "$MODELS/llama3-8b-shape" \
       --draft "$MODELS/eagle3-llama3-8b-shape" --tp "$TP" --port "$PORT" --socket "$sock" --log "$journal" --interval 0.5 \
       -- --attention-backend "$ATTN" --speculative-draft-load-format dummy "${COMMON[@]}" \
       > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
