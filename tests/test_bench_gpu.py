@@ -86,6 +86,26 @@ def test_report_puts_each_mode_in_its_column_with_the_ratios(tmp_path: Path) -> 
     assert line.startswith("| 64 | 1050 (1000-1100) [59.0] | 800 [80.0] |")
 
 
+def test_report_reads_the_scatter_from_auto_against_the_mode_it_ran_as(tmp_path: Path) -> None:
+    path = tmp_path / "w.csv"
+    rows = [("specctl-x", 1, "on", 0, 300, 3.0), ("specctl-x", 1, "off", 0, 200, 0.0),
+            ("specctl-x", 1, "auto", 0, 330, 3.0),
+            ("specctl-x", 64, "on", 0, 800, 3.0), ("specctl-x", 64, "off", 0, 1000, 0.0),
+            ("specctl-x", 64, "auto", 0, 950, 0.0),
+            ("specctl-x", 128, "on", 0, 900, 3.0), ("specctl-x", 128, "off", 0, 1200, 0.0),
+            ("specctl-x", 128, "auto", 0, 1100, 1.5)]
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["label", "concurrency", "mode", "round", "tok_s", "steps"])
+        writer.writerows(rows)
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0, done.stderr
+    table = done.stdout.split("auto against the forced mode")[1]
+    assert "| 1 | on (3 steps) | 1 / 1 | 1.100 (1.10-1.10) |" in table
+    assert "| 64 | off (0 steps) | 1 / 1 | 0.950 (0.95-0.95) |" in table
+    assert "| 128 |" not in table, "auto switched inside its window: no twin to read it against"
+
+
 def test_report_compares_the_off_server_with_no_spec_per_load_shape(tmp_path: Path) -> None:
     path = tmp_path / "offcost.csv"
     rows = [("decodeonly-nospec-x", 256, "-", 0, 1000, 16), ("decodeonly-off-x", 256, "-", 0, 1010, 16),

@@ -10,7 +10,9 @@ with the draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 ``decodeonly-{nospec,off}-*`` (every request admitted before the windows, none
 arriving or ending in them) and ``mixed-{nospec,off}-*`` (the sweep's
 arrivals; the off server's modes are the draft cold / warm; ``mixed-nospec2-*``
-is offpair's second server without speculation, its null test). With arrivals
+is offpair's second server without speculation, its null test). The sweep's
+auto is read against the forced mode it ran as (``same_state_table``), the
+windows' own scatter. With arrivals
 it also pairs the servers turn by turn (``paired_table``) and tells a
 server's role from its start position (``position_table``). Each cell is the mean over the windows, with
 their spread; each ratio is of the means, with the range the single windows
@@ -43,8 +45,9 @@ def read(paths: list[str]) -> Cells:
                 parts = row["label"].split("-")
                 kind = "-".join(parts[:2]) if parts[0] in OFFCOST_LOADS else parts[0]
                 tpot = float(row["tpot_ms"]) if row.get("tpot_ms") else float("nan")
+                steps = float(row["steps"]) if row.get("steps") else float("nan")
                 cells[(kind, row["mode"], int(row["concurrency"]))].append(
-                    {"tok_s": float(row["tok_s"]), "tpot": tpot})
+                    {"tok_s": float(row["tok_s"]), "tpot": tpot, "steps": steps})
     return cells
 
 
@@ -89,6 +92,30 @@ def sweep_table(cells: Cells) -> str:
             cell(off), cell(auto), ratio(off, none), ratio(auto, best_of(on, none))]
         lines.append(f"| {c} | " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def same_state_table(cells: Cells) -> str:
+    """specctl auto against the forced mode whose runtime state it ran in every window.
+
+    Why: both are the same server in the same state, a few seconds apart, so
+    their ratio should read 1; what it reads instead is how far windows of one
+    state scatter, the yardstick for every other ratio of the sweep. A cell
+    where auto switched inside a window (its steps between the two modes')
+    is left out.
+    """
+    rows = []
+    for (kind, mode, c), auto in sorted(cells.items(), key=lambda kv: kv[0][2]):
+        if (kind, mode) != ("specctl", "auto"):
+            continue
+        states = {w["steps"] for w in auto}
+        for forced in ("on", "off"):
+            twin = cells.get(("specctl", forced, c))
+            if twin and len(states) == 1 and states == {w["steps"] for w in twin}:
+                rows.append(f"| {c} | {forced} ({twin[0]['steps']:g} steps) | {len(auto)} / {len(twin)} | "
+                            f"{ratio(auto, twin)} |")
+    return captioned("specctl auto against the forced mode whose state it ran in every window (one server,"
+                     " adjacent windows; it should read 1, so it reads the windows' scatter):",
+                     "c: | auto ran as | windows auto / forced: | auto / forced:", rows)
 
 
 def warmth_table(cells: Cells) -> str:
@@ -301,8 +328,8 @@ def main(argv: list[str]) -> int:
     cells = read(argv)
     print("Output tok/s, mean over the windows (window range) [TPOT ms, Little's law];"
           " ratios of the means (range over single windows)\n")
-    tables = [t for t in (sweep_table(cells), warmth_table(cells), offcost_table(cells), paired_table(argv),
-                          position_table(argv), follows_table(argv)) if t]
+    tables = [t for t in (sweep_table(cells), same_state_table(cells), warmth_table(cells), offcost_table(cells),
+                          paired_table(argv), position_table(argv), follows_table(argv)) if t]
     print("\n\n".join(tables))
     return 0
 
