@@ -58,6 +58,21 @@ def test_interleave_switches_the_mode_per_window_under_one_load(sim: str, tmp_pa
     assert "c=8 off:" in done.stdout
 
 
+def test_interleave_rotates_which_mode_takes_the_first_window(sim: str, tmp_path: Path) -> None:
+    out = tmp_path / "windows.csv"
+    done = tool(str(GPU / "interleave.py"), "--url", sim, "--concs", "2", "8", "--modes", "on", "off",
+                "--rounds", "2", "--rotate", "--window", "0.5", "--settle", "0.2", "--warmup", "0.3",
+                "--input-len", "32", "--output-len", "16", "--label", "specctl-sim", "--csv", str(out),
+                "--switch", f"{sys.executable} {GPU / 'ctl.py'} {sim} mode {{mode}}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["concurrency"], r["round"], r["mode"]) for r in rows] == [
+        ("2", "0", "on"), ("2", "0", "off"), ("2", "1", "off"), ("2", "1", "on"),
+        ("8", "0", "off"), ("8", "0", "on"), ("8", "1", "on"), ("8", "1", "off")]
+    # the server really was in each mode when its window was measured
+    assert {r["mode"]: r["steps"] for r in rows if r["concurrency"] == "8"} == {"on": "3.0", "off": "0.0"}
+
+
 def test_interleave_refuses_modes_without_a_switch_command(tmp_path: Path) -> None:
     done = tool(str(GPU / "interleave.py"), "--modes", "on", "off")
     assert done.returncode == 2 and "need --switch" in done.stderr

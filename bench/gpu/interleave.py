@@ -12,7 +12,10 @@ every mode alike instead of on whichever ran last.
     interleave.py --url URL --concs 1 4 16 --modes on off auto --rounds 2 \
         --switch "specctl {verb} --socket /tmp/s.sock" --label specctl-triton --csv out.csv
 
---modes '-' measures without switching (a server without specctl). The
+--rotate shifts the modes' order by one each round and each concurrency
+(on off auto, then off auto on, ...), so that no mode always takes the
+first window after the load grows. --modes '-' measures without switching
+(a server without specctl). The
 switch command gets {mode} and, for on/off/auto, {verb} (force-on/force-off/
 auto, the specctl CLI verb); other mode names are passed through as they are.
 Per window: output tok/s from SGLang's decode-token counter
@@ -223,6 +226,14 @@ def summary(rows: list[dict[str, Any]]) -> None:
               f"steps {statistics.fmean(steps) if steps else float('nan'):.2f}", flush=True)
 
 
+def turn_order(modes: list[str], shift: int) -> list[str]:
+    """The modes of one round, rotated left by ``shift`` (a Latin square over rounds)."""
+    if not modes:
+        return ["-"]
+    k = shift % len(modes)
+    return modes[k:] + modes[:k]
+
+
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     modes = [] if args.modes == ["-"] else args.modes
@@ -231,7 +242,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     async with Http(args.url, max(args.concs) + 8) as http:
         load = Load(http, args)
         try:
-            for c in args.concs:
+            for ci, c in enumerate(args.concs):
                 need = args.warmup + args.rounds * max(1, len(modes)) * (args.window + args.settle + 0.5)
                 if time.perf_counter() + need > deadline:
                     print(f"[interleave] skip c={c} and above: budget", flush=True)
@@ -239,7 +250,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 load.grow_to(c)
                 await asyncio.sleep(args.warmup)
                 for rnd in range(args.rounds):
-                    for mode in modes or ["-"]:
+                    for mode in turn_order(modes, ci + rnd if args.rotate else 0):
                         rc = await switch(args.switch, mode, 30.0) if mode != "-" else ""
                         await asyncio.sleep(args.settle if mode != "-" else 0.0)
                         row = await window(http, load, args.window, cpus)
@@ -261,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", nargs="+", default=["-"], help="e.g. on off auto, or - (no switching)")
     p.add_argument("--switch", default="", help="shell command; {mode} and {verb} are filled in")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rotate", action="store_true",
+                   help="shift the modes' order by one each round and each concurrency")
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--settle", type=float, default=1.0, help="seconds after a switch, not measured")
     p.add_argument("--warmup", type=float, default=6.0, help="seconds after the load grows, not measured")

@@ -53,7 +53,7 @@
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
 #   BUDGET_S OUT TAG MEM_FRAC
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) CONCS2 ROUNDS WINDOW IL_WARMUP
-#   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share)
+#   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share) ROTATE
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
 #   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile, offcost, prefillcost)
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
@@ -103,6 +103,7 @@ AB_ROUNDS=${AB_ROUNDS:-2}
 PAIR_ROUNDS=${PAIR_ROUNDS:-4}
 PAIR=${PAIR:-"nospec off"}      # offpair's roles in start order (see phase_offpair)
 IL_SEED=${IL_SEED:-0}           # interleave.py's request seed
+ROTATE=${ROTATE:-1}             # 1: interleave.py --rotate (no mode always takes the first window); 0: runs 1-7's order
 # offpair: SGLang 0.5.17 sizes the KV pool from the memory free at start-up times the fraction, so the
 # second server needs a larger fraction of what the first left free; both pools are capped at
 # PAIR_MAX_TOKENS (the sweep's 256 requests need about 200k) so that they are the same size
@@ -311,7 +312,7 @@ interleave() {  # interleave LABEL ROUNDS "CONCS" "MODES" [SWITCH-COMMAND]
   "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1" --rounds "$2" --concs $3 --modes $4 \
     --switch "${5:-}" --window "$WINDOW" --warmup "$IL_WARMUP" --settle 1 --budget-s "$budget" --csv "$CSV2" \
     --input-len "$IL_INPUT" --output-len "$IL_OUTPUT" --len-jitter "$IL_JITTER" --seed "$IL_SEED" --cpus "$PIN_SERVER" \
-    || log "interleave $1 failed"
+    $([ "$ROTATE" = 1 ] && echo --rotate) || log "interleave $1 failed"
 }
 
 phase_nospec2() {
