@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import pytest
 
@@ -40,6 +40,17 @@ def sim(tmp_path: Path) -> Iterator[str]:
 
 def tool(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300)
+
+
+TOK_TPOT = ["label", "concurrency", "mode", "round", "tok_s", "tpot_ms"]  # the columns report.py's sweep tables read
+
+
+def write_csv(path: Path, fields: list[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A CSV as interleave.py writes it: a header, then one line per window."""
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(fields)
+        writer.writerows(rows)
 
 
 def test_interleave_switches_the_mode_per_window_under_one_load(sim: str, tmp_path: Path) -> None:
@@ -85,14 +96,10 @@ def test_interleave_refuses_a_cpu_list_it_cannot_read() -> None:
 
 def test_report_puts_each_mode_in_its_column_with_the_ratios(tmp_path: Path) -> None:
     path = tmp_path / "w.csv"
-    fields = ["label", "concurrency", "mode", "round", "tok_s", "tpot_ms"]
     rows = [("nospec-x", 64, "-", 0, 1000, 60), ("nospec-x", 64, "-", 1, 1100, 58),
             ("specctl-x", 64, "on", 0, 800, 80), ("specctl-x", 64, "off", 0, 1050, 61),
             ("specctl-x", 64, "auto", 0, 1040, 62)]
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(fields)
-        writer.writerows(rows)
+    write_csv(path, TOK_TPOT, rows)
     done = tool(str(GPU / "report.py"), str(path))
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("| 64 |"))
@@ -109,10 +116,7 @@ def test_report_reads_the_scatter_from_auto_against_the_mode_it_ran_as(tmp_path:
             ("specctl-x", 64, "auto", 0, 950, 0.0),
             ("specctl-x", 128, "on", 0, 900, 3.0), ("specctl-x", 128, "off", 0, 1200, 0.0),
             ("specctl-x", 128, "auto", 0, 1100, 1.5)]
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["label", "concurrency", "mode", "round", "tok_s", "steps"])
-        writer.writerows(rows)
+    write_csv(path, ["label", "concurrency", "mode", "round", "tok_s", "steps"], rows)
     done = tool(str(GPU / "report.py"), str(path))
     assert done.returncode == 0, done.stderr
     table = done.stdout.split("auto against the forced mode")[1]
@@ -126,10 +130,7 @@ def test_report_compares_the_off_server_with_no_spec_per_load_shape(tmp_path: Pa
     rows = [("decodeonly-nospec-x", 256, "-", 0, 1000, 16), ("decodeonly-off-x", 256, "-", 0, 1010, 16),
             ("mixed-nospec-x", 256, "-", 0, 900, 28), ("mixed-nospec-x", 256, "-", 1, 1000, 27),
             ("mixed-off-x", 256, "cold", 0, 855, 30), ("mixed-off-x", 256, "warm", 0, 760, 32)]
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["label", "concurrency", "mode", "round", "tok_s", "tpot_ms"])
-        writer.writerows(rows)
+    write_csv(path, TOK_TPOT, rows)
     done = tool(str(GPU / "report.py"), str(path))
     assert done.returncode == 0, done.stderr
     assert "static (forced on)" not in done.stdout, "no sweep rows, so no sweep table"
@@ -225,10 +226,7 @@ def test_same_kernels_compares_only_kernels_launched_alike(tmp_path: Path) -> No
 def test_report_pairs_turns_of_fresh_or_resident_servers_within_each_sitting(tmp_path: Path) -> None:
     def write(name: str, rows: list[tuple[str, int, str, float]]) -> str:
         path = tmp_path / name
-        with path.open("w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["label", "concurrency", "mode", "round", "tok_s", "tpot_ms"])
-            writer.writerows((label, c, mode, 0, tok, 10) for label, c, mode, tok in rows)
+        write_csv(path, TOK_TPOT, [(label, c, mode, 0, tok, 10) for label, c, mode, tok in rows])
         return str(path)
 
     offab = write("ab.csv", [("mixed-nospec-x", 128, "-", 1000), ("mixed-nospec-x", 128, "-", 1200),
@@ -248,10 +246,8 @@ def test_report_pairs_turns_of_fresh_or_resident_servers_within_each_sitting(tmp
 
 def turns_csv(path: Path, turns: list[tuple[str, float]]) -> Path:
     """offpair's CSV: one 4 s window a turn at 128 requests, after 10 s of warm-up, per (server, tok/s)."""
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["label", "concurrency", "mode", "round", "window_s", "tok_s", "t_unix"])
-        writer.writerows((f"mixed-{kind}-x", 128, "-", 0, 4.0, tok, 14.0 * i) for i, (kind, tok) in enumerate(turns))
+    write_csv(path, ["label", "concurrency", "mode", "round", "window_s", "tok_s", "t_unix"],
+              [(f"mixed-{kind}-x", 128, "-", 0, 4.0, tok, 14.0 * i) for i, (kind, tok) in enumerate(turns)])
     return path
 
 
@@ -260,11 +256,8 @@ def test_report_averages_the_two_orders_of_a_pair_and_reads_the_null_test(tmp_pa
     # are two turns, the warm-up between them says so
     path = turns_csv(tmp_path / "pair.csv", [("nospec", 1200), ("off", 1000), ("off", 1200), ("nospec", 1000),
                                              ("nospec2", 900)])
-    with (tmp_path / "null.csv").open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["label", "concurrency", "mode", "round", "tok_s", "tpot_ms"])
-        writer.writerows((label, 128, "-", 0, tok, 10) for label, tok in [
-            ("mixed-nospec-x", 1000), ("mixed-nospec2-x", 1100)])
+    write_csv(tmp_path / "null.csv", TOK_TPOT, [("mixed-nospec-x", 128, "-", 0, 1000, 10),
+                                                ("mixed-nospec2-x", 128, "-", 0, 1100, 10)])
     done = tool(str(GPU / "report.py"), str(path), str(tmp_path / "null.csv"))
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 128 |")]
