@@ -129,6 +129,11 @@ H200_LLAMA8B = Preset(
             "eagle3": {1: 347.3, 4: 1237.0, 16: 2833.6, 32: 3739.7, 64: 4227.4, 128: 4147.9, 256: 3913.5},
         }, "bench/gpu/results/2026-11-29b/interleave-triton.csv: nospec, specctl on (two 4 s windows of one "
            "unbroken load each; docs/gpu-results.md, run 2)"),
+        Check("Triton run 7", {
+            "nospec": {1: 196.4, 4: 740.1, 16: 2392.6, 32: 3862.0, 64: 4635.8, 128: 5844.9, 256: 8467.3},
+            "eagle3": {1: 355.0, 4: 1236.3, 16: 2746.6, 32: 3669.1, 64: 4040.1, 128: 3962.6, 256: 4193.1},
+        }, "bench/gpu/results/2026-11-29g/interleave-tri5.csv: nospec, specctl on (one 6 s window of one "
+           "unbroken load each; docs/gpu-results.md, run 7)"),
     ),
 )
 
@@ -169,6 +174,11 @@ H200_LLAMA8B_FA3 = replace(
             "eagle3": {1: 417.1, 4: 1480.2, 16: 4062.1, 32: 5590.8, 64: 7242.8, 128: 9252.5, 256: 10389.8},
         }, "bench/gpu/results/2026-11-29b/interleave-fa3.csv: nospec, specctl on (two 4 s windows of one "
            "unbroken load each; docs/gpu-results.md, run 2)"),
+        Check("FA3 run 7", {
+            "nospec": {1: 199.8, 4: 760.1, 16: 2437.0, 32: 4095.3, 64: 6123.6, 128: 7611.1, 256: 8393.7},
+            "eagle3": {1: 379.2, 4: 1456.6, 16: 4285.1, 32: 6098.9, 64: 6056.7, 128: 9226.8, 256: 9911.6},
+        }, "bench/gpu/results/2026-11-29g/interleave-fa35.csv: nospec, specctl on (one 6 s window of one "
+           "unbroken load each; docs/gpu-results.md, run 7)"),
     ),
 )
 
