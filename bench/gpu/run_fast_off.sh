@@ -51,7 +51,7 @@
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
-#   BUDGET_S OUT TAG MEM_FRAC
+#   BUDGET_S OUT TAG MEM_FRAC MAX_TOKENS (--max-total-tokens for every server; empty = SGLang's own pool)
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) CONCS2 ROUNDS WINDOW IL_WARMUP
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share) ROTATE
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
@@ -194,6 +194,9 @@ COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-len
         --mem-fraction-static "$MEM_FRAC" --max-running-requests 256
         "${GRAPHS[@]}" --disable-prefill-cuda-graph --mm-feature-transport cpu
         --random-seed 0 --log-level info)
+# MAX_TOKENS caps every server's KV pool as offpair caps its two (offpair's PAIR_MAX_TOKENS wins there):
+# the one-server sweeps' no-spec server read 13-20 % under the pairs' at 64-128 on Triton (run 7)
+[ -n "${MAX_TOKENS:-}" ] && COMMON+=(--max-total-tokens "$MAX_TOKENS")
 
 # The specctl server's command and environment, from the project's own launcher.
 specctl_cmd() {  # prints one argument per line
