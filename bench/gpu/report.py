@@ -104,9 +104,8 @@ def same_state_table(cells: Cells) -> str:
     is left out.
     """
     rows = []
-    for (kind, mode, c), auto in sorted(cells.items(), key=lambda kv: kv[0][2]):
-        if (kind, mode) != ("specctl", "auto"):
-            continue
+    for c in sorted(c for (kind, mode, c) in cells if (kind, mode) == ("specctl", "auto")):
+        auto = cells[("specctl", "auto", c)]
         states = {w["steps"] for w in auto}
         for forced in ("on", "off"):
             twin = cells.get(("specctl", forced, c))
