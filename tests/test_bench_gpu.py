@@ -260,7 +260,7 @@ def test_report_averages_the_two_orders_of_a_pair_and_reads_the_null_test(tmp_pa
                                                 ("mixed-nospec2-x", 128, "-", 0, 1100, 10)])
     done = tool(str(GPU / "report.py"), str(path), str(tmp_path / "null.csv"))
     assert done.returncode == 0, done.stderr
-    rows = [line for line in done.stdout.splitlines() if line.startswith("| 128 |")]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 128 |") and line.count("|") == 10]
     assert rows == ["| 128 | nospec2 | 2 | 0.750, 1.100 | 0.925 | 0.75-1.10 | 0.925 (2) | - | - |",
                     "| 128 | off | 2 | 0.833, 1.200* | 1.017 | 0.83-1.20 | 0.833 (1) | 1.200 (1) | 1.017 |"]
 
@@ -300,6 +300,21 @@ def test_report_tells_the_servers_role_from_its_start_position(tmp_path: Path) -
     # each position: two orders of two pairs, variance 0.02, SE 0.0707; relative errors 0.064 and 0.079
     assert rows == ["| 128 | off | 1.100 (4) | 0.900 (4) | 0.995 +- 0.051 | 1.106 |"]
     assert tool(str(GPU / "report.py"), str(second)).stdout.count("start position") == 0
+
+
+def test_report_reads_the_sittings_apart_and_pairs_auto_like_off(tmp_path: Path) -> None:
+    # three sittings; each file's order-balanced off / none, then their mean and its standard error;
+    # auto pairs with no spec as off does, but in one file only: no row over the files for it
+    a = turns_csv(tmp_path / "a.csv", [("nospec", 1000), ("off", 900), ("off", 1100), ("nospec", 1000),
+                                       ("auto", 990), ("nospec", 1000)])
+    b = turns_csv(tmp_path / "b.csv", [("nospec", 1000), ("off", 1000), ("off", 1000), ("nospec", 1000)])
+    c = turns_csv(tmp_path / "c.csv", [("off", 1000), ("nospec", 1000), ("nospec", 1000), ("off", 1200)])
+    done = tool(str(GPU / "report.py"), str(a), str(b), str(c))
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 128 |") and line.count("|") == 6]
+    # per file 1.0, 1.0, 1.1: mean 1.033, standard deviation 0.0577, over sqrt(3): 0.033
+    assert rows == ["| 128 | off | 3 | 1.000, 1.000, 1.100 | 1.033 +- 0.033 |"]
+    assert any(line.startswith("| 128 | auto | 1 | 0.990 |") for line in done.stdout.splitlines()), done.stdout
 
 
 def test_rank_switches_compares_every_ranks_switches_step_by_step(tmp_path: Path,

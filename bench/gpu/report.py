@@ -9,8 +9,9 @@ auto), ``adaptive-*`` (SGLang's own adaptive), ``offwarmth-*`` (the off state
 with the draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 ``decodeonly-{nospec,off}-*`` (every request admitted before the windows, none
 arriving or ending in them) and ``mixed-{nospec,off}-*`` (the sweep's
-arrivals; the off server's modes are the draft cold / warm; ``mixed-nospec2-*``
-is offpair's second server without speculation, its null test). The sweep's
+arrivals; the off server's modes are the draft cold / warm; ``mixed-auto-*`` is
+specctl in auto; ``mixed-nospec2-*`` is offpair's second server without
+speculation, its null test). The sweep's
 auto is read against the forced mode it ran as (``same_state_table``), the
 windows' own scatter. With arrivals
 it also pairs the servers turn by turn (``paired_table``) and tells a
@@ -145,13 +146,13 @@ def offcost_table(cells: Cells) -> str:
 
 
 Turn = tuple[int, list[float]]  # (row of its first window in the CSV, tok/s windows)
-# The servers a no-spec server is paired with: specctl forced off, and for offpair's null test
-# (two servers alike) a second server without speculation.
-PAIRED = ("off", "nospec2")
+# The servers a no-spec server is paired with: specctl forced off, specctl in auto, and for
+# offpair's null test (two servers alike) a second server without speculation.
+PAIRED = ("off", "auto", "nospec2")
 
 
 def turns(path: str) -> dict[int, dict[str, list[Turn]]]:
-    """c -> {"nospec"|"off"|"nospec2": turns in time order} for one CSV's arrival rows.
+    """c -> {"nospec"|"off"|"auto"|"nospec2": turns in time order} for one CSV's arrival rows.
 
     A turn is a run of consecutive windows of one server at one
     concurrency (the off server's draft-warm windows left out), as offab
@@ -294,6 +295,30 @@ def position_table(paths: list[str]) -> str:
                      "c: | server | started second (pairs): | started first (pairs): | role: | start position:", lines)
 
 
+def sittings_table(paths: list[str]) -> str:
+    """X / none per file (order-balanced), and the mean over the files with its standard error.
+
+    Why: each file is one pair of server starts, and a start's own speed
+    is shared by all its turns, so the pairs of one file are not independent
+    of each other; the spread of the files' means is what says how sure the
+    ratio is across starts. Rows where two files or more measured X.
+    """
+    per_file: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for path in paths:
+        for key, pairs in pairs_of([path]).items():
+            per_file[key].append(order_balanced(pairs)[0])
+    lines = []
+    for (c, kind), means in sorted(per_file.items()):
+        if len(means) < 2:
+            continue
+        se = statistics.stdev(means) / len(means) ** 0.5
+        lines.append(f"| {c} | {kind} | {len(means)} | {', '.join(f'{m:.3f}' for m in means)} | "
+                     f"{statistics.fmean(means):.3f} +- {se:.3f} |")
+    return captioned("Per file (one sitting's pair of server starts, order-balanced), and over the files"
+                     " (mean +- standard error of the files' means):",
+                     "c: | server | files: | server / none per file | over the files:", lines)
+
+
 def follows_table(paths: list[str]) -> str:
     """Per file and concurrency, off / none over turns matched on the turn that ran just before them.
 
@@ -328,7 +353,8 @@ def main(argv: list[str]) -> int:
     print("Output tok/s, mean over the windows (window range) [TPOT ms, Little's law];"
           " ratios of the means (range over single windows)\n")
     tables = [t for t in (sweep_table(cells), same_state_table(cells), warmth_table(cells), offcost_table(cells),
-                          paired_table(argv), position_table(argv), follows_table(argv)) if t]
+                          paired_table(argv), position_table(argv), sittings_table(argv), follows_table(argv))
+              if t]
     print("\n\n".join(tables))
     return 0
 

@@ -42,9 +42,9 @@
 #                  splits both traces' scheduler CPU by step kind (prefill apart from decode)
 #   offab          no spec vs specctl forced off, a fresh server each turn, AB_ROUNDS turns each
 #                  (A B A B): mixed windows at MIXED_CONCS
-#   offpair        two servers resident together (PAIR: "nospec off", "off nospec" or the null test
-#                  "nospec nospec2"; KV pools of PAIR_MAX_TOKENS, --sleep-on-idle), windows taking
-#                  turns between them (A B, then B A), PAIR_ROUNDS x MIXED_CONCS; PAIR_PROFILE=1 adds
+#   offpair        two servers resident together (PAIR: "nospec off", "off nospec", "nospec auto" (specctl
+#                  in auto, as its supervisor sets it for ATTN), or the null test "nospec nospec2"; KV
+#                  pools of PAIR_MAX_TOKENS, --sleep-on-idle), windows taking turns between them (A B, then B A), PAIR_ROUNDS x MIXED_CONCS; PAIR_PROFILE=1 adds
 #                  a profile of each (CPU probe: cpu_ops.py)
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
@@ -488,13 +488,21 @@ phase_offcost() {  # the off state's cost after the CPU fixes: no spec vs specct
   stop_server
 }
 
-start_role() {  # start_role ROLE NAME: ROLE nospec|nospec2 (no speculation) or off (specctl, forced off)
-  if [ "$1" = off ]; then
-    start_server "$2" specctl 0 || return 1
-    python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-120
-  else
-    start_server "$2" nospec 0
-  fi
+start_role() {  # start_role ROLE NAME: ROLE nospec|nospec2 (no speculation), off (specctl, forced off) or
+  # auto (specctl in auto with the thresholds specctl's supervisor adopts for ATTN, runtime/thresholds.py)
+  case $1 in
+    off) start_server "$2" specctl 0 || return 1
+      python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-120 ;;
+    auto) start_server "$2" specctl 0 || return 1
+      python3 "$HERE/ctl.py" "$URL" set $(backend_settings) mode=0 | python3 -c "import json, sys
+print('[auto] settings', json.dumps(json.load(sys.stdin)['specctl']['settings']))" ;;
+    *) start_server "$2" nospec 0 ;;
+  esac
+}
+
+backend_settings() {  # KEY=VALUE words: the thresholds specctl's supervisor sets for ATTN (none if unmeasured)
+  python3 -c "import sys; from specctl.runtime.thresholds import for_backend
+print(' '.join(f'{k}={v}' for k, v in (for_backend(sys.argv[1]) or {}).items()))" "$ATTN"
 }
 
 mixed_turn() {  # mixed_turn nospec|off NAME [profile]: a fresh server (specctl's forced off), mixed
@@ -557,8 +565,9 @@ pair_turn() {  # pair_turn URL ROLE C ROUND: one warm-up and one window at C; bo
 }
 
 phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS each, --sleep-on-idle), the
-  # roles in PAIR in start order ("nospec off"; "off nospec" swaps which starts first; "nospec nospec2"
-  # is the null test: what the method reads between two servers alike), windows taking turns between them
+  # roles in PAIR in start order ("nospec off"; "off nospec" swaps which starts first; "nospec auto" pairs
+  # specctl's auto with no spec; "nospec nospec2" is the null test: what the method reads between two
+  # servers alike), windows taking turns between them
   # PAIR_ROUNDS times at MIXED_CONCS, each turn after its own MIXED_WARMUP, A B in odd rounds and B A in
   # even ones: the same machine, the same minutes and (with PIN_SERVER) the same CPUs for both, where
   # offab's fresh servers differed in CPU speed from start to start (run 4)
