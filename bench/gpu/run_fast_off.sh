@@ -44,8 +44,9 @@
 #                  (A B A B): mixed windows at MIXED_CONCS
 #   offpair        two servers resident together (PAIR: "nospec off", "off nospec", "nospec auto" (specctl
 #                  in auto, as its supervisor sets it for ATTN), or the null test "nospec nospec2"; KV
-#                  pools of PAIR_MAX_TOKENS, --sleep-on-idle), windows taking turns between them (A B, then B A), PAIR_ROUNDS x MIXED_CONCS; PAIR_PROFILE=1 adds
-#                  a profile of each (CPU probe: cpu_ops.py)
+#                  pools of PAIR_MAX_TOKENS, --sleep-on-idle), windows taking turns between them
+#                  (A B, then B A), PAIR_ROUNDS x MIXED_CONCS; PAIR_PROFILE=1 adds a profile of each
+#                  (CPU probe: cpu_ops.py)
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
 #   compare        greedy outputs of every run against the no-speculation reference
