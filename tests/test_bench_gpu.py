@@ -317,6 +317,15 @@ def test_report_reads_the_sittings_apart_and_pairs_auto_like_off(tmp_path: Path)
     assert any(line.startswith("| 128 | auto | 1 | 0.990 |") for line in done.stdout.splitlines()), done.stdout
 
 
+def test_report_pairs_auto_with_the_forced_off_server_where_a_sitting_has_no_spec(tmp_path: Path) -> None:
+    # offpair's PAIR="off auto": the same off state in both servers, so the ratio is the policy's cost
+    path = turns_csv(tmp_path / "offauto.csv", [("off", 1000), ("auto", 950), ("auto", 1050), ("off", 1000)])
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 128 |") and line.count("|") == 10]
+    assert rows == ["| 128 | auto/off | 2 | 0.950, 1.050* | 1.000 | 0.95-1.05 | 0.950 (1) | 1.050 (1) | 1.000 |"]
+
+
 def test_rank_switches_compares_every_ranks_switches_step_by_step(tmp_path: Path,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     from specctl.runtime.sglang_plugin.plugin import log_switch

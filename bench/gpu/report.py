@@ -206,7 +206,7 @@ class Pair(NamedTuple):
 
 
 def pairs_of(paths: list[str]) -> dict[tuple[int, str], list[Pair]]:
-    """(c, server) -> its pairs with no spec over all files; each file is one sitting.
+    """(c, server) -> its pairs with no spec (or ``base_of``'s base) over all files; each file is one sitting.
 
     The file's first turn is its first-started server's (offpair's rounds
     begin A B), which is how a server's start position is known.
@@ -218,10 +218,23 @@ def pairs_of(paths: list[str]) -> dict[tuple[int, str], list[Pair]]:
         first_started = min(starts)[1] if starts else "nospec"
         for c, by in by_c.items():
             for kind in PAIRED:
-                for (t_none, none), (t_x, x) in zip(by["nospec"], by[kind]):
-                    pairs[c, kind].append(Pair(statistics.fmean(x) / statistics.fmean(none), t_x < t_none,
+                base, name = base_of(by, kind)
+                for (t_base, low), (t_x, x) in zip(by.get(base, []), by[kind]):
+                    pairs[c, name].append(Pair(statistics.fmean(x) / statistics.fmean(low), t_x < t_base,
                                                kind != first_started))
     return pairs
+
+
+def base_of(by: dict[str, list[Turn]], kind: str) -> tuple[str, str]:
+    """The server X pairs with at one concurrency of one file, and the row's name.
+
+    No spec where the file has it; otherwise auto pairs with the forced-off
+    server (offpair's ``PAIR="off auto"``), named ``auto/off``: both run the
+    same off state under load, so that ratio is what auto's policy costs.
+    """
+    if by.get("nospec") or kind != "auto":
+        return "nospec", kind
+    return "off", "auto/off"
 
 
 def order_balanced(pairs: list[Pair]) -> tuple[float, float | None]:
@@ -262,7 +275,8 @@ def paired_table(paths: list[str]) -> str:
         lines.append(f"| {c} | {kind} | {len(r)} | {listed} | {statistics.fmean(r):.3f} | {min(r):.2f}-{max(r):.2f} | "
                      f"{shown.get(False, '-')} | {shown.get(True, '-')} | {balanced} |")
     return captioned("Paired turns with arrivals (each no-spec turn with the other server's turn of the same rank, in"
-                     " time order; * = the other server went first; nospec2 = a second server without speculation):",
+                     " time order; * = the other server went first; nospec2 = a second server without speculation;"
+                     " auto/off = auto over the forced-off server, in a file without no spec):",
                      "c: | server | pairs: | server / none per pair | mean: | range: | none first: | other first: |"
                      " order-balanced:", lines)
 
