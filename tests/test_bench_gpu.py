@@ -326,6 +326,21 @@ def test_report_pairs_auto_with_the_forced_off_server_where_a_sitting_has_no_spe
     assert rows == ["| 128 | auto/off | 2 | 0.950, 1.050* | 1.000 | 0.95-1.05 | 0.950 (1) | 1.050 (1) | 1.000 |"]
 
 
+def test_report_pairs_decode_only_turns_only_with_each_other(tmp_path: Path) -> None:
+    # offpair's PAIR_LOAD=decode labels its turns decodeonly-ROLE-ATTN; with arrivals they are mixed-ROLE-ATTN
+    path = tmp_path / "both.csv"
+    write_csv(path, ["label", "concurrency", "mode", "round", "window_s", "tok_s", "t_unix"],
+              [(f"{load}-{kind}-x", 128, "-", 0, 4.0, tok, 14.0 * i) for i, (load, kind, tok) in enumerate([
+                  ("decodeonly", "nospec", 1000), ("decodeonly", "off", 1000),
+                  ("mixed", "nospec", 1000), ("mixed", "off", 900)])])
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 128 |") and line.count("|") == 10]
+    assert rows == ["| 128 | off | 1 | 0.900 | 0.900 | 0.90-0.90 | 0.900 (1) | - | - |",
+                    "| 128 | off (decode only) | 1 | 1.000 | 1.000 | 1.00-1.00 | 1.000 (1) | - | - |"]
+    assert any(line.startswith("| decode only | 128 | 1000 ") for line in done.stdout.splitlines()), done.stdout
+
+
 def test_rank_switches_compares_every_ranks_switches_step_by_step(tmp_path: Path,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     from specctl.runtime.sglang_plugin.plugin import log_switch

@@ -151,8 +151,20 @@ Turn = tuple[int, list[float]]  # (row of its first window in the CSV, tok/s win
 PAIRED = ("off", "auto", "nospec2")
 
 
+# offpair's decode-only turns (PAIR_LOAD=decode) are their servers' under this suffix, so that
+# they pair only with each other: "off (decode only)" with "nospec (decode only)".
+DECODE_ONLY = " (decode only)"
+
+
+def split_kind(kind: str) -> tuple[str, str]:
+    """A turn's server kind as (role, load suffix): "off (decode only)" -> ("off", DECODE_ONLY)."""
+    if kind.endswith(DECODE_ONLY):
+        return kind[: -len(DECODE_ONLY)], DECODE_ONLY
+    return kind, ""
+
+
 def turns(path: str) -> dict[int, dict[str, list[Turn]]]:
-    """c -> {"nospec"|"off"|"auto"|"nospec2": turns in time order} for one CSV's arrival rows.
+    """c -> {"nospec"|"off"|"auto"|"nospec2" (+ DECODE_ONLY): turns in time order} for one CSV's turns.
 
     A turn is a run of consecutive windows of one server at one
     concurrency (the off server's draft-warm windows left out), as offab
@@ -171,11 +183,11 @@ def turns(path: str) -> dict[int, dict[str, list[Turn]]]:
             gap = t is not None and last_t is not None and t - last_t > 1.5 * float(row.get("window_s") or 0) + 2
             last_t = t  # the gap is to the row before, whatever it was (a draft-warm window too)
             parts = row["label"].split("-")
-            if parts[0] != "mixed" or len(parts) < 2 or parts[1] not in ("nospec", *PAIRED):
+            if parts[0] not in OFFCOST_LOADS or len(parts) < 2 or parts[1] not in ("nospec", *PAIRED):
                 continue
             if not row.get("tok_s") or row["mode"] == "warm":
                 continue
-            key = (parts[1], int(row["concurrency"]))
+            key = (parts[1] + ("" if parts[0] == "mixed" else DECODE_ONLY), int(row["concurrency"]))
             if key != last or gap:
                 out[key[1]][key[0]].append((row_no, []))
             last = key
@@ -217,7 +229,7 @@ def pairs_of(paths: list[str]) -> dict[tuple[int, str], list[Pair]]:
         starts = [(ts[0][0], kind) for by in by_c.values() for kind, ts in by.items() if ts]
         first_started = min(starts)[1] if starts else "nospec"
         for c, by in by_c.items():
-            for kind in PAIRED:
+            for kind in sorted(k for k in by if split_kind(k)[0] in PAIRED):
                 base, name = base_of(by, kind)
                 for (t_base, low), (t_x, x) in zip(by.get(base, []), by[kind]):
                     pairs[c, name].append(Pair(statistics.fmean(x) / statistics.fmean(low), t_x < t_base,
@@ -226,15 +238,16 @@ def pairs_of(paths: list[str]) -> dict[tuple[int, str], list[Pair]]:
 
 
 def base_of(by: dict[str, list[Turn]], kind: str) -> tuple[str, str]:
-    """The server X pairs with at one concurrency of one file, and the row's name.
+    """The server X pairs with at one concurrency of one file (same load), and the row's name.
 
     No spec where the file has it; otherwise auto pairs with the forced-off
     server (offpair's ``PAIR="off auto"``), named ``auto/off``: both run the
     same off state under load, so that ratio is what auto's policy costs.
     """
-    if by.get("nospec") or kind != "auto":
-        return "nospec", kind
-    return "off", "auto/off"
+    role, load = split_kind(kind)
+    if by.get("nospec" + load) or role != "auto":
+        return "nospec" + load, kind
+    return "off" + load, "auto/off" + load
 
 
 def order_balanced(pairs: list[Pair]) -> tuple[float, float | None]:
@@ -274,8 +287,8 @@ def paired_table(paths: list[str]) -> str:
         listed = ", ".join(f"{p.ratio:.3f}" + ("*" if p.went_first else "") for p in pairs[c, kind])
         lines.append(f"| {c} | {kind} | {len(r)} | {listed} | {statistics.fmean(r):.3f} | {min(r):.2f}-{max(r):.2f} | "
                      f"{shown.get(False, '-')} | {shown.get(True, '-')} | {balanced} |")
-    return captioned("Paired turns with arrivals (each no-spec turn with the other server's turn of the same rank, in"
-                     " time order; * = the other server went first; nospec2 = a second server without speculation;"
+    return captioned("Paired turns, with arrivals unless marked (each no-spec turn with the other server's turn"
+                     " of the same rank, in time order; * = the other server went first; nospec2 = a second server without speculation;"
                      " auto/off = auto over the forced-off server, in a file without no spec):",
                      "c: | server | pairs: | server / none per pair | mean: | range: | none first: | other first: |"
                      " order-balanced:", lines)
@@ -347,10 +360,11 @@ def follows_table(paths: list[str]) -> str:
                      for kind, ts in by.items() for row_no, windows in ts)
         means: dict[tuple[int, str, str], list[float]] = defaultdict(list)  # (c, follows, kind) -> turn means
         for before, (_, kind, c, windows) in zip([None, *seq], seq):
-            if before is not None:
-                means[c, "own" if before[1] == kind else "other", kind].append(statistics.fmean(windows))
-        for c, follows, kind in sorted(k for k in means if k[2] != "nospec"):
-            none, other = means.get((c, follows, "nospec")), means[c, follows, kind]
+            if before is not None:  # the same server whatever its load: own
+                follows = "own" if split_kind(before[1])[0] == split_kind(kind)[0] else "other"
+                means[c, follows, kind].append(statistics.fmean(windows))
+        for c, follows, kind in sorted(k for k in means if split_kind(k[2])[0] != "nospec"):
+            none, other = means.get((c, follows, "nospec" + split_kind(kind)[1])), means[c, follows, kind]
             if none:
                 lines.append(f"| {path.rsplit('/', 1)[-1]} | {c} | {follows} | {kind} | {len(none)} / {len(other)} | "
                              f"{statistics.fmean(other) / statistics.fmean(none):.3f} |")

@@ -46,7 +46,9 @@
 #                  in auto, as its supervisor sets it for ATTN), or the null test "nospec nospec2"; KV
 #                  pools of PAIR_MAX_TOKENS, --sleep-on-idle), windows taking turns between them
 #                  (A B, then B A), PAIR_ROUNDS x MIXED_CONCS; PAIR_PROFILE=1 adds a profile of each
-#                  (CPU probe: cpu_ops.py)
+#                  (CPU probe: cpu_ops.py); PAIR_LOAD=decode makes every turn decode only (IL_INPUT in,
+#                  PAIR_DECODE_OUTPUT out, no length spread: all admitted in the warm-up, none ending in
+#                  the window; labels decodeonly-ROLE-ATTN) instead of the sweep's arrivals
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
 #   compare        greedy outputs of every run against the no-speculation reference
@@ -58,7 +60,7 @@
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
 #   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile, offcost, prefillcost)
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
-#   PAIR PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE (offpair) IL_SEED PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
+#   PAIR PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE PAIR_LOAD PAIR_DECODE_OUTPUT (offpair) IL_SEED PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
 #   the servers' processes and the load generators; empty = not pinned)
 set -uo pipefail
 T0=$(date +%s)
@@ -111,6 +113,8 @@ ROTATE=${ROTATE:-1}             # 1: interleave.py --rotate (no mode always take
 PAIR_FRAC_A=${PAIR_FRAC_A:-0.46}
 PAIR_FRAC_B=${PAIR_FRAC_B:-0.84}
 PAIR_MAX_TOKENS=${PAIR_MAX_TOKENS:-340000}
+PAIR_LOAD=${PAIR_LOAD:-arrivals}  # arrivals (the sweep's) | decode (see offpair above)
+PAIR_DECODE_OUTPUT=${PAIR_DECODE_OUTPUT:-2000}  # outlasts warm-up + window at 64-256 requests
 PIN_SERVER=${PIN_SERVER:-}       # a CPU list (taskset -c) for every server process, empty = not pinned
 PIN_LOAD=${PIN_LOAD:-}           # a CPU list for the load generators
 SERVER_PIN=(); [ -n "$PIN_SERVER" ] && SERVER_PIN=(taskset -c "$PIN_SERVER")
@@ -562,7 +566,28 @@ pair_start() {  # pair_start ROLE PORT FRAC: one of offpair's servers (start_rol
 
 pair_turn() {  # pair_turn URL ROLE C ROUND: one warm-up and one window at C; both servers of a round get
   # the same requests (interleave.py's seed = ROUND), the rounds different ones
-  URL=$1 MIXED_ROUNDS=1 MIXED_CONCS=$3 IL_SEED=$4 mixed "mixed-$2-$ATTN" -
+  if [ "$PAIR_LOAD" = decode ]; then
+    URL=$1 MIXED_ROUNDS=1 MIXED_CONCS=$3 IL_SEED=$4 IL_OUTPUT=$PAIR_DECODE_OUTPUT IL_JITTER=0 \
+      mixed "decodeonly-$2-$ATTN" -
+  else
+    URL=$1 MIXED_ROUNDS=1 MIXED_CONCS=$3 IL_SEED=$4 mixed "mixed-$2-$ATTN" -
+  fi
+}
+
+pair_load_problem() {  # why PAIR_LOAD cannot run as set, or nothing: decode-only turns must fit the KV pools
+  case $PAIR_LOAD in
+    arrivals) return 0 ;;
+    decode) ;;
+    *) echo "PAIR_LOAD must be arrivals or decode, got '$PAIR_LOAD'"; return 0 ;;
+  esac
+  local c
+  for c in $MIXED_CONCS; do
+    if [ $(( c * (IL_INPUT + PAIR_DECODE_OUTPUT) )) -gt "$PAIR_MAX_TOKENS" ]; then
+      echo "decode-only turns at $c requests need $(( c * (IL_INPUT + PAIR_DECODE_OUTPUT) )) KV tokens," \
+           "more than PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS (lower PAIR_DECODE_OUTPUT or IL_INPUT)"
+      return 0
+    fi
+  done
 }
 
 phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS each, --sleep-on-idle), the
@@ -572,8 +597,9 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
   # PAIR_ROUNDS times at MIXED_CONCS, each turn after its own MIXED_WARMUP, A B in odd rounds and B A in
   # even ones: the same machine, the same minutes and (with PIN_SERVER) the same CPUs for both, where
   # offab's fresh servers differed in CPU speed from start to start (run 4)
-  local roles=($PAIR) urls=(http://127.0.0.1:$PORT http://127.0.0.1:$((PORT + 1))) r c i
+  local roles=($PAIR) urls=(http://127.0.0.1:$PORT http://127.0.0.1:$((PORT + 1))) r c i problem
   [ "${#roles[@]}" = 2 ] && [ "${roles[0]}" != "${roles[1]}" ] || { log "PAIR needs two roles, got '$PAIR'"; return 1; }
+  problem=$(pair_load_problem); [ -z "$problem" ] || { log "$problem"; return 1; }
   cpu_facts
   pair_start "${roles[0]}" "$PORT" "$PAIR_FRAC_A" || return 1
   SPID2=$SPID; SPID=""
