@@ -8,7 +8,7 @@ speculation), ``specctl-*`` (modes on = static EAGLE-3's runtime state, off,
 auto), ``adaptive-*`` (SGLang's own adaptive), ``offwarmth-*`` (the off state
 with the draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 ``decodeonly-{nospec,off}-*`` (every request admitted before the windows, none
-arriving or ending in them) and ``mixed-{nospec,off}-*`` (the sweep's
+arriving or ending in them; offpair's ``PAIR_LOAD=decode`` turns too) and ``mixed-{nospec,off}-*`` (the sweep's
 arrivals; the off server's modes are the draft cold / warm; ``mixed-auto-*`` is
 specctl in auto; ``mixed-nospec2-*`` is offpair's second server without
 speculation, its null test). The sweep's
