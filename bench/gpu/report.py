@@ -8,8 +8,8 @@ speculation), ``specctl-*`` (modes on = static EAGLE-3's runtime state, off,
 auto), ``adaptive-*`` (SGLang's own adaptive), ``offwarmth-*`` (the off state
 with the draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 ``decodeonly-{nospec,off}-*`` (every request admitted before the windows, none
-arriving or ending in them; offpair's ``PAIR_LOAD=decode`` turns too) and ``mixed-{nospec,off}-*`` (the sweep's
-arrivals; the off server's modes are the draft cold / warm; ``mixed-auto-*`` is
+arriving or ending in them; offpair's ``PAIR_LOAD=decode`` turns too) and
+``mixed-{nospec,off}-*`` (the sweep's arrivals; the off server's modes are the draft cold / warm; ``mixed-auto-*`` is
 specctl in auto; ``mixed-nospec2-*`` is offpair's second server without
 speculation, its null test). The sweep's
 auto is read against the forced mode it ran as (``same_state_table``), the
@@ -288,8 +288,9 @@ def paired_table(paths: list[str]) -> str:
         lines.append(f"| {c} | {kind} | {len(r)} | {listed} | {statistics.fmean(r):.3f} | {min(r):.2f}-{max(r):.2f} | "
                      f"{shown.get(False, '-')} | {shown.get(True, '-')} | {balanced} |")
     return captioned("Paired turns, with arrivals unless marked (each no-spec turn with the other server's turn"
-                     " of the same rank, in time order; * = the other server went first; nospec2 = a second server without speculation;"
-                     " auto/off = auto over the forced-off server, in a file without no spec):",
+                     " of the same rank, in time order; * = the other server went first; nospec2 = a second"
+                     " server without speculation; auto/off = auto over the forced-off server, in a file"
+                     " without no spec):",
                      "c: | server | pairs: | server / none per pair | mean: | range: | none first: | other first: |"
                      " order-balanced:", lines)
 
