@@ -3,22 +3,22 @@
 
     report.py INTERLEAVE.csv [INTERLEAVE.csv ...]
 
-Rows are grouped by label prefix: ``nospec-*`` (a server without
-speculation), ``specctl-*`` (modes on = static EAGLE-3's runtime state, off,
-auto), ``adaptive-*`` (SGLang's own adaptive), ``offwarmth-*`` (the off state
-with the draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
+Rows are grouped by label prefix: ``nospec-*`` (a server without speculation),
+``specctl-*`` (modes on = static EAGLE-3's runtime state, off, auto),
+``adaptive-*`` (SGLang's own adaptive), ``offwarmth-*`` (the off state with the
+draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 ``decodeonly-{nospec,off}-*`` (every request admitted before the windows, none
 arriving or ending in them; offpair's ``PAIR_LOAD=decode`` turns too) and
-``mixed-{nospec,off}-*`` (the sweep's arrivals; the off server's modes are the draft cold / warm; ``mixed-auto-*`` is
-specctl in auto; ``mixed-nospec2-*`` is offpair's second server without
-speculation, its null test). The sweep's
-auto is read against the forced mode it ran as (``same_state_table``), the
-windows' own scatter. With arrivals
-it also pairs the servers turn by turn (``paired_table``) and tells a
-server's role from its start position (``position_table``). Each cell is the mean over the windows, with
-their spread; each ratio is of the means, with the range the single windows
-allow (worst window over best window, and the reverse), because these
-machines scatter by several per cent from one window to the next.
+``mixed-{nospec,off}-*`` (the sweep's arrivals; the off server's modes are the
+draft cold / warm; ``mixed-auto-*`` is specctl in auto; ``mixed-nospec2-*`` is
+offpair's second server without speculation, its null test). The sweep's auto
+is read against the forced mode it ran as (``same_state_table``), the windows'
+own scatter. With arrivals it also pairs the servers turn by turn
+(``paired_table``) and tells a server's role from its start position
+(``position_table``). Each cell is the mean over the windows, with their
+spread; each ratio is of the means, with the range the single windows allow
+(worst window over best window, and the reverse), because these machines
+scatter by several per cent from one window to the next.
 
 Standard library only.
 """
