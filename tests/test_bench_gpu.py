@@ -366,3 +366,49 @@ def test_rank_switches_compares_every_ranks_switches_step_by_step(tmp_path: Path
     quiet = tmp_path / "quiet.log"
     quiet.write_text("[2026-11-29 16:22:09] Decode batch, #running-req: 3\n")
     assert tool(str(GPU / "rank_switches.py"), str(quiet)).returncode == 2
+
+
+def test_threads_finds_the_busy_thread_of_a_process_tree(tmp_path: Path) -> None:
+    """A parent that sleeps and a child that burns half a CPU-second: the table names the child's process."""
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    burner = ("import pathlib, sys, time\n"
+              "pathlib.Path(sys.argv[1]).touch()\n"
+              "while not pathlib.Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
+              "t = time.process_time()\n"
+              "while time.process_time() - t < 0.5: pass\n"
+              "pathlib.Path(sys.argv[2] + '.burnt').touch()\n"
+              "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys; subprocess.run([sys.executable, '-c'] + sys.argv[1:])",
+                               burner, str(ready), str(done)])
+    log = tmp_path / "threads.jsonl"
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not ready.exists():
+            assert parent.poll() is None and time.monotonic() < deadline, "the burner did not start"
+            time.sleep(0.02)
+        snap = [sys.executable, str(GPU / "threads.py"), "snap", str(log), "off", "128", str(parent.pid)]
+        subprocess.run(snap, check=True)
+        done.touch()
+        while not Path(str(done) + ".burnt").exists():
+            assert time.monotonic() < deadline, "the burner did not finish"
+            time.sleep(0.02)
+        subprocess.run(snap, check=True)
+    finally:
+        for proc in __import__("psutil").Process(parent.pid).children(recursive=True):
+            proc.kill()
+        parent.kill()
+        parent.wait()
+    snaps = [json.loads(line) for line in log.read_text().splitlines()]
+    wall = snaps[1]["t"] - snaps[0]["t"]
+    table = subprocess.run([sys.executable, str(GPU / "threads.py"), "table", str(log)], check=True,
+                           capture_output=True, text=True).stdout
+    assert table.startswith("== off c=128: 1 turns")
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "pathlib" in line]
+    assert len(rows) == 1, table  # the burner's process; the sleeping parent is under 1 % or shown apart
+    assert float(rows[0][2]) * wall / 100 >= 0.45
+
+
+def test_threads_refuses_a_command_it_does_not_know() -> None:
+    run = subprocess.run([sys.executable, str(GPU / "threads.py"), "snapshot"], capture_output=True, text=True)
+    assert run.returncode == 2 and "threads.py snap FILE.jsonl" in run.stderr

@@ -590,6 +590,12 @@ pair_load_problem() {  # why PAIR_LOAD cannot run as set, or nothing: decode-onl
   done
 }
 
+pair_threads() {  # pair_threads I C: a snapshot of both servers' threads (threads.py), server I under load
+  local pids=("$SPID2" "$SPID") j=$(( 1 - $1 ))
+  python3 "$HERE/threads.py" snap "$WORK/threads-$TAG.jsonl" "${roles[$1]}" "$2" "${pids[$1]}"
+  python3 "$HERE/threads.py" snap "$WORK/threads-$TAG.jsonl" "idle-${roles[$j]}" "$2" "${pids[$j]}"
+}
+
 phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS each, --sleep-on-idle), the
   # roles in PAIR in start order ("nospec off"; "off nospec" swaps which starts first; "nospec auto" pairs
   # specctl's auto with no spec; "nospec nospec2" is the null test: what the method reads between two
@@ -609,7 +615,9 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
   for r in $(seq 1 "$PAIR_ROUNDS"); do
     for c in $MIXED_CONCS; do
       for i in $( [ $((r % 2)) = 1 ] && echo 0 1 || echo 1 0 ); do
+        pair_threads "$i" "$c"
         pair_turn "${urls[$i]}" "${roles[$i]}" "$c" "$r"
+        pair_threads "$i" "$c"
       done
     done
   done
@@ -623,6 +631,7 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
   stop_pid "$SPID2"; SPID2=""
   stop_server
   python3 "$HERE/report.py" "$CSV2" | grep "^|"
+  python3 "$HERE/threads.py" table "$WORK/threads-$TAG.jsonl" | tee "$WORK/threads-$TAG.txt" | head -n 60
   local traces; traces=$(ls "$OUT"/trace-pair-*-"$ATTN".json.gz 2>/dev/null)
   [ -n "$traces" ] && python3 "$HERE/cpu_ops.py" $traces | grep -A1 "^=="
   true
