@@ -48,7 +48,9 @@
 #                  (A B, then B A), PAIR_ROUNDS x MIXED_CONCS; PAIR_PROFILE=1 adds a profile of each
 #                  (CPU probe: cpu_ops.py); PAIR_LOAD=decode makes every turn decode only (IL_INPUT in,
 #                  PAIR_DECODE_OUTPUT out, no length spread: all admitted in the warm-up, none ending in
-#                  the window; labels decodeonly-ROLE-ATTN) instead of the sweep's arrivals
+#                  the window; labels decodeonly-ROLE-ATTN) instead of the sweep's arrivals;
+#                  PAIR_CHECK_AFTER=K runs fixcheck's greedy runs on the specctl server after round K,
+#                  against the no-spec server of the pair (then the specctl server's mode is restored)
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
 #   compare        greedy outputs of every run against the no-speculation reference
@@ -58,6 +60,8 @@
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) CONCS2 ROUNDS WINDOW IL_WARMUP
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share) ROTATE
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
+#   PREFILL_GRAPHS (0: --disable-prefill-cuda-graph, the kit's default, for a shorter start-up; 1: SGLang's
+#   own default, breakable prefill CUDA graphs)
 #   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile, offcost, prefillcost)
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
 #   PAIR PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE PAIR_LOAD PAIR_DECODE_OUTPUT (offpair) IL_SEED PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
@@ -197,8 +201,11 @@ EOF
 if [ -n "${CG_BS:-}" ]; then GRAPHS=(--cuda-graph-bs-decode $CG_BS); else GRAPHS=(--cuda-graph-max-bs-decode 256); fi
 COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-length 4096
         --mem-fraction-static "$MEM_FRAC" --max-running-requests 256
-        "${GRAPHS[@]}" --disable-prefill-cuda-graph --mm-feature-transport cpu
-        --random-seed 0 --log-level info)
+        "${GRAPHS[@]}" --mm-feature-transport cpu --random-seed 0 --log-level info)
+# Prefill graphs: SGLang 0.5.17 captures "breakable" prefill CUDA graphs (58 token counts to 8192) by
+# default; the kit turns them off for a shorter start-up, and with them off every prefill runs eagerly,
+# CPU-bound under arrivals (run 10's profile, docs/gpu-results.md)
+[ "${PREFILL_GRAPHS:-0}" = 1 ] || COMMON+=(--disable-prefill-cuda-graph)
 # MAX_TOKENS caps every server's KV pool as offpair caps its two (offpair's PAIR_MAX_TOKENS wins there):
 # the one-server sweeps' no-spec server read 13-20 % under the pairs' at 64-128 on Triton (run 7)
 [ -n "${MAX_TOKENS:-}" ] && COMMON+=(--max-total-tokens "$MAX_TOKENS")
@@ -590,6 +597,21 @@ pair_load_problem() {  # why PAIR_LOAD cannot run as set, or nothing: decode-onl
   done
 }
 
+pair_check() {  # fixcheck's greedy runs on the pair's specctl server, the pair's no-spec server the reference
+  local i ref="" spec="" role=""
+  for i in 0 1; do
+    case ${roles[$i]} in
+      nospec|nospec2) ref=${urls[$i]} ;;
+      off|auto) spec=${urls[$i]}; role=${roles[$i]} ;;
+    esac
+  done
+  [ -n "$ref" ] && [ -n "$spec" ] || { log "pair check: needs a no-spec and a specctl server, PAIR is '$PAIR'"; return 0; }
+  python3 "$HERE/correctness.py" run "$ref" "nospec-$ATTN" "$WORK/corr-nospec.json"
+  URL=$spec fixcheck_runs
+  if [ "$role" = off ]; then python3 "$HERE/ctl.py" "$spec" mode off | cut -c1-120
+  else python3 "$HERE/ctl.py" "$spec" set $(backend_settings) mode=0 | cut -c1-200; fi
+}
+
 pair_threads() {  # pair_threads I C: a snapshot of both servers' threads (threads.py), server I under load
   local pids=("$SPID2" "$SPID") j=$(( 1 - $1 ))
   python3 "$HERE/threads.py" snap "$WORK/threads-$TAG.jsonl" "${roles[$1]}" "$2" "${pids[$1]}"
@@ -620,6 +642,7 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
         pair_threads "$i" "$c"
       done
     done
+    [ "$r" = "${PAIR_CHECK_AFTER:-0}" ] && pair_check
   done
   if [ "${PAIR_PROFILE:-0}" = 1 ]; then
     for i in 0 1; do
