@@ -188,6 +188,38 @@ def test_cpu_ops_splits_each_scheduler_span_by_the_kind_of_step_it_serves(tmp_pa
     assert "CPU probe (median us per call): aten::as_strided 10.00\n" in done.stdout
 
 
+def test_cpu_ops_diff_tells_extra_ops_from_slower_ops(tmp_path: Path) -> None:
+    """B's prefill: the same linear 10 % slower a call, and one op A does not run at all."""
+    def trace(name: str, linear_us: float, extra: bool) -> str:
+        events: list[dict[str, object]] = []
+        for step in range(2):
+            t0 = step * 10_000.0
+            events += [{"ph": "X", "cat": "user_annotation", "name": "scheduler.run_batch", "ts": t0, "dur": 5000,
+                        "tid": 1},
+                       {"ph": "X", "cat": "user_annotation", "name": "step[EXTEND bs=1]", "ts": t0 + 1,
+                        "dur": 4000, "tid": 1}]
+            events += [{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": t0 + 10 + 100 * i,
+                        "dur": linear_us, "tid": 1} for i in range(4)]
+            if extra:
+                events.append({"ph": "X", "cat": "cpu_op", "name": "aten::zeros", "ts": t0 + 900, "dur": 30,
+                               "tid": 1})
+        path = tmp_path / name
+        with gzip.open(path, "wt") as fh:
+            json.dump({"traceEvents": events}, fh)
+        return str(path)
+
+    a, b = trace("a.json.gz", 40.0, False), trace("b.json.gz", 44.0, True)
+    done = tool(str(GPU / "cpu_ops.py"), a, b, "--diff", "scheduler.run_batch [EXTEND]")
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert rows[2:] == ["| aten::zeros | 0.0 | 1.0 | 0 | 30 | 0.0 | 30.0 |",
+                        "| aten::linear | 4.0 | 4.0 | 160 | 176 | 40.0 | 44.0 |",
+                        "| all top-level ops | 4 | 5 | 160 | 206 | 40.0 | 41.2 |"]
+    assert done.stdout.startswith("scheduler.run_batch [EXTEND]: 2 steps in A")
+    one = tool(str(GPU / "cpu_ops.py"), a, "--diff", "scheduler.run_batch [EXTEND]")
+    assert one.returncode == 2 and "--diff compares exactly two traces" in one.stderr
+
+
 def test_cpu_ops_says_which_spans_a_trace_lacks(tmp_path: Path) -> None:
     trace = tmp_path / "t.trace.json.gz"
     with gzip.open(trace, "wt") as fh:

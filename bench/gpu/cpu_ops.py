@@ -2,6 +2,7 @@
 """Where the scheduler thread's CPU time goes, per scheduler span, from SGLang's torch-profiler traces.
 
     cpu_ops.py TRACE.json.gz [TRACE.json.gz ...] [--top N]
+    cpu_ops.py A.json.gz B.json.gz --diff "scheduler.run_batch [EXTEND]" [--top N]
 
 summarize_trace.py (the kit's) says whether a step is CPU- or GPU-bound;
 this says which CPU work makes the difference between two traces: for each
@@ -92,21 +93,52 @@ def spans_by_name(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
     return named
 
 
-def span_report(spans: list[dict[str, Any]], ops: list[dict[str, Any]], name: str, top_n: int) -> list[str]:
-    per_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # name -> [calls, µs]
+def op_table(spans: list[dict[str, Any]], ops: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Op name -> (calls a step, µs a step) over the top-level ops inside ``spans``."""
+    per_op: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     starts = [e["ts"] for e in ops]
     for s in spans:
         for e in within(ops, starts, s):
             per_op[e["name"]][0] += 1
             per_op[e["name"]][1] += e["dur"]
-    n = len(spans)
-    total = sum(s["dur"] for s in spans) / n / 1000
-    in_ops = sum(v[1] for v in per_op.values()) / n / 1000
-    calls = sum(v[0] for v in per_op.values()) / n
+    n = max(len(spans), 1)
+    return {name: (calls / n, us / n) for name, (calls, us) in per_op.items()}
+
+
+def diff_report(paths: list[str], span: str, top_n: int) -> list[str]:
+    """One span of two traces op by op, largest difference first: whether B's extra CPU is extra ops
+    (calls a step) or the same ops slower (µs a call); run 10 read the off server's prefill this way."""
+    tables, counts = [], []
+    for path in paths:
+        events = load(path)
+        spans = spans_by_name(events).get(span, [])
+        tables.append(op_table(spans, top_level_ops(events)))
+        counts.append(len(spans))
+    a, b = tables
+    lines = [f"{span}: {counts[0]} steps in A ({paths[0]}), {counts[1]} in B ({paths[1]})",
+             "| op | calls A | calls B | us a step A | us a step B | us a call A | us a call B |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    gap = lambda name: abs(b.get(name, (0, 0))[1] - a.get(name, (0, 0))[1])  # noqa: E731
+    for name in sorted(set(a) | set(b), key=gap, reverse=True)[:top_n]:
+        (ca, ua), (cb, ub) = a.get(name, (0.0, 0.0)), b.get(name, (0.0, 0.0))
+        lines.append(f"| {name[:60]} | {ca:.1f} | {cb:.1f} | {ua:.0f} | {ub:.0f} | "
+                     f"{ua / ca if ca else 0:.1f} | {ub / cb if cb else 0:.1f} |")
+    total = [sum(v[1] for v in t.values()) for t in tables]
+    calls = [sum(v[0] for v in t.values()) for t in tables]
+    lines.append(f"| all top-level ops | {calls[0]:.0f} | {calls[1]:.0f} | {total[0]:.0f} | {total[1]:.0f} | "
+                 f"{total[0] / max(calls[0], 1):.1f} | {total[1] / max(calls[1], 1):.1f} |")
+    return lines
+
+
+def span_report(spans: list[dict[str, Any]], ops: list[dict[str, Any]], name: str, top_n: int) -> list[str]:
+    per_op = op_table(spans, ops)
+    total = sum(s["dur"] for s in spans) / len(spans) / 1000
+    in_ops = sum(v[1] for v in per_op.values()) / 1000
+    calls = sum(v[0] for v in per_op.values())
     lines = [f"{name}: {total:.3f} ms/step, {in_ops:.3f} ms in {calls:.0f} top-level ops/step "
              f"({total - in_ops:.3f} ms between them)"]
     for op, (count, us) in sorted(per_op.items(), key=lambda kv: -kv[1][1])[:top_n]:
-        lines.append(f"  {us / n / 1000:8.3f} ms {count / n:7.1f}/step  {op[:90]}")
+        lines.append(f"  {us / 1000:8.3f} ms {count:7.1f}/step  {op[:90]}")
     return lines
 
 
@@ -124,7 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("traces", nargs="+")
     p.add_argument("--top", type=int, default=8, help="ops listed per span")
+    p.add_argument("--diff", metavar="SPAN", help='two traces, one span (e.g. "scheduler.run_batch [EXTEND]") '
+                   "compared op by op")
     args = p.parse_args(argv)
+    if args.diff:
+        if len(args.traces) != 2:
+            p.error("--diff compares exactly two traces")
+        print("\n".join(diff_report(args.traces, args.diff, args.top)))
+        return 0
     for path in args.traces:
         events = load(path)
         named, ops = spans_by_name(events), top_level_ops(events)
