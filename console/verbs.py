@@ -136,6 +136,9 @@ def summary(sample: dict[str, Any]) -> list[str]:
     server = sample.get("server") or {}
     lines = [_server_line(server, bool(sample.get("sim")))]
     lines += _spec_lines(sample.get("spec"))
+    if server.get("prefill_graphs") is False:
+        lines.append("prefill    EAGER: prefill CUDA graphs are off; with prompts arriving the off state "
+                     "costs about 5 % more (docs/fast-off.md)")
     lines.append(f"load       running {_v(server.get('running'), '{:.0f}')}  "
                  f"queued {_v(server.get('queued'), '{:.0f}')}  "
                  f"{_v(server.get('gen_tps'), '{:.1f}')} tok/s  "

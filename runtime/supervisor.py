@@ -58,6 +58,7 @@ class Supervisor:
         self._started_at = 0.0
         self._thresholds_checked = False
         self._slow_off_told = False  # the slow_off_state event is said once per server start
+        self._eager_prefill_told = False  # so is eager_prefill
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -119,7 +120,7 @@ class Supervisor:
         self._error = None
         self._last_seq = 0 if self.backend.owns_process else None
         self._thresholds_checked = False
-        self._slow_off_told = False
+        self._slow_off_told = self._eager_prefill_told = False
         loop = asyncio.get_running_loop()
         self._started_at = loop.time()
         try:
@@ -242,6 +243,7 @@ class Supervisor:
         except ServerUnreachable as exc:
             self._error = str(exc)
             await self._note_health(False)
+        self._note_eager_prefill(info)
         spec = _spec_state(info)
         if spec is not None:
             self._emit_switches(spec)
@@ -302,6 +304,13 @@ class Supervisor:
         self._slow_off_told = True
         self.emit(records.event("slow_off_state", why=off.get("why_not")))
 
+    def _note_eager_prefill(self, info: dict[str, Any] | None) -> None:
+        """Say once per server when it runs its prefills eagerly: there the off state costs more (run 10)."""
+        if self._eager_prefill_told or prefill_graphs(info) is not False:
+            return
+        self._eager_prefill_told = True
+        self.emit(records.event("eager_prefill", why=EAGER_PREFILL_WHY))
+
     def _publish_log(self) -> None:
         lines = self.backend.take_log()
         if lines:
@@ -330,6 +339,7 @@ class Supervisor:
             "token_usage": _field(m, "token_usage"),
             "decode_tokens_total": _field(m, "decode_tokens_total"),
             "model": (info or {}).get("model_path"), "tp": (info or {}).get("tp_size"),
+            "prefill_graphs": prefill_graphs(info),
             "pid": self.backend.pid, "restarts": self.restarts, "error": self._error,
             "progress": self._progress(uptime),
             "uptime_s": uptime,
@@ -355,6 +365,34 @@ def _spec_state(info: dict[str, Any] | None) -> dict[str, Any] | None:
     if isinstance(states, list) and states and isinstance(states[0], dict):
         spec = states[0].get("specctl")
         return spec if isinstance(spec, dict) else None
+    return None
+
+
+EAGER_PREFILL_WHY = ("prefill CUDA graphs are off, so every prefill runs op by op on the scheduler's CPU; with "
+                     "prompts arriving the off state then measured about 5 % under a server without "
+                     "speculation on Triton (docs/fast-off.md); SGLang's default keeps them on")
+
+
+# The resolved server arguments prefill_graphs reads (tests/test_plugin_contract.py checks each release has them)
+PREFILL_GRAPH_ARGS = ("cuda_graph_config", "disable_cuda_graph", "disable_prefill_cuda_graph")
+
+
+def prefill_graphs(info: dict[str, Any] | None) -> bool | None:
+    """Whether the server replays its prefills from CUDA graphs, from /server_info's resolved arguments.
+
+    SGLang 0.5.17 captures "breakable" prefill graphs unless told not to
+    (``--disable-prefill-cuda-graph``, ``--disable-cuda-graph``) or unless the
+    model cannot take them; its resolved ``cuda_graph_config`` says which.
+    None when the server does not say (an older SGLang, or no answer).
+    """
+    if not info:
+        return None
+    config = info.get("cuda_graph_config")
+    prefill = config.get("prefill") if isinstance(config, dict) else None
+    if isinstance(prefill, dict) and isinstance(prefill.get("backend"), str):
+        return prefill["backend"] != "disabled"
+    if info.get("disable_cuda_graph") is True or info.get("disable_prefill_cuda_graph") is True:
+        return False
     return None
 
 

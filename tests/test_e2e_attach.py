@@ -13,6 +13,8 @@ import pytest
 
 from headless_helpers import Headless, pid_alive, wait_for
 
+from specctl.runtime.supervisor import prefill_graphs
+
 
 def start_sim(tmp: Path, port: int = 0, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     port_file = tmp / f"port-{port}"
@@ -58,6 +60,8 @@ def test_attached_server_is_steered_and_outlives_the_supervisor(tmp_path: Path, 
         assert refused.returncode == 1 and "started elsewhere" in refused.stderr
         assert h.status()["spec"]["off_state"] == {"fast": True, "why_not": None}
         assert not h.records("event", "slow_off_state")
+        assert h.status()["server"]["prefill_graphs"] is True
+        assert "EAGER" not in h.cli("status").stdout and not h.records("event", "eager_prefill")
     finally:
         assert h.stop() == 0
     assert pid_alive(proc.pid), "specctl never stops a server it did not start"
@@ -75,6 +79,35 @@ def test_a_server_whose_off_state_is_slow_is_said_once(tmp_path: Path, sims) -> 
         assert len(h.records("event", "slow_off_state")) == 1
     finally:
         assert h.stop() == 0
+
+
+def test_a_server_with_eager_prefills_is_said_once(tmp_path: Path, sims) -> None:
+    _, url = sims("--eager-prefill")
+    h = Headless(tmp_path, "--attach", url)
+    try:
+        told = h.wait_event("eager_prefill")
+        assert "prefill CUDA graphs are off" in told["why"] and "docs/fast-off.md" in told["why"]
+        assert h.ready_sample()["server"]["prefill_graphs"] is False
+        text = h.cli("status")
+        assert text.returncode == 0 and "prefill    EAGER: prefill CUDA graphs are off" in text.stdout
+        polled = len(h.records("sample"))
+        wait_for(lambda: len(h.records("sample")) >= polled + 3, "three more samples")
+        assert len(h.records("event", "eager_prefill")) == 1
+    finally:
+        assert h.stop() == 0
+
+
+@pytest.mark.parametrize(("info", "graphs"), [
+    ({"cuda_graph_config": {"prefill": {"backend": "breakable"}}, "disable_prefill_cuda_graph": True}, True),
+    ({"cuda_graph_config": {"prefill": {"backend": "disabled"}}}, False),
+    ({"disable_prefill_cuda_graph": True}, False),  # no resolved config: the flags say it
+    ({"disable_cuda_graph": True, "disable_prefill_cuda_graph": False}, False),
+    ({"disable_cuda_graph": False, "disable_prefill_cuda_graph": False}, None),  # an SGLang that does not say
+    ({"cuda_graph_config": "breakable"}, None),
+    (None, None),
+])
+def test_prefill_graphs_reads_the_resolved_config_first(info, graphs) -> None:
+    assert prefill_graphs(info) is graphs
 
 
 def test_a_vanished_attached_server_is_unreachable_then_back(tmp_path: Path, sim) -> None:

@@ -30,6 +30,7 @@ from conftest_sglang import (
 )
 
 from specctl.runtime.policy import PolicySettings
+from specctl.runtime.supervisor import PREFILL_GRAPH_ARGS
 from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off, plugin
 from specctl.runtime.sglang_plugin.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
@@ -222,6 +223,17 @@ def test_server_args_the_plugin_reads_exist(sglang_source: SglangSource) -> None
     for rel in release.args_field_files:
         fields |= class_fields(sglang_source.tree(f"sglang/srt/{rel}"))
     assert {*compat.ARGS_READ, release.dp_attr} <= fields
+
+
+def test_server_info_says_whether_prefills_replay_from_graphs(sglang_source: SglangSource) -> None:
+    """The supervisor's prefill_graphs reads these resolved arguments from /server_info."""
+    fields: set[str] = set()
+    for rel in sglang_source.release.args_field_files:
+        fields |= class_fields(sglang_source.tree(f"sglang/srt/{rel}"))
+    assert set(PREFILL_GRAPH_ARGS) <= fields
+    config = sglang_source.srt("model_executor/cuda_graph_config.py")
+    assert 'DISABLED = "disabled"' in config and "    prefill: PhaseConfig = field(" in config
+    assert "    backend: str = Backend.DISABLED" in config
 
 
 def test_helpers_the_plugin_calls_exist(sglang_source: SglangSource) -> None:

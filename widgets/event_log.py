@@ -22,7 +22,8 @@ _EVENTS = {"server_start": ("START", "plain"), "server_ready": ("READY", "good")
            "supervisor_start": ("SUPERV", "plain"), "supervisor_stop": ("SUPERV", "plain"),
            "server_start_failed": ("FAILED", "bad"), "server_stop": ("STOP", "warn"),
            "gpu_unavailable": ("GPU", "warn"), "settings_restored": ("SETTINGS", "plain"),
-           "settings_restore_failed": ("SETTINGS", "bad"), "slow_off_state": ("SLOW OFF", "bad")}
+           "settings_restore_failed": ("SETTINGS", "bad"), "slow_off_state": ("SLOW OFF", "bad"),
+           "eager_prefill": ("EAGER", "warn")}
 
 
 def describe(record: dict[str, Any]) -> tuple[str, str, str]:

@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="answer /health with 503 for this long")
     ap.add_argument("--slow-off", action="store_true",
                     help="act as a server without specctl's fast off: 'off' runs SGLang's own steps-0 state")
+    ap.add_argument("--eager-prefill", action="store_true",
+                    help="report prefill CUDA graphs off, as a server launched with --disable-prefill-cuda-graph")
     return ap
 
 
@@ -72,7 +74,8 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
         ap.error(f"--fail-gpu {bad[0]} is out of range for {gpus} GPU(s)")
     if not 0.0 <= ns.startup_delay < 86_400:
         ap.error("--startup-delay must be between 0 and 86400 seconds")
-    cfg = SimConfig(preset, gpus, load, changes, ns.seed, ns.startup_delay, frozenset(ns.fail_gpu), ns.slow_off)
+    cfg = SimConfig(preset, gpus, load, changes, ns.seed, ns.startup_delay, frozenset(ns.fail_gpu), ns.slow_off,
+                    ns.eager_prefill)
     return ns, cfg
 
 

@@ -50,6 +50,7 @@ class SimConfig:
     startup_delay_s: float = 0.0
     failed_gpus: frozenset[int] = frozenset()
     slow_off: bool = False  # as a server whose fast off is not in place (SGLang's own steps-0 state)
+    eager_prefill: bool = False  # as a server launched with --disable-prefill-cuda-graph
 
 
 class BadRequest(Exception):
@@ -150,6 +151,13 @@ class SimServer:
             return {"fast": False, "why_not": "simulated (--slow-off): SGLang's own steps-0 state"}
         return {"fast": True, "why_not": None}
 
+    def cuda_graph_args(self) -> dict[str, Any]:
+        """SGLang 0.5.17's resolved CUDA-graph arguments: prefill graphs ("breakable") unless launched eager."""
+        prefill = "disabled" if self.cfg.eager_prefill else "breakable"
+        return {"disable_cuda_graph": False, "disable_prefill_cuda_graph": self.cfg.eager_prefill,
+                "cuda_graph_config": {"decode": {"backend": "full", "max_bs": self.cfg.preset.max_running},
+                                      "prefill": {"backend": prefill, "max_bs": None}}}
+
     def server_info(self) -> dict[str, Any]:
         p = self.cfg.preset
         steps = self.policy.settings.steps
@@ -167,6 +175,7 @@ class SimServer:
             "max_running_requests": p.max_running,
             "max_total_num_tokens": p.kv_pool_tokens,
             "mem_fraction_static": p.mem_fraction_static,
+            **self.cuda_graph_args(),
             "version": SGLANG_VERSION,
             "internal_states": [self.internal_state()],
             "specctl_sim": {
