@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from headless_helpers import Headless, pid_alive, wait_for
@@ -77,6 +78,22 @@ def test_a_server_whose_off_state_is_slow_is_said_once(tmp_path: Path, sims) -> 
         text = h.cli("status")
         assert text.returncode == 0 and "off state  SLOW: simulated (--slow-off)" in text.stdout
         assert len(h.records("event", "slow_off_state")) == 1
+    finally:
+        assert h.stop() == 0
+
+
+def test_a_ready_server_is_not_asked_for_health_each_poll(tmp_path: Path, sim) -> None:
+    """SGLang's /health generates a token and takes a second; once ready, the poll itself is the check."""
+    _, url = sim
+    h = Headless(tmp_path, "--attach", url, "--interval", "0.1")
+    try:
+        h.ready_sample()
+        asked = httpx.get(f"{url}/server_info", timeout=10).json()["specctl_sim"]["health_checks"]
+        polled = len(h.records("sample"))
+        wait_for(lambda: len(h.records("sample")) >= polled + 5, "five more samples")
+        assert asked >= 1, "asked until the server was ready"
+        assert httpx.get(f"{url}/server_info", timeout=10).json()["specctl_sim"]["health_checks"] == asked
+        assert h.ready_sample()["server"]["state"] == "ready"
     finally:
         assert h.stop() == 0
 

@@ -74,6 +74,7 @@ class SimServer:
         self._waiters: dict[int, asyncio.Future[SimRequest]] = {}
         self._started = time.monotonic()
         self._lag_dropped_s = 0.0
+        self.health_checks = 0  # /health and /health_generate answered: each costs SGLang a generation
         self._task: asyncio.Task[None] | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
@@ -188,6 +189,7 @@ class SimServer:
                 "seed": self.cfg.seed,
                 "sim_time_s": round(self.engine.now, 3),
                 "lag_dropped_s": round(self._lag_dropped_s, 3),
+                "health_checks": self.health_checks,
             },
         }
 
@@ -349,6 +351,7 @@ def build_app(server: SimServer) -> web.Application:
     app = web.Application(middlewares=[_json_errors], client_max_size=8 * 2**20)
 
     async def health(_: web.Request) -> web.Response:
+        server.health_checks += 1
         if not server.ready:
             return _error(503, "starting")
         return web.Response(status=200)
