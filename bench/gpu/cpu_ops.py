@@ -118,7 +118,9 @@ def diff_report(paths: list[str], span: str, top_n: int) -> list[str]:
     lines = [f"{span}: {counts[0]} steps in A ({paths[0]}), {counts[1]} in B ({paths[1]})",
              "| op | calls A | calls B | us a step A | us a step B | us a call A | us a call B |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    gap = lambda name: abs(b.get(name, (0, 0))[1] - a.get(name, (0, 0))[1])  # noqa: E731
+    def gap(name: str) -> float:
+        return abs(b.get(name, (0.0, 0.0))[1] - a.get(name, (0.0, 0.0))[1])
+
     for name in sorted(set(a) | set(b), key=gap, reverse=True)[:top_n]:
         (ca, ua), (cb, ub) = a.get(name, (0.0, 0.0)), b.get(name, (0.0, 0.0))
         lines.append(f"| {name[:60]} | {ca:.1f} | {cb:.1f} | {ua:.0f} | {ub:.0f} | "

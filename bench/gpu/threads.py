@@ -26,6 +26,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import psutil
+
 MIN_SHARE = 1.0  # % of one CPU: quieter threads are summed into one "(other threads)" row
 
 
@@ -49,9 +51,7 @@ def thread_switches(pid: int, tid: int) -> int:
     return 0
 
 
-def process_rows(proc: Any) -> dict[str, Any]:
-    import psutil
-
+def process_rows(proc: psutil.Process) -> dict[str, Any]:
     try:
         title = " ".join(proc.cmdline())[:48] or proc.name()
         threads = [{"tid": t.id, "comm": thread_comm(proc.pid, t.id), "cpu": t.user_time + t.system_time,
@@ -62,8 +62,6 @@ def process_rows(proc: Any) -> dict[str, Any]:
 
 
 def snapshot(role: str, conc: str, pids: list[int]) -> dict[str, Any]:
-    import psutil
-
     procs = []
     for pid in pids:
         try:
