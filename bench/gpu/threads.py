@@ -51,9 +51,14 @@ def thread_switches(pid: int, tid: int) -> int:
     return 0
 
 
+def process_title(argv: list[str], name: str) -> str:
+    """The command line on one line, without the interpreter's directory, which would eat the 48 characters shown."""
+    return " ".join(" ".join([os.path.basename(argv[0]), *argv[1:]]).split())[:48] if argv else name
+
+
 def process_rows(proc: psutil.Process) -> dict[str, Any]:
     try:
-        title = " ".join(proc.cmdline())[:48] or proc.name()
+        title = process_title(proc.cmdline(), proc.name())
         threads = [{"tid": t.id, "comm": thread_comm(proc.pid, t.id), "cpu": t.user_time + t.system_time,
                     "preempt": thread_switches(proc.pid, t.id)} for t in proc.threads()]
     except (psutil.NoSuchProcess, psutil.AccessDenied):
