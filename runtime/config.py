@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
+
 from . import config_file, paths
 from .policy import PolicySettings, SettingsError
 
@@ -76,8 +78,9 @@ class SupervisorConfig:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "SupervisorConfig":
         """Build from the `specctl run`/`specctl tui` arguments over the config file's defaults."""
-        backend: BackendKind = "attach" if args.attach else "sglang" if args.model else "sim"
-        if args.attach and args.model:
+        attach = args.attach is not None  # `--attach ""` is a mistake, not a request for the simulator
+        backend: BackendKind = "attach" if attach else "sglang" if args.model else "sim"
+        if attach and args.model:
             raise ConfigError("choose one of --attach URL and --model")
         if args.draft and not args.model:
             raise ConfigError("--draft needs --model")
@@ -92,7 +95,7 @@ class SupervisorConfig:
         from_file = {key for key in sup if getattr(args, key, None) is None}
         try:
             return cls(
-                backend=backend, url=args.attach, model=args.model, draft=args.draft, tp=args.tp,
+                backend=backend, url=attach_url(args.attach) if attach else None, model=args.model, draft=args.draft, tp=args.tp,
                 spec_steps=args.spec_steps, port=args.port, sglang_args=list(args.sglang_args or []),
                 sim_preset=args.sim_preset or sup.get("sim_preset", "h200-llama8b"),
                 sim_gpus=args.sim_gpus, sim_load=args.sim_load or sup.get("sim_load", "bursts"),
@@ -104,6 +107,29 @@ class SupervisorConfig:
             )
         except ConfigError as exc:
             raise _blame_the_file(exc, from_file) from None
+
+
+def attach_url(text: str) -> str:
+    """The --attach URL made whole: ``host:port`` gains ``http://``, as SGLang prints its address without one.
+
+    Checked here so that a typo is one line at start-up, not a supervisor
+    retrying a URL that can never answer.
+    """
+    raw = text.strip()
+    example = "e.g. --attach http://127.0.0.1:30000"
+    if not raw or any(c.isspace() for c in raw):
+        raise ConfigError(f"--attach needs a URL, got {text!r}; {example}")
+    try:
+        url = httpx.URL(raw if "://" in raw else f"http://{raw}")
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"--attach {text!r} is not a URL ({exc}); {example}") from None
+    if url.scheme not in ("http", "https"):
+        raise ConfigError(f"--attach needs an http:// or https:// URL, got {text!r}; {example}")
+    if not url.host:
+        raise ConfigError(f"--attach {text!r} names no host; {example}")
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise ConfigError(f"--attach {text!r}: port {url.port} is not between 1 and 65535")
+    return str(url).rstrip("/")
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:

@@ -28,6 +28,21 @@ def test_a_bad_simulator_choice_is_one_line_and_exit_2(tmp_path: Path, flag: str
     assert not (tmp_path / "s.sock").exists()
 
 
+@pytest.mark.parametrize(("url", "named"), [
+    ("", "--attach needs a URL"),
+    ("ftp://127.0.0.1:30000", "needs an http:// or https:// URL"),
+    ("http://:30000", "names no host"),
+    ("127.0.0.1:300000", "port 300000 is not between 1 and 65535"),
+    ("http://127.0.0.1:port", "is not a URL"),
+])
+def test_an_attach_url_that_cannot_answer_is_one_line_and_exit_2(tmp_path: Path, url: str, named: str) -> None:
+    out = run(tmp_path, "run", "--headless", "--socket", str(tmp_path / "s.sock"), "--attach", url)
+    assert out.returncode == 2, out.stderr
+    assert named in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert not (tmp_path / "s.sock").exists()
+
+
 def test_without_xdg_runtime_dir_locate_prints_paths_and_no_warning(tmp_path: Path) -> None:
     out = run(tmp_path, "locate")
     assert out.returncode == 0 and "specctl.sock" in out.stdout
