@@ -5,8 +5,9 @@ Every source yields dicts shaped as in a sample record::
     {"index", "name", "uuid", "state", "error", "util", "mem_used", "mem_total",
      "power_w", "power_limit_w", "temp_c", "sm_clock_mhz"}
 
-``state`` is "ok", "failed" (the GPU stopped answering; ``error`` says why)
-or "unsupported" (it answers, but no metric is readable). Anything not
+``state`` is "ok", "failed" (the GPU stopped answering; ``error`` says why),
+"unsupported" (it answers, but no metric is readable) or "unread" (the
+simulator that simulates it is down: nothing is known about the GPU). Anything not
 readable is ``None``, never "N/A" and never a stale number.
 """
 
@@ -220,8 +221,9 @@ class SimGpuSource:
     """GpuSource over the simulator's GET /sim/gpus.
 
     When the simulator cannot be reached, the GPUs it last reported stay in the
-    list as "failed" with the error, their metrics unread: a stale number
-    would pass for a live one.
+    list as "unread" with the error, their metrics unread: a stale number
+    would pass for a live one, and "failed" would blame hardware that only
+    the stopped simulator stood for.
     """
 
     def __init__(self, client: SGLangClient) -> None:
@@ -232,15 +234,15 @@ class SimGpuSource:
         try:
             self._last = await self._client.sim_gpus()
         except ServerUnreachable as exc:
-            return [_stale(gpu, exc.message) for gpu in self._last]
+            return [_unread(gpu, f"the simulator does not answer: {exc.message}") for gpu in self._last]
         return self._last
 
     async def aclose(self) -> None:
         """Nothing to release: the client belongs to the caller."""
 
 
-def _stale(gpu: GpuDict, error: str) -> GpuDict:
-    return _gpu(gpu.get("index"), gpu.get("name"), gpu.get("uuid"), "failed", error)
+def _unread(gpu: GpuDict, error: str) -> GpuDict:
+    return _gpu(gpu.get("index"), gpu.get("name"), gpu.get("uuid"), "unread", error)
 
 
 async def open_gpu_source(kind: str, client: SGLangClient | None = None) -> GpuSource:

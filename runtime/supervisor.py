@@ -59,6 +59,7 @@ class Supervisor:
         self._thresholds_checked = False
         self._slow_off_told = False  # the slow_off_state event is said once per server start
         self._eager_prefill_told = False  # so is eager_prefill
+        self._failed_gpus: dict[Any, str] = {}  # index -> error, for gpu_failed / gpu_recovered events
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -314,6 +315,20 @@ class Supervisor:
         self._eager_prefill_told = True
         self.emit(records.event("eager_prefill", why=EAGER_PREFILL_WHY))
 
+    def _note_gpu_faults(self, gpus: list[dict[str, Any]]) -> None:
+        """Journal a GPU's failure when it begins and its recovery when it ends: samples say so only in passing.
+
+        "unread" (the simulator is down) is neither: nothing is known about the GPU.
+        """
+        for gpu in gpus:
+            index, state = gpu.get("index"), gpu.get("state")
+            if state == "failed" and index not in self._failed_gpus:
+                self._failed_gpus[index] = str(gpu.get("error"))
+                self.emit(records.event("gpu_failed", index=index, error=gpu.get("error")))
+            elif state == "ok" and index in self._failed_gpus:
+                del self._failed_gpus[index]
+                self.emit(records.event("gpu_recovered", index=index))
+
     def _publish_log(self) -> None:
         lines = self.backend.take_log()
         if lines:
@@ -327,6 +342,7 @@ class Supervisor:
                 gpus = await self._gpus.sample()
             except Exception as exc:  # the source reports per-GPU failures itself; this is a last guard
                 log.warning("GPU sampling failed: %s", exc)
+        self._note_gpu_faults(gpus)
         procs = self._procs.sample() if self._procs is not None else []
         sample = records.sample(self._server_fields(metrics, info), _public_spec(spec), gpus, procs,
                                 sim=self.sim)

@@ -8,6 +8,7 @@ import signal
 import socket
 from pathlib import Path
 
+import httpx
 import pytest
 
 from specctl.runtime.journal import read_journal
@@ -125,6 +126,10 @@ def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
     assert sup.status()["server"]["state"] == "stopped"
     wait_for(lambda: not pid_alive(first), "the simulator to be stopped")
     assert not sup.records("event", "server_restart"), "a stopped server stays stopped"
+    gpus = wait_for(lambda: (g := sup.records("sample")[-1]["gpus"]) and g[0]["state"] == "unread" and g,
+                    "the simulated GPUs unread")
+    assert [g["state"] for g in gpus] == ["unread", "unread"] and "simulator does not answer" in gpus[0]["error"]
+    assert not sup.records("event", "gpu_failed"), "the simulator stopped, not its GPUs"
     assert sup.cli("set", "off_at=48").returncode == 1, "no server to take settings"
     assert sup.cli("server", "start").returncode == 0
     second = wait_for(lambda: sup.status()["server"]["state"] == "ready" and sup.status()["server"]["pid"],
@@ -134,6 +139,20 @@ def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
     third = wait_for(lambda: sup.status()["server"]["state"] == "ready" and sup.status()["server"]["pid"],
                      "the server restarted")
     assert third not in (first, second) and not pid_alive(second)
+
+
+def test_a_gpu_that_fails_then_recovers_is_journalled_once_each_way(sup: Headless) -> None:
+    url = sup.ready_sample()["server"]["url"]
+    assert httpx.post(f"{url}/sim/gpus", json={"failed": [1]}, timeout=10).status_code == 200
+    failed = sup.wait_event("gpu_failed", index=1)
+    assert failed["error"] == "simulated fault (--fail-gpu)"
+    polled = len(sup.records("sample"))
+    wait_for(lambda: len(sup.records("sample")) >= polled + 3, "three more samples")
+    assert httpx.post(f"{url}/sim/gpus", json={"failed": []}, timeout=10).status_code == 200
+    sup.wait_event("gpu_recovered", index=1)
+    assert [(r["event"], r["index"]) for r in sup.records("event") if r["event"].startswith("gpu_")] == [
+        ("gpu_failed", 1), ("gpu_recovered", 1)]
+    assert "gpu_failed index=1" in sup.told()
 
 
 def test_the_journal_rotates_at_the_size_asked_for(tmp_path: Path) -> None:

@@ -137,6 +137,13 @@ def test_sim_endpoints_gpus_and_load(start_sim: Start) -> None:
         gpus = client.get("/sim/gpus").json()
         assert [g["state"] for g in gpus] == ["ok", "ok", "ok", "failed"]
         assert gpus[3]["util"] is None and gpus[0]["mem_total"] > 0
+        assert client.post("/sim/gpus", json={"failed": [0, 1]}).json() == {"failed": [0, 1]}
+        assert [g["state"] for g in client.get("/sim/gpus").json()] == ["failed", "failed", "ok", "ok"]
+        for body, said in (({"failed": [4]}, "out of range (0..3)"), ({"failed": ["1"]}, "body must be"),
+                           ({"failed": True}, "body must be"), ([2], "body must be")):
+            refused = client.post("/sim/gpus", json=body)
+            assert refused.status_code == 400 and said in refused.json()["error"], body
+        assert [g["state"] for g in client.get("/sim/gpus").json()] == ["failed", "failed", "ok", "ok"]
         bad = client.post("/sim/load", json={"spec": "steady:c=lots"})
         assert bad.status_code == 400 and "c must be an integer" in bad.json()["error"]
         assert client.get("/sim/load").json() == {"spec": "idle"}

@@ -18,7 +18,7 @@ from .banner import clock
 _SKIP = {"v", "t", "kind", "event", "cmd", "ok", "uid", "args", "sim"}
 _EVENTS = {"server_start": ("START", "plain"), "server_ready": ("READY", "good"), "server_exit": ("EXIT", "bad"),
            "server_restart": ("RESTART", "warn"), "server_unreachable": ("UNREACH", "bad"),
-           "gpu_failed": ("GPU", "bad"), "settings": ("SETTINGS", "plain"),
+           "gpu_failed": ("GPU", "bad"), "gpu_recovered": ("GPU", "good"), "settings": ("SETTINGS", "plain"),
            "supervisor_start": ("SUPERV", "plain"), "supervisor_stop": ("SUPERV", "plain"),
            "server_start_failed": ("FAILED", "bad"), "server_stop": ("STOP", "warn"),
            "gpu_unavailable": ("GPU", "warn"), "settings_restored": ("SETTINGS", "plain"),

@@ -17,6 +17,7 @@ from textual.widget import Widget
 GIB = 1024**3
 BAR_FULL, BAR_EMPTY = "█", "░"
 DEAD_STATES = ("failed", "unsupported")
+NO_READING_STATES = (*DEAD_STATES, "unread")  # "unread": the simulator is down, the GPU is not known to be
 
 
 def short_name(name: str | None) -> str:
@@ -76,7 +77,7 @@ class GpuPanel(Widget):
 
     def render(self) -> Text:
         gpu = self.gpu or {}
-        if gpu.get("state") in DEAD_STATES:
+        if gpu.get("state") in NO_READING_STATES:
             return self._render_dead(gpu)
         return self._render_line(gpu) if self.compact else self._render_full(gpu)
 
@@ -135,8 +136,9 @@ class GpuPanel(Widget):
 
     def _render_dead(self, gpu: dict[str, Any]) -> Text:
         state = str(gpu.get("state")).upper()
+        style = self._style("dead" if gpu.get("state") in DEAD_STATES else "empty")
         error = gpu.get("error") or ""
         if self.compact:
             return Text.assemble((f"{gpu.get('index', '?')} {short_name(gpu.get('name'))[:6]:<6} ", self._style("label")),
-                                 (state, self._style("dead")), f"  {error}")
-        return Text.assemble((state, self._style("dead")), "\n", error, "\nno readings from this GPU")
+                                 (state, style), f"  {error}")
+        return Text.assemble((state, style), "\n", error, "\nno readings from this GPU")

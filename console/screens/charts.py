@@ -28,14 +28,16 @@ def off_spans(points: list[Point]) -> tuple[tuple[float, float], ...]:
     return tuple(spans)
 
 
-def _last(series: tuple[tuple[float, float], ...], fmt: str) -> str:
-    return si(series[-1][1], fmt) if series else "–"
+def _last(series: tuple[tuple[float, float], ...], fmt: str, latest: float | None) -> str:
+    """The newest sample's value, or "–" where it had none: a stopped server's last tok/s is not its tok/s now."""
+    return si(series[-1][1], fmt) if series and series[-1][0] == latest else "–"
 
 
 def build_charts(timeline: Timeline, window_s: float) -> tuple[ChartData, ChartData, ChartData]:
     """(tok/s, accepted length, requests) over the last ``window_s`` of journal time."""
     now = timeline.now or 0.0
     points = [p for p in timeline.points if p.t >= now - window_s]
+    latest = points[-1].t if points else None
     spans = off_spans(points)
     tps = _series(points, lambda p: p.gen_tps)
     accept = _series(points, lambda p: p.accept_len)
@@ -46,9 +48,9 @@ def build_charts(timeline: Timeline, window_s: float) -> tuple[ChartData, ChartD
     rules = "  ".join(f"┈{name} {v:.0f}" for v, name in marks)
     return (
         ChartData("Output tok/s", now, window_s, (tps,), spans,
-                  legend=_last(tps, ".0f"), note="shaded: spec off" if spans else ""),
-        ChartData("Accept length", now, window_s, (accept,), spans, legend=_last(accept, ".2f"),
+                  legend=_last(tps, ".0f", latest), note="shaded: spec off" if spans else ""),
+        ChartData("Accept length", now, window_s, (accept,), spans, legend=_last(accept, ".2f", latest),
                   y_min_top=timeline.max_accept(), unit_fmt=".1f"),
         ChartData("Requests", now, window_s, (running, queued), spans, marks,
-                  legend=f"run {_last(running, '.0f')} · queue {_last(queued, '.0f')}  {rules}"),
+                  legend=f"run {_last(running, '.0f', latest)} · queue {_last(queued, '.0f', latest)}  {rules}"),
     )

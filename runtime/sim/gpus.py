@@ -30,18 +30,23 @@ class SimGpus:
                  preset: str = "", failed: frozenset[int] = frozenset()) -> None:
         if not 1 <= count <= MAX_GPUS:
             raise ValueError(f"gpus must be between 1 and {MAX_GPUS}, got {count}")
-        bad = sorted(i for i in failed if not 0 <= i < count)
-        if bad:
-            raise ValueError(f"fail-gpu index {bad[0]} out of range (0..{count - 1})")
         self.spec = spec
         self.count = count
-        self.failed = failed
+        self.failed = frozenset[int]()
+        self.fail(failed)
         self._static = int(spec.mem_total * mem_fraction_static)
         self._uuids = [f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'specctl-sim/{preset}/{seed}/{i}')}"
                        for i in range(count)]
         self._util = 0.0
         self._batch = 0
         self._temp = AMBIENT_C + C_PER_WATT * spec.idle_power_w
+
+    def fail(self, failed: frozenset[int]) -> None:
+        """Mark exactly these GPUs failed (the rest answer again): a fault an operator can watch come and go."""
+        bad = sorted(i for i in failed if not 0 <= i < self.count)
+        if bad:
+            raise ValueError(f"fail-gpu index {bad[0]} out of range (0..{self.count - 1})")
+        self.failed = frozenset(failed)
 
     def update(self, dt: float, busy_fraction: float, batch_size: int) -> None:
         """Advance the readings by ``dt`` seconds during which the GPUs were busy that fraction of the time."""

@@ -377,6 +377,17 @@ def build_app(server: SimServer) -> web.Application:
     async def sim_gpus(_: web.Request) -> web.Response:
         return web.json_response(server.gpus.snapshot())
 
+    async def set_failed_gpus(request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        failed = body.get("failed") if isinstance(body, dict) else None
+        if not isinstance(failed, list) or not all(type(i) is int for i in failed):
+            raise BadRequest('body must be {"failed": [GPU index, ...]}')
+        try:
+            server.gpus.fail(frozenset(failed))
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        return web.json_response({"failed": sorted(server.gpus.failed)})
+
     async def get_load(_: web.Request) -> web.Response:
         return web.json_response({"spec": str(server.driver.spec)})
 
@@ -400,6 +411,7 @@ def build_app(server: SimServer) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/generate", generate)
     app.router.add_get("/sim/gpus", sim_gpus)
+    app.router.add_post("/sim/gpus", set_failed_gpus)
     app.router.add_get("/sim/load", get_load)
     app.router.add_post("/sim/load", set_load)
     return app

@@ -59,6 +59,17 @@ def test_charts_cover_the_window_and_draw_the_thresholds() -> None:
     assert accept.off_spans == ((T + 650, T + 699),)
 
 
+def test_a_stopped_server_shows_no_current_figures_though_its_history_stays() -> None:
+    timeline = Timeline()
+    for i in range(5):
+        timeline.fold(sample(T + i, True, running=7))
+    assert [chart.legend.split()[0] for chart in build_charts(timeline, 300.0)] == ["100", "2.50", "run"]
+    timeline.fold(records.sample({"state": "stopped"}, None, [], [], sim=True, t=T + 5))
+    tps, accept, requests = build_charts(timeline, 300.0)
+    assert (tps.legend, accept.legend) == ("–", "–") and requests.legend.startswith("run – · queue –")
+    assert len(tps.series[0]) == 5, "the history is still drawn"
+
+
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
                                                                                         max_size=4),
