@@ -32,6 +32,7 @@ class ChartData:
     off_spans: tuple[tuple[float, float], ...] = ()  # [(t0, t1)] shaded
     thresholds: tuple[tuple[float, str], ...] = ()  # [(value, label)]: first "off", second "on"
     legend: str = ""
+    legend_narrow: str = ""  # said instead where title and legend would be cut: a cut number reads as another
     note: str = ""  # shown after the legend only where it fits whole
     y_min_top: float = 1.0  # the y axis reaches at least this, so a quiet chart stays flat
     unit_fmt: str = ".0f"
@@ -78,7 +79,10 @@ class TimeChart(Widget):
         width, height = self.content_region.width, self.content_region.height
         if data is None or width < _AXIS + 4 or height < 2:
             return Text(data.title if data else "")
-        title = Text.assemble((data.title, self._style("title")), "  ", (data.legend, self._style("legend")))
+        legend = data.legend
+        if data.legend_narrow and len(data.title) + 2 + len(legend) > width:
+            legend = data.legend_narrow
+        title = Text.assemble((data.title, self._style("title")), "  ", (legend, self._style("legend")))
         if data.note and title.cell_len + 2 + len(data.note) <= width:
             title.append(f"  {data.note}", self._style("legend"))
         title.truncate(width)

@@ -46,11 +46,12 @@ def build_charts(timeline: Timeline, window_s: float) -> tuple[ChartData, ChartD
     off_at, on_at = timeline.thresholds()
     marks = tuple((v, name) for v, name in ((off_at, "off_at"), (on_at, "on_at")) if v is not None)
     rules = "  ".join(f"┈{name} {v:.0f}" for v, name in marks)
+    run, queue = _last(running, ".0f", latest), _last(queued, ".0f", latest)
     return (
         ChartData("Output tok/s", now, window_s, (tps,), spans,
                   legend=_last(tps, ".0f", latest), note="shaded: spec off" if spans else ""),
         ChartData("Accept length", now, window_s, (accept,), spans, legend=_last(accept, ".2f", latest),
                   y_min_top=timeline.max_accept(), unit_fmt=".1f"),
         ChartData("Requests", now, window_s, (running, queued), spans, marks,
-                  legend=f"run {_last(running, '.0f', latest)} · queue {_last(queued, '.0f', latest)}  {rules}"),
+                  legend=f"run {run} · queue {queue}", legend_narrow=f"run {run} · q {queue}", note=rules),
     )
