@@ -15,6 +15,7 @@ Vocabulary:
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Iterable, Literal, Mapping
@@ -96,6 +97,7 @@ class PolicySettings:
         return wire
 
 
+MAX_BATCH = 1_000_000  # far above any server's running requests; a larger off_at is a typo
 _INT_FIELDS = ("steps", "off_at", "on_at", "accept_window", "probe_after", "dwell", "warm_below")
 _FLOAT_FIELDS = ("min_accept", "accept_slope")
 
@@ -111,11 +113,7 @@ def _coerce(key: str, value: Any) -> Any:
     if isinstance(value, bool):
         raise SettingsError(key, f"must be a number, got {value!r}")
     if isinstance(value, str):
-        try:
-            value = float(value) if key in _FLOAT_FIELDS else int(value.strip(), 10)
-        except ValueError:
-            kind = "a number" if key in _FLOAT_FIELDS else "an integer"
-            raise SettingsError(key, f"must be {kind}, got {value!r}") from None
+        value = _parse_number(key, value)
     if key in _INT_FIELDS:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -127,6 +125,26 @@ def _coerce(key: str, value: Any) -> Any:
     return float(value)
 
 
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
+
+
+def _parse_number(key: str, text: str) -> int | float:
+    """Plain ASCII decimals only: Python's int() and float() also take "1_000" and other scripts' digits,
+    and float() rounds "1e-400" to 0, which for min_accept would switch the acceptance rule off unasked."""
+    text = text.strip()
+    if key in _INT_FIELDS:
+        if not _INT_TEXT.fullmatch(text):
+            raise SettingsError(key, f"must be an integer, got {text!r}")
+        return int(text)
+    if not _FLOAT_TEXT.fullmatch(text):
+        raise SettingsError(key, f"must be a number, got {text!r}")
+    value = float(text)
+    if value == 0 and re.search(r"[1-9]", text.lower().partition("e")[0]):
+        raise SettingsError(key, f"is too small to hold, got {text!r}; write 0 if 0 is meant")
+    return value
+
+
 def _validate(s: PolicySettings) -> None:
     if s.mode not in MODES:
         raise SettingsError("mode", f"must be one of {', '.join(MODES)}, got {s.mode!r}")
@@ -136,8 +154,8 @@ def _validate(s: PolicySettings) -> None:
             raise SettingsError(key, f"must be an integer, got {value!r}")
     if not 1 <= s.steps <= 16:
         raise SettingsError("steps", f"must be between 1 and 16, got {s.steps}")
-    if s.off_at < 1:
-        raise SettingsError("off_at", f"must be at least 1, got {s.off_at}")
+    if not 1 <= s.off_at <= MAX_BATCH:
+        raise SettingsError("off_at", f"must be between 1 and {MAX_BATCH}, got {s.off_at}")
     if s.on_at < 0:
         raise SettingsError("on_at", f"must be at least 0, got {s.on_at}")
     if s.on_at >= s.off_at:

@@ -131,6 +131,8 @@ def test_settings_are_all_or_nothing_and_name_the_field() -> None:
     assert p.settings == before
     assert p.apply({"off_at": "48", "on_at": 16, "min_accept": "0.8"}).off_at == 48
     assert p.apply({"accept_slope": "0.05"}).accept_slope == 0.05
+    assert p.apply({"min_accept": " .5 ", "off_at": "+40"}).min_accept == 0.5
+    assert p.apply({"min_accept": "0e3"}).min_accept == 0.0, "a zero written as one is a zero"
 
 
 @pytest.mark.parametrize("changes", [
@@ -138,6 +140,8 @@ def test_settings_are_all_or_nothing_and_name_the_field() -> None:
     {"dwell": True}, {"mode": "sometimes"}, {"accept_window": 1.5}, {"off_at": "ten"},
     {"accept_slope": -0.01}, {"accept_slope": 1.5}, {"accept_slope": float("inf")}, {"accept_slope": "steep"},
     {"accept_slope": True}, {"warm_below": -1}, {"warm_below": 1_000_001}, {"warm_below": 2.5},
+    {"off_at": "99999999999999999999999"}, {"off_at": "٤٨"}, {"off_at": "1_000"}, {"min_accept": "1e-400"},
+    {"min_accept": "0x1p0"}, {"min_accept": "1_0.5"},
     {"warm_below": "some"},
 ])
 def test_bad_values_are_refused(changes: dict) -> None:
