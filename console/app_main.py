@@ -14,7 +14,7 @@ from pathlib import Path
 from specctl.runtime.journal import read_journal
 
 from .cli import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_USAGE
-from .links import Link, LinkError, ReplayLink, SocketLink
+from .links import MAX_SPEED, MIN_SPEED, Link, LinkError, ReplayLink, SocketLink
 
 
 def run_tui(args: argparse.Namespace) -> int:
@@ -45,8 +45,8 @@ def run_replay(args: argparse.Namespace) -> int:
     if not path.is_file():
         print(f"specctl: no journal at {path}", file=sys.stderr)
         return EXIT_USAGE
-    if not args.speed > 0:
-        print("specctl: --speed must be above 0", file=sys.stderr)
+    if not MIN_SPEED <= args.speed <= MAX_SPEED:  # NaN fails too
+        print(f"specctl: --speed must be between {MIN_SPEED:g} and {MAX_SPEED:g}, got {args.speed:g}", file=sys.stderr)
         return EXIT_USAGE
     problem = _journal_problem(path)
     if problem:

@@ -22,6 +22,8 @@ from specctl.runtime.journal import read_journal
 RESET = "reset"  # a record kind that only links make: forget what was shown, a replay seeked back
 
 
+MIN_SPEED, MAX_SPEED = 0.125, 64.0  # replay speeds the keys step between, and the command line allows
+
 class LinkError(Exception):
     """A refused request; ``code`` is the control protocol's error code."""
 
@@ -237,7 +239,7 @@ class ReplayLink(Link):
         self._wake.set()
 
     def set_speed(self, speed: float) -> None:
-        self.speed = min(max(speed, 0.125), 64.0)
+        self.speed = min(max(speed, MIN_SPEED), MAX_SPEED)
         self._wake.set()
 
     # -- the stream -------------------------------------------------------

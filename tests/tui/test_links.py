@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from specctl.console.app import SpecctlApp
 from specctl.console.app_main import run_replay, run_tui
 from specctl.console.cli import EXIT_NO_SUPERVISOR, EXIT_USAGE, build_parser
@@ -14,7 +16,7 @@ from specctl.runtime.journal import read_journal
 from specctl.runtime.supervisor import Supervisor
 from specctl.widgets.banner import SpecBanner
 
-from tui_helpers import until
+from tui_helpers import FIXTURES, until
 
 
 def banner(app: SpecctlApp) -> str:
@@ -60,6 +62,13 @@ def test_replay_of_a_file_that_is_no_journal_is_a_usage_error(tmp_path: Path, ca
     args = build_parser().parse_args(["replay", str(bad)])
     assert run_replay(args) == EXIT_USAGE
     assert "holds no journal records" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("speed", ["0", "0.001", "65", "inf", "nan", "-1"])
+def test_replay_speeds_the_keys_cannot_reach_are_a_usage_error(speed: str, capsys) -> None:
+    args = build_parser().parse_args(["replay", str(FIXTURES / "one_gpu.jsonl"), "--speed", speed])
+    assert run_replay(args) == EXIT_USAGE
+    assert "--speed must be between 0.125 and 64" in capsys.readouterr().err
 
 
 def test_bad_server_arguments_are_a_usage_error(capsys) -> None:
