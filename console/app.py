@@ -49,11 +49,12 @@ class SpecctlApp(App[int]):
     CSS_PATH = ["app.tcss"]
     TITLE = "specctl"
     BINDINGS = [
-        Binding("o", "force_on", "Force on"),
-        Binding("x", "force_off", "Force off"),
-        Binding("a", "auto", "Auto"),
-        Binding("t", "thresholds", "Thresholds"),
-        Binding("p,space", "toggle_pause", "Pause", key_display="p"),
+        # The controls bar shows these five with their keys; the footer keeps its 80 columns for the rest.
+        Binding("o", "force_on", "Force on", show=False),
+        Binding("x", "force_off", "Force off", show=False),
+        Binding("a", "auto", "Auto", show=False),
+        Binding("t", "thresholds", "Thresholds", show=False),
+        Binding("p,space", "toggle_pause", "Pause", key_display="p", show=False),
         Binding("left", "seek(-10)", "-10s"),
         Binding("right", "seek(10)", "+10s"),
         Binding("home", "seek_start", "Start", show=False),
