@@ -36,6 +36,9 @@ def describe(record: dict[str, Any]) -> tuple[str, str, str]:
         text = f"speculation {'ON' if on else 'OFF'} ({record.get('reason')}, batch {record.get('batch_size')})"
         return "SWITCH", text, "good" if on else "bad"
     tag, tone = _EVENTS.get(name, (name.upper()[:8], "plain"))
+    if name == "settings" and isinstance(record.get("changes"), dict) and record["changes"]:
+        # what changed, not the whole set after it as well: the journal keeps both
+        return tag, _fields({"event": name, **record["changes"]}), tone
     return tag, _fields(record), tone
 
 

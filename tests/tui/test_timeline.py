@@ -99,3 +99,13 @@ def test_gpu_panels_are_bordered_only_where_they_all_fit_in_half_the_height() ->
     assert gpu_layout(120, 40, 2) == (False, 2)
     assert gpu_layout(80, 24, 1) == (True, 1)  # narrow: one line per GPU
     assert gpu_layout(160, 48, 16) == (True, 1)  # 4 rows of panels do not fit; lines scroll
+
+
+def test_a_settings_event_shows_what_changed_not_the_whole_set_again() -> None:
+    from specctl.widgets.event_log import describe
+
+    full = {"mode": "auto", "steps": 3, "off_at": 48, "on_at": 16}
+    changed = records.event("settings", t=T, changes={"off_at": 48, "on_at": 16}, settings=full)
+    assert describe(changed) == ("SETTINGS", "settings off_at=48 on_at=16", "plain")
+    restored = records.event("settings", t=T, settings=full)  # no changes said: the set is what there is
+    assert describe(restored)[1] == "settings mode=auto steps=3 off_at=48 on_at=16"
