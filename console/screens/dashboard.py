@@ -134,8 +134,10 @@ def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:
         switch_t=num(switch.get("t")),
         switch_batch=None if num(switch.get("batch_size")) is None else int(switch["batch_size"]),
         now=timeline.now,
-        server_state=text(server.get("state")),
-        server_error=None if server.get("error") is None else str(server.get("error")),
+        # a journal that ends with its supervisor stopping must not end on "READY"
+        server_state="unwatched" if timeline.supervisor_stopped else text(server.get("state")),
+        server_error=("(the supervisor stopped)" if timeline.supervisor_stopped
+                      else None if server.get("error") is None else str(server.get("error"))),
         sim=sample.get("sim") is True,
         slow_off=obj(obj(spec).get("off_state")).get("fast") is False,
         source=source,

@@ -39,6 +39,7 @@ class Timeline:
     pending_log: list[dict[str, Any]] = field(default_factory=list)
     reset_log: bool = False  # the log must be cleared before pending_log is shown
     now: float | None = None  # journal time of the newest record: "ago" is measured from it
+    supervisor_stopped: bool = False  # its last word was supervisor_stop: the server it sampled is no longer watched
 
     def fold(self, record: dict[str, Any]) -> None:
         kind = record.get("kind")
@@ -50,6 +51,8 @@ class Timeline:
         elif kind in ("event", "command"):
             if record.get("event") == "spec_switch" and isinstance(record.get("t"), (int, float)):
                 self.last_switch = record
+            if record.get("event") in ("supervisor_stop", "supervisor_start"):
+                self.supervisor_stopped = record.get("event") == "supervisor_stop"
             self.pending_log.append(record)
             del self.pending_log[:-LOG_LINES]
         if isinstance(t, (int, float)):
@@ -68,11 +71,13 @@ class Timeline:
         self.pending_log = []
         self.reset_log = True
         self.now = None
+        self.supervisor_stopped = False
 
     def _fold_sample(self, record: dict[str, Any]) -> None:
         if not isinstance(record.get("t"), (int, float)):
             return
         self.latest = record
+        self.supervisor_stopped = False
         server = obj(record.get("server"))
         spec = record.get("spec")
         point = Point(float(record["t"]), num(server.get("gen_tps")), num(server.get("accept_len")),

@@ -109,3 +109,15 @@ def test_a_settings_event_shows_what_changed_not_the_whole_set_again() -> None:
     assert describe(changed) == ("SETTINGS", "settings off_at=48 on_at=16", "plain")
     restored = records.event("settings", t=T, settings=full)  # no changes said: the set is what there is
     assert describe(restored)[1] == "settings mode=auto steps=3 off_at=48 on_at=16"
+
+
+def test_a_journal_that_ends_with_its_supervisor_stopping_does_not_end_on_ready() -> None:
+    timeline = Timeline()
+    timeline.fold(sample(T, True))
+    assert banner_state(timeline, "replay", "").server_state == "ready"
+    timeline.fold(records.event("supervisor_stop", t=T + 1))
+    state = banner_state(timeline, "replay", "")
+    assert (state.server_state, state.server_error) == ("unwatched", "(the supervisor stopped)")
+    timeline.fold(records.event("supervisor_start", t=T + 9, backend="sim", sim=True))
+    timeline.fold(sample(T + 10, True))
+    assert banner_state(timeline, "replay", "").server_state == "ready"
