@@ -199,12 +199,19 @@ class SpecctlApp(App[int]):
         self.send("mode", {"mode": "auto"}, "Speculation back to auto")
 
     def action_thresholds(self) -> None:
-        spec = (self.timeline.latest or {}).get("spec") or {}
-        self.push_screen(ThresholdsScreen(spec.get("settings") or {}), self._thresholds_done)
+        latest = self.timeline.latest or {}
+        settings = (latest.get("spec") or {}).get("settings")
+        if not settings:  # a form of defaults would pass for the server's own values
+            state = (latest.get("server") or {}).get("state") or "not answering"
+            self.notify(f"No thresholds to edit: they are the server's, and it is {state}", severity="warning")
+            return
+        self.push_screen(ThresholdsScreen(settings), self._thresholds_done)
 
     def _thresholds_done(self, changes: dict[str, Any] | None) -> None:
         if changes:
             self.send("set", {"settings": changes}, "Thresholds applied")
+        elif changes == {}:
+            self.notify("Nothing changed: the thresholds are as they were")
 
     @work(group="commands", exit_on_error=False)
     async def send(self, cmd: str, args: dict[str, Any], done: str) -> dict[str, Any] | None:
@@ -215,7 +222,8 @@ class SpecctlApp(App[int]):
             where = f" ({exc.field})" if exc.field else ""
             self.notify(f"{exc.message}{where}", title=f"{cmd} refused", severity="error")
             return None
-        self.notify(done)
+        # a paused view still shows the state from before the command: say so, or the banner contradicts it
+        self.notify(f"{done} (the view is paused: p shows it)" if self.paused else done)
         return result
 
     def action_toggle_pause(self) -> None:

@@ -103,7 +103,7 @@ class ThresholdsScreen(ModalScreen[dict[str, Any] | None]):
             return
         new = settings.as_dict()
         changed = {name: new[name] for name, _ in FIELDS if new[name] != self._current[name]}
-        self.dismiss(changed or None)
+        self.dismiss(changed)  # {}: applied with nothing changed, which is not the same as cancelled (None)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

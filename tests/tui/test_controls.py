@@ -102,6 +102,42 @@ async def test_thresholds_form_applies_what_was_typed(app: SpecctlApp, journal: 
     assert record["ok"] and record["args"] == {"settings": {"off_at": 48}}
 
 
+def said(app: SpecctlApp) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+async def test_applying_an_unchanged_form_sends_nothing_and_says_so(app: SpecctlApp, journal: Path) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("t")
+        await pilot.click("#field-off_at")
+        await pilot.press("enter")
+        await until(pilot, lambda: not isinstance(app.screen, ThresholdsScreen), "the form to close")
+        assert "Nothing changed: the thresholds are as they were" in said(app)
+    assert commands(journal, "set") == []
+
+
+async def test_no_thresholds_form_without_the_server_s_settings(app: SpecctlApp) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await app.link.supervisor.stop_server()
+        await until(pilot, lambda: app.timeline.latest["server"]["state"] == "stopped", "a stopped sample")
+        await pilot.press("t")
+        await pilot.pause()
+        assert not isinstance(app.screen, ThresholdsScreen), "a form of defaults would pass for the server's"
+        assert "No thresholds to edit: they are the server's, and it is stopped" in said(app)
+
+
+async def test_a_command_sent_while_the_view_is_paused_says_the_view_is_paused(app: SpecctlApp) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("p", "x")
+        await until(pilot, lambda: "Speculation forced off (the view is paused: p shows it)" in said(app),
+                    "the paused note")
+        await pilot.press("p")
+        await until(pilot, lambda: "FORCED OFF" in banner(app), "FORCED OFF once resumed")
+
+
 async def test_an_invalid_set_is_refused_whole_and_nothing_is_sent(app: SpecctlApp, journal: Path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
