@@ -82,16 +82,27 @@ class SpecBanner(Widget):
         return self.get_component_rich_style(f"spec-banner--{name}", partial=True)
 
     def render(self) -> Text:
-        return Text("\n").join([self._first_line(), self._second_line()])
+        """Two lines that never wrap: narrow, the least needed parts go first, so the status line stays."""
+        width = self.content_region.width or 10_000
+        first = self._first_line()
+        if first.cell_len > width:
+            first = self._first_line(steps=False)
+        second = self._second_line()
+        if second.cell_len > width and self.state.status:
+            second = self._second_line(status_first=True)
+        for line in (first, second):
+            line.no_wrap = True
+            line.truncate(width, overflow="ellipsis")
+        return Text("\n").join([first, second])
 
-    def _first_line(self) -> Text:
+    def _first_line(self, steps: bool = True) -> Text:
         s = self.state
         badge = {True: (" SPEC ON ", "on"), False: (" SPEC OFF ", "off"), None: (" SPEC ? ", "unknown")}
         word, style = badge[s.spec_on]
         mode = MODE_WORDS.get(s.mode or "", "mode ?")
         line = Text.assemble((word, self._style(style)), " ",
                              (mode, self._style("mode" if s.mode in (None, "auto") else "forced")))
-        if s.steps is not None:
+        if steps and s.steps is not None:
             line.append(f"  draft steps {s.steps}")
             if s.steps_on is not None and s.steps_on != s.steps:
                 line.append(f" ({s.steps_on} when on)", self._style("muted"))
@@ -108,9 +119,12 @@ class SpecBanner(Widget):
             line.append(" SIM ", self._style("sim"))
         return line
 
-    def _second_line(self) -> Text:
+    def _second_line(self, status_first: bool = False) -> Text:
         s = self.state
         line = Text(style=self._style("muted"))
+        if status_first:  # what the view is (paused, replaying, link lost) before what happened
+            line.append(s.status, self._style("status"))
+            line.append("  ")
         if s.switch_t is not None:
             line.append("last switch ")
             line.append(s.reason or "?", Style(bold=True))
@@ -124,6 +138,8 @@ class SpecBanner(Widget):
             line.append(s.reason, Style(bold=True))
         else:
             line.append("no switch yet")
+        if status_first:
+            return line
         line.append(f"  · {s.source}")
         if s.status:
             line.append("  ")

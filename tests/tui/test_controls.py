@@ -171,6 +171,14 @@ async def test_pause_freezes_the_view_and_resume_catches_up(app: SpecctlApp) -> 
         assert app.dashboard.query_one(SpecBanner).state.now == app.timeline.now
 
 
+async def test_a_narrow_banner_keeps_its_two_lines_and_the_view_s_status(app: SpecctlApp) -> None:
+    async with app.run_test(size=(60, 20)) as pilot:
+        await ready(pilot)
+        await pilot.press("p")
+        lines = banner(app).split("\n")
+        assert len(lines) == 2 and "READY" in lines[0] and lines[1].startswith("VIEW PAUSED"), lines
+
+
 async def test_samples_arrive_as_typed_messages(journal: Path) -> None:
     posted: list[Any] = []
     config = SupervisorConfig(sim_load="idle", interval=0.2, journal_path=journal, socket_path=None)
