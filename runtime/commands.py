@@ -147,6 +147,10 @@ class CommandHandler:
         if not self.sup.backend.owns_process:
             raise CommandError(INVALID_VALUE, "this server was started elsewhere (--attach); "
                                               "specctl does not start or stop it", field="action")
+        if action == "start" and self.sup.state not in ("stopped", "restarting"):
+            # a second server would be started beside the first, which nothing would then stop
+            raise CommandError(INVALID_VALUE, f"the server is already running ({self.sup.state}); "
+                                              "`specctl server restart` restarts it", field="action")
         if action in ("stop", "restart") and self.sup.state != "stopped":
             await self.sup.stop_server()
         if action in ("start", "restart"):

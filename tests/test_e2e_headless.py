@@ -132,6 +132,8 @@ def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
     assert not sup.records("event", "gpu_failed"), "the simulator stopped, not its GPUs"
     assert sup.cli("set", "off_at=48").returncode == 1, "no server to take settings"
     assert sup.cli("server", "start").returncode == 0
+    again = sup.cli("server", "start")
+    assert again.returncode == 1 and "already running" in again.stderr and "server restart" in again.stderr
     second = wait_for(lambda: sup.status()["server"]["state"] == "ready" and sup.status()["server"]["pid"],
                       "the server started again")
     assert second != first
@@ -139,6 +141,7 @@ def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
     third = wait_for(lambda: sup.status()["server"]["state"] == "ready" and sup.status()["server"]["pid"],
                      "the server restarted")
     assert third not in (first, second) and not pid_alive(second)
+    assert len([r for r in sup.records("event", "server_start")]) == 3, "a refused start starts nothing"
 
 
 def test_a_gpu_that_fails_then_recovers_is_journalled_once_each_way(sup: Headless) -> None:
