@@ -58,10 +58,16 @@ class SupervisorConfig:
             raise ConfigError(f"--sim-gpus must be between 1 and 16, got {self.sim_gpus}")
         if self.backend == "sim":
             self._check_sim()
+        if not 1 <= self.spec_steps <= 16:
+            raise ConfigError(f"--speculative-num-steps must be between 1 and 16, got {self.spec_steps}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port must be between 0 (any free port) and 65535, got {self.port}")
         try:
-            PolicySettings(steps=self.spec_steps).with_changes(self.settings)
+            checked = PolicySettings(steps=self.spec_steps).with_changes(self.settings)
         except SettingsError as exc:
             raise ConfigError(f"--set {exc.field}: {exc.message}") from None
+        # the checked values travel on, not the text: the server parses them again ("40.0" is no integer)
+        self.settings = {key: getattr(checked, key) for key in self.settings}
 
     def _check_sim(self) -> None:
         """Refuse a bad preset or load here: the simulator would only exit, and be restarted, forever."""

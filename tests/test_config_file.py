@@ -49,7 +49,7 @@ def test_flags_override_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("SPECCTL_SOCKET", raising=False)
     args = build_parser().parse_args(["run", "--headless", "--set", "on_at=8", "--interval", "1"])
     cfg = SupervisorConfig.from_args(args)
-    assert cfg.settings == {"off_at": 48, "on_at": "8"}
+    assert cfg.settings == {"off_at": 48, "on_at": 8}, "checked values, not the text typed"
     assert cfg.interval == 1.0 and cfg.journal_path == tmp_path / "run.jsonl"
     assert cfg.socket_path == tmp_path / "s.sock"
 

@@ -158,6 +158,19 @@ def test_a_gpu_that_fails_then_recovers_is_journalled_once_each_way(sup: Headles
     assert "gpu_failed index=1" in sup.told()
 
 
+def test_a_float_the_file_gives_an_integer_setting_reaches_the_simulator_as_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "specctl.toml"
+    config.write_text("[policy]\noff_at = 40.0\n")  # TOML's 40.0 is a float; the simulator parses text
+    monkeypatch.setenv("SPECCTL_CONFIG", str(config))
+    h = Headless(tmp_path)
+    try:
+        assert h.ready_sample()["spec"]["settings"]["off_at"] == 40
+        assert not h.records("event", "server_start_failed")
+    finally:
+        assert h.stop() == 0
+
+
 def test_the_journal_rotates_at_the_size_asked_for(tmp_path: Path) -> None:
     h = Headless(tmp_path, "--sim-load", "steady:c=8", "--sim-gpus", "8", "--log-max-mb", "0.02")
     try:

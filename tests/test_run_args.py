@@ -19,6 +19,9 @@ def run(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     ("--sim-load", "none", "unknown load kind 'none'"),
     ("--sim-load", "steady:c=-3", "--sim-load"),
     ("--sim-preset", "h100", "--sim-preset must be one of"),
+    ("--port", "99999", "--port must be between 0 (any free port) and 65535"),
+    ("--port", "-5", "--port must be between 0"),
+    ("--speculative-num-steps", "0", "--speculative-num-steps must be between 1 and 16"),
 ])
 def test_a_bad_simulator_choice_is_one_line_and_exit_2(tmp_path: Path, flag: str, value: str, named: str) -> None:
     out = run(tmp_path, "run", "--headless", "--socket", str(tmp_path / "s.sock"), flag, value)
