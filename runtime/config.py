@@ -6,8 +6,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-
-import httpx
+from urllib.parse import urlsplit
 
 from . import config_file, paths
 from .policy import PolicySettings, SettingsError
@@ -125,17 +124,19 @@ def attach_url(text: str) -> str:
     example = "e.g. --attach http://127.0.0.1:30000"
     if not raw or any(c.isspace() for c in raw):
         raise ConfigError(f"--attach needs a URL, got {text!r}; {example}")
-    try:
-        url = httpx.URL(raw if "://" in raw else f"http://{raw}")
-    except httpx.InvalidURL as exc:
-        raise ConfigError(f"--attach {text!r} is not a URL ({exc}); {example}") from None
-    if url.scheme not in ("http", "https"):
+    url = raw if "://" in raw else f"http://{raw}"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
         raise ConfigError(f"--attach needs an http:// or https:// URL, got {text!r}; {example}")
-    if not url.host:
+    if not parts.hostname:
         raise ConfigError(f"--attach {text!r} names no host; {example}")
-    if url.port is not None and not 1 <= url.port <= 65535:
-        raise ConfigError(f"--attach {text!r}: port {url.port} is not between 1 and 65535")
-    return str(url).rstrip("/")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        raise ConfigError(f"--attach {text!r}: the port must be a number between 1 and 65535") from None
+    if port == 0:
+        raise ConfigError(f"--attach {text!r}: the port must be a number between 1 and 65535")
+    return url.rstrip("/")
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:

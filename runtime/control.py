@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from .. import PROTOCOL, __version__
 from .errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAVAILABLE, CommandError
+from . import records
 from .hub import Hub, Subscription
 
 log = logging.getLogger(__name__)
@@ -167,10 +168,6 @@ def _encode_answer(answer: dict[str, Any]) -> bytes:
         return _dumps(_error(answer["id"], INTERNAL, "the supervisor's answer could not be encoded"))
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _parse_request(line: bytes) -> tuple[Any, str, dict[str, Any]]:
     """Check one request line before anything acts on it; raises _BadRequest naming what is wrong.
 
@@ -181,7 +178,7 @@ def _parse_request(line: bytes) -> tuple[Any, str, dict[str, Any]]:
     except UnicodeDecodeError as e:
         raise _BadRequest(f"not valid UTF-8 at byte {e.start}") from None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = records.loads(text)
     except (ValueError, RecursionError) as e:
         raise _BadRequest(f"not JSON: {str(e)[:200]}") from None
     if not isinstance(obj, dict):

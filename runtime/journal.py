@@ -7,11 +7,11 @@ undecodable last line instead of failing.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, BinaryIO, Iterator
 
+from . import records
 from .records import dumps
 
 
@@ -23,25 +23,30 @@ class Journal:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.backups = backups
-        self._fh: TextIO | None = None
+        self._fh: BinaryIO | None = None
         self._inode: int | None = None
         self._open()
 
     def _open(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a", encoding="utf-8", newline="\n")
+            # unbuffered: a write that fails (a full disk) leaves nothing queued to fail again at close
+            self._fh = open(self.path, "ab", buffering=0)
         except OSError as exc:  # said in the operator's terms; the supervisor refuses to start
             raise OSError(f"cannot write the journal {self.path}: {exc.strerror or exc}") from None
         self._inode = os.fstat(self._fh.fileno()).st_ino
 
     def write(self, record: dict[str, Any]) -> None:
-        """Append one record as one flushed line."""
+        """Append one record as one line, written through to the file before this returns."""
         if self._fh is None:
             raise ValueError("journal is closed")
         self._reopen_if_moved()
-        self._fh.write(dumps(record) + "\n")
-        self._fh.flush()
+        data = memoryview((dumps(record) + "\n").encode("utf-8"))
+        while data:  # a raw write may take part of the line
+            written = self._fh.write(data)
+            if not written:
+                raise OSError(f"the journal {self.path} took no bytes")
+            data = data[written:]
         if self.max_bytes and self._fh.tell() >= self.max_bytes:
             self._rotate()
 
@@ -86,8 +91,8 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             if not raw.endswith(b"\n"):
                 return  # torn tail: the writer died mid-line
             try:
-                record = json.loads(raw)
-            except (UnicodeDecodeError, json.JSONDecodeError):
+                record = records.loads(raw)  # NaN or 1e999 would be drawn as numbers: the line is corrupt
+            except (UnicodeDecodeError, ValueError):
                 continue
             if isinstance(record, dict):
                 yield record

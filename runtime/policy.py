@@ -97,7 +97,7 @@ class PolicySettings:
         return wire
 
 
-MAX_BATCH = 1_000_000  # far above any server's running requests; a larger off_at is a typo
+MAX_BATCH = 1 << 20  # far above any server's running requests ("never off for load"); more is a typo
 _INT_FIELDS = ("steps", "off_at", "on_at", "accept_window", "probe_after", "dwell", "warm_below")
 _FLOAT_FIELDS = ("min_accept", "accept_slope")
 

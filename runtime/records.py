@@ -9,6 +9,7 @@ sees exactly what was written. A field that could not be read is ``None``
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -32,6 +33,23 @@ def command(cmd: str, ok: bool, uid: int | None, t: float | None = None, **field
     """A control command as received, with the peer's uid and whether it was applied."""
     return {"v": VERSION, "t": time.time() if t is None else t, "kind": "command", "cmd": cmd,
             "ok": ok, "uid": uid, **fields}
+
+
+def loads(text: str | bytes) -> Any:
+    """Strict JSON: no NaN or Infinity, and no number too large for a float (``1e999`` would read as
+    inf, which dumps() then refuses: a request taken in could not be journalled, a record not drawn)."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:24]}{'...' if len(text) > 24 else ''} is too large")
+    return value
 
 
 def dumps(record: dict[str, Any]) -> str:

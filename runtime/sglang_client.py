@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import math
 from typing import Any
 
 import aiohttp
@@ -95,7 +96,8 @@ class SGLangClient:
         """The body as JSON of type ``kind``; a body of the wrong shape is as useless as garbage."""
         _, body = await self._send(method, path, **kwargs)
         try:
-            value = json.loads(body)
+            # NaN, Infinity and 1e999 (which Python's json takes) read as unknown: None, never a number
+            value = json.loads(body, parse_constant=lambda _: None, parse_float=_finite_or_none)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
             raise ServerUnreachable(f"undecodable JSON from {self.base_url}{path}") from exc
         if not isinstance(value, kind) or (item and not all(isinstance(v, item) for v in value)):
@@ -135,3 +137,8 @@ def _connect_message(exc: aiohttp.ClientConnectorError, base_url: str) -> str:
     if exc.os_error.errno == errno.ECONNREFUSED:
         return f"connection refused at {base_url}"
     return f"cannot connect to {base_url}: {exc.os_error.strerror or exc}"
+
+
+def _finite_or_none(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None

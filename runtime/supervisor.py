@@ -59,6 +59,7 @@ class Supervisor:
         self._thresholds_checked = False
         self._slow_off_told = False  # the slow_off_state event is said once per server start
         self._eager_prefill_told = False  # so is eager_prefill
+        self._journal_lost = 0  # records the journal failed to take since it last took one
         self._failed_gpus: dict[Any, str] = {}  # index -> error, for gpu_failed / gpu_recovered events
 
     # -- lifecycle ----------------------------------------------------------
@@ -103,13 +104,25 @@ class Supervisor:
     def emit(self, record: dict[str, Any]) -> None:
         """Journal first (never dropped), then everyone listening."""
         if self._journal is not None:
-            try:
-                self._journal.write(record)
-            except OSError as exc:
-                log.error("journal write failed: %s", exc)
+            self._journal_write(record)
         if record["kind"] != "sample":
             self.recent.append(record)
         self.hub.publish(record)
+
+    def _journal_write(self, record: dict[str, Any]) -> None:
+        """Write one record; a failing journal (a full disk) is said once, and its gap when it heals."""
+        assert self._journal is not None
+        try:
+            self._journal.write(record)
+        except (OSError, ValueError) as exc:
+            if not self._journal_lost:
+                log.error("journal write failed: %s (said once; the records lost are counted)", exc)
+            self._journal_lost += 1
+            return
+        if self._journal_lost:
+            lost, self._journal_lost = self._journal_lost, 0
+            log.warning("journal writes resumed; %d records were lost", lost)
+            self._journal_write(records.event("journal_gap", lost=lost))
 
     async def execute(self, cmd: str, args: dict[str, Any] | None, uid: int | None) -> dict[str, Any]:
         """Run one control command; raises CommandError. See runtime/commands.py."""

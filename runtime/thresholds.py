@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .policy import MAX_BATCH
+
 # The acceptance floor (min_accept + accept_slope * batch size) follows the
 # break-even of bench/accept_breakeven.py's closed loop (the simulator calibrated
 # to each sweep), bisected over the accept length, in accepted draft tokens a
@@ -31,7 +33,7 @@ from typing import Any
 # off_at above any max-running-requests means "never off for load": with FA3
 # static EAGLE-3 was ahead at every measured concurrency, and only the floor
 # turns it off.
-NEVER = 1 << 20
+NEVER = MAX_BATCH  # the largest off_at the policy takes
 BY_BACKEND: dict[str, dict[str, float]] = {
     "triton": {"off_at": 56, "on_at": 24, "min_accept": 0.3, "accept_slope": 0.05},
     "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.15, "accept_slope": 0.0042},

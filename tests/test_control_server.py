@@ -169,6 +169,8 @@ BAD_LINES = {
     "not an object": (b"[1, 2, 3]\n", "bad_request", None),
     "a bare number": (b"42\n", "bad_request", None),
     "NaN": (b'{"id": NaN, "cmd": "ping"}\n', "bad_request", None),
+    "a number too large for a float": (b'{"id": 3, "cmd": "set", "args": {"settings": {"off_at": 1e999}}}\n',
+                                       "bad_request", None),
     "cmd not a string": (b'{"id": 5, "cmd": 17}\n', "bad_request", 5),
     "cmd missing": (b'{"id": 5}\n', "bad_request", 5),
     "args not an object": (b'{"id": 5, "cmd": "set", "args": [1]}\n', "bad_request", 5),

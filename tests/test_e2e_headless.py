@@ -171,6 +171,24 @@ def test_a_float_the_file_gives_an_integer_setting_reaches_the_simulator_as_one(
         assert h.stop() == 0
 
 
+def test_a_journal_on_a_full_disk_is_said_once_and_its_gap_recorded_when_it_heals(tmp_path: Path) -> None:
+    journal = tmp_path / "run.jsonl"
+    journal.symlink_to("/dev/full")  # every write: ENOSPC
+    h = Headless(tmp_path)
+    try:
+        wait_for(lambda: h.cli("status").returncode == 0, "the supervisor to answer")
+        wait_for(lambda: h.told().count("\n") >= 2 and "journal write failed" in h.told(), "the failure said")
+        first = h.status()["t"]
+        wait_for(lambda: h.status()["t"] >= first + 1.0, "a second of samples not journalled")
+        journal.unlink()
+        journal.write_text("")  # room again: the journal follows the new file, as after a logrotate move
+        gap = h.wait_event("journal_gap")
+        assert gap["lost"] >= 3
+    finally:
+        assert h.stop() == 0
+    assert h.told().count("journal write failed") == 1 and "journal writes resumed" in h.told()
+
+
 def test_the_journal_rotates_at_the_size_asked_for(tmp_path: Path) -> None:
     h = Headless(tmp_path, "--sim-load", "steady:c=8", "--sim-gpus", "8", "--log-max-mb", "0.02")
     try:

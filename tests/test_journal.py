@@ -36,6 +36,13 @@ def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
     assert [r["i"] for r in read_journal(path)] == [0, 1, 2]
 
 
+def test_lines_with_numbers_no_float_holds_are_skipped_as_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b'{"v":1,"t":1e999,"kind":"sample"}\n{"v":1,"t":NaN,"kind":"sample"}\n'
+                     b'{"v":1,"t":5.0,"kind":"event","event":"x","n":-Infinity}\n{"v":1,"t":6.0,"kind":"event"}\n')
+    assert [r["t"] for r in read_journal(path)] == [6.0]
+
+
 def test_a_writer_killed_mid_stream_leaves_every_complete_line(tmp_path: Path) -> None:
     """kill -9 a real writer process while it writes; every complete line reads back."""
     path = tmp_path / "run.jsonl"

@@ -115,6 +115,13 @@ async def test_server_info_returns_the_object(client: SGLangClient) -> None:
     assert info["internal_states"] == [{}]
 
 
+async def test_numbers_no_float_holds_read_as_unknown(server, client: SGLangClient) -> None:
+    body = '{"version": "0.5.17", "internal_states": [{"avg_spec_accept_length": NaN, "x": 1e999, "y": -Infinity}]}'
+    server.routes["/server_info"] = _const(web.Response(text=body, content_type="application/json"))
+    state = (await client.server_info())["internal_states"][0]
+    assert state == {"avg_spec_accept_length": None, "x": None, "y": None}
+
+
 async def test_metrics_are_parsed(client: SGLangClient) -> None:
     assert await client.metrics() == ServerMetrics(running=7.0, spec_on=0.0)
 

@@ -23,7 +23,7 @@ _EVENTS = {"server_start": ("START", "plain"), "server_ready": ("READY", "good")
            "server_start_failed": ("FAILED", "bad"), "server_stop": ("STOP", "warn"),
            "gpu_unavailable": ("GPU", "warn"), "settings_restored": ("SETTINGS", "plain"),
            "settings_restore_failed": ("SETTINGS", "bad"), "slow_off_state": ("SLOW OFF", "bad"),
-           "eager_prefill": ("EAGER", "warn")}
+           "eager_prefill": ("EAGER", "warn"), "journal_gap": ("JOURNAL", "bad")}
 
 
 def describe(record: dict[str, Any]) -> tuple[str, str, str]:
