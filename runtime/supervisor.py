@@ -59,20 +59,30 @@ class Supervisor:
         self._thresholds_checked = False
         self._slow_off_told = False  # the slow_off_state event is said once per server start
         self._eager_prefill_told = False  # so is eager_prefill
+        self._announced = False  # supervisor_start said: only then is supervisor_stop
         self._journal_lost = 0  # records the journal failed to take since it last took one
         self._failed_gpus: dict[Any, str] = {}  # index -> error, for gpu_failed / gpu_recovered events
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
-        """Open the journal and socket, start the server, begin sampling."""
-        if self.config.journal_path is not None:
-            self._journal = Journal(self.config.journal_path,
-                                    max_bytes=int(self.config.journal_max_mb * 1024 * 1024))
+        """Claim the socket, open the journal, start the server, begin sampling.
+
+        The socket first: a supervisor refused because another one listens there
+        must not write into the journal that one is keeping.
+        """
         if self.config.socket_path is not None:
             from .control import ControlServer
 
             self._control = ControlServer(self, self.config.socket_path)
             await self._control.start()
+        if self.config.journal_path is not None:
+            try:
+                self._journal = Journal(self.config.journal_path,
+                                        max_bytes=int(self.config.journal_max_mb * 1024 * 1024))
+            except OSError:
+                await self.stop()
+                raise
+        self._announced = True
         self.emit(records.event("supervisor_start", backend=self.config.backend, sim=self.sim))
         await self._start_backend()
         self._task = asyncio.create_task(self._loop(), name="specctl-supervisor")
@@ -93,8 +103,8 @@ class Supervisor:
                 with contextlib.suppress(Exception):
                     await closer.aclose()
         self._client = self._gpus = None
-        if self._journal is None and not self.hub.subscribers:
-            return  # nobody to tell (or stopped already)
+        if not self._announced or (self._journal is None and not self.hub.subscribers):
+            return  # never started, or nobody to tell (or stopped already)
         self.emit(records.event("supervisor_stop"))
         if self._journal is not None:
             self._journal.close()

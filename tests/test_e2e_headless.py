@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -187,6 +189,18 @@ def test_a_journal_on_a_full_disk_is_said_once_and_its_gap_recorded_when_it_heal
     finally:
         assert h.stop() == 0
     assert h.told().count("journal write failed") == 1 and "journal writes resumed" in h.told()
+
+
+def test_a_second_supervisor_on_the_same_socket_leaves_the_first_s_journal_alone(sup: Headless) -> None:
+    sup.ready_sample()
+    second = subprocess.run([sys.executable, "-m", "specctl.console.cli", "run", "--headless", "--socket",
+                             str(sup.socket), "--log", str(sup.journal)], capture_output=True, text=True,
+                            timeout=60)
+    assert second.returncode == 1 and "another specctl supervisor" in second.stderr, second.stderr
+    polled = len(sup.records("sample"))
+    wait_for(lambda: len(sup.records("sample")) > polled, "the first supervisor to journal on")
+    assert [r["event"] for r in sup.records("event") if r["event"].startswith("supervisor_")] == [
+        "supervisor_start"], "nothing of the refused one's in the journal"
 
 
 def test_the_journal_rotates_at_the_size_asked_for(tmp_path: Path) -> None:
