@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 from contextlib import suppress
 from typing import Any, Iterable
 
@@ -105,8 +106,12 @@ class SpecctlApp(App[int]):
         self.theme_changed_signal.subscribe(self, lambda theme: self._remember(theme.name))
         self.push_screen(Dashboard(self.link.describe, self.link.can_control))
         self._pump()
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # quit as `q` does, so the server we started is stopped
+            asyncio.get_running_loop().add_signal_handler(sig, self.call_later, self.action_quit)
 
     async def on_unmount(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            asyncio.get_running_loop().remove_signal_handler(sig)
         await self.close_link()
 
     async def close_link(self) -> None:

@@ -36,7 +36,7 @@ async def _main(config: SupervisorConfig) -> int:
     sup = Supervisor(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal or ssh session went away
         loop.add_signal_handler(sig, stop.set)
     events = sup.hub.subscribe(maxsize=256)  # before start, so its own events are printed too
     try:

@@ -76,10 +76,12 @@ def test_kill_9_of_the_simulator_is_journaled_and_sampling_resumes(sup: Headless
     wait_for(lambda: sup.status()["spec"]["mode"] == "off", "the forced mode restored after restart")
 
 
-def test_sigterm_stops_the_supervisor_and_everything_it_started(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])  # SIGHUP: the ssh session closed
+def test_a_signal_to_stop_stops_the_supervisor_and_everything_it_started(tmp_path: Path, sig: int) -> None:
     h = Headless(tmp_path, "--sim-load", "steady:c=8")
     pid = h.ready_sample()["server"]["pid"]
-    assert h.stop() == 0
+    h.proc.send_signal(sig)
+    assert h.proc.wait(timeout=30) == 0
     wait_for(lambda: not pid_alive(pid), "the simulator to be gone")
     assert not h.socket.exists()
     assert h.records("event")[-1]["event"] == "supervisor_stop"
