@@ -8,7 +8,6 @@ an exit code, never a traceback: 0 ok, 1 refused, 2 usage, 3 no supervisor.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, Callable
 
 from ..runtime import config, config_file, paths, records
 from ..runtime.control_client import ControlError, NoSupervisor, ProtocolError, call
+from ..runtime.policy import SettingsError, check_fields
 from .cli import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
 GIB = 1024**3
@@ -32,6 +32,8 @@ def run_verb(args: argparse.Namespace) -> int:
     try:
         path = Path(args.socket) if args.socket else config_file.socket_path()
     except config_file.ConfigFileError as e:
+        if args.verb == "locate":  # the way to find the file that is wrong
+            _locate(None)
         return _fail(f"specctl: {e}", EXIT_USAGE)
     if args.verb == "locate":
         return _locate(path)
@@ -86,24 +88,14 @@ def _mode_line(settings: dict[str, Any]) -> str:
 # -- set ----------------------------------------------------------------------------
 
 def parse_pairs(pairs: list[str]) -> dict[str, Any]:
-    """``["off_at=64", "mode=off"]`` -> ``{"off_at": 64, "mode": "off"}``; numbers become numbers."""
+    """``["off_at=64", "mode=off"]`` -> ``{"off_at": 64, "mode": "off"}``: names and types checked here,
+    so a typo is a usage error (exit 2) with or without a supervisor to ask."""
     try:
-        changes = config.parse_pairs(pairs)
+        return check_fields(config.parse_pairs(pairs))
     except config.ConfigError as e:
         raise UsageError(f"{e} (e.g. specctl set off_at=64 on_at=32)") from None
-    return {key: _number_or_text(value) for key, value in changes.items()}
-
-
-def _number_or_text(value: str) -> int | float | str:
-    try:
-        return int(value, 10)
-    except ValueError:
-        pass
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    return number if math.isfinite(number) else value
+    except SettingsError as e:
+        raise UsageError(str(e)) from None
 
 
 def _set(path: Path, args: argparse.Namespace) -> int:
@@ -207,9 +199,9 @@ def _server(path: Path, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _locate(socket: Path) -> int:
-    """Where things live; needs no supervisor."""
-    print(f"socket  {socket}")
+def _locate(socket: Path | None) -> int:
+    """Where things live; needs no supervisor (nor a config file that reads: None when it does not)."""
+    print(f"socket  {'(unknown: the config file is wrong)' if socket is None else socket.absolute()}")
     print(f"config  {paths.config_file()}")
     print(f"state   {paths.state_dir()}")
     return EXIT_OK

@@ -76,12 +76,7 @@ class PolicySettings:
 
     def with_changes(self, changes: Mapping[str, Any]) -> "PolicySettings":
         """A new, validated settings object; raises SettingsError and changes nothing on bad input."""
-        known = {f.name for f in fields(self)}
-        for key in changes:
-            if key not in known:
-                raise SettingsError(str(key), f"unknown setting (known: {', '.join(sorted(known))})")
-        coerced = {key: _coerce(key, value) for key, value in changes.items()}
-        return replace(self, **coerced)
+        return replace(self, **check_fields(changes))
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +90,19 @@ class PolicySettings:
             value = values[key]
             wire[WIRE_PREFIX + key] = MODE_CODES[value] if key == "mode" else value
         return wire
+
+
+def check_fields(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Each setting named known and of its type, coerced; raises SettingsError.
+
+    What depends on the others (on_at below off_at) is checked against a whole
+    set: the CLI checks this much before it asks, the server the rest.
+    """
+    known = {f.name for f in fields(PolicySettings)}
+    for key in changes:
+        if key not in known:
+            raise SettingsError(str(key), f"unknown setting (known: {', '.join(sorted(known))})")
+    return {key: _coerce(key, value) for key, value in changes.items()}
 
 
 MAX_BATCH = 1 << 20  # far above any server's running requests ("never off for load"); more is a typo
@@ -122,6 +130,8 @@ def _coerce(key: str, value: Any) -> Any:
         return value
     if not isinstance(value, (int, float)):
         raise SettingsError(key, f"must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise SettingsError(key, f"must be a finite number, got {value!r}")
     return float(value)
 
 

@@ -83,6 +83,18 @@ def test_a_malformed_pair_is_a_usage_error(sock: Path, pair: str) -> None:
     assert "KEY=VALUE" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(("pair", "said"), [("bogus=1", "bogus: unknown setting"),
+                                            ("off_at=abc", "off_at: must be an integer"),
+                                            ("mode=sometimes", "mode: must be one of")])
+def test_a_setting_no_server_could_take_is_a_usage_error_with_or_without_a_supervisor(
+        sock: Path, tmp_path: Path, pair: str, said: str) -> None:
+    before = status_json(sock)["spec"]["settings"]
+    for where in (sock, tmp_path / "nobody.sock"):
+        done = specctl("set", "on_at=10", pair, socket=where)
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert status_json(sock)["spec"]["settings"] == before
+
+
 def test_status_json_is_the_journal_sample_line(sock: Path) -> None:
     done = specctl("status", "--json", socket=sock)
     assert done.returncode == 0
@@ -121,6 +133,16 @@ def test_no_supervisor_exits_3_and_says_how_to_start_one(tmp_path: Path) -> None
     assert "specctl run --headless" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_locate_prints_where_the_config_file_is_even_when_it_is_wrong(tmp_path: Path) -> None:
+    bad = tmp_path / "specctl.toml"
+    bad.write_text("[supervisor\n")
+    env = {k: v for k, v in os.environ.items() if k != "SPECCTL_SOCKET"} | {"SPECCTL_CONFIG": str(bad)}
+    done = subprocess.run([sys.executable, "-m", "specctl.console.cli", "locate"], env=env,
+                          capture_output=True, text=True, timeout=GUARD)
+    assert done.returncode == 2 and str(bad) in done.stderr
+    assert f"config  {bad}" in done.stdout and "socket  (unknown: the config file is wrong)" in done.stdout
+
+
 def test_locate_prints_paths(tmp_path: Path) -> None:
     env_sock = tmp_path / "x.sock"
     done = specctl("locate", socket=env_sock)
@@ -139,9 +161,10 @@ def test_verbs_never_import_textual(sock: Path) -> None:
 
 # -- the pure parts -------------------------------------------------------------------
 
-def test_pairs_become_numbers_where_they_are_numbers() -> None:
-    assert parse_pairs(["off_at=64", "min_accept=0.5", "mode=off", "x=nan"]) == {
-        "off_at": 64, "min_accept": 0.5, "mode": "off", "x": "nan"}
+def test_pairs_become_the_types_of_their_settings() -> None:
+    assert parse_pairs(["off_at=64", "min_accept=1", "mode=OFF"]) == {"off_at": 64, "min_accept": 1.0, "mode": "off"}
+    with pytest.raises(UsageError, match="min_accept: must be a finite number"):
+        parse_pairs(["min_accept=nan"])
     with pytest.raises(UsageError, match="twice"):
         parse_pairs(["off_at=1", "off_at=2"])
 
