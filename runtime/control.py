@@ -374,9 +374,10 @@ class ControlServer:
         old = os.umask(0o177)
         try:
             sock.bind(str(self.path))
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            raise ControlSocketError(f"cannot make the control socket {self.path}: {exc.strerror or exc} "
+                                     "(choose another with --socket)") from None
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)

@@ -46,6 +46,12 @@ def test_an_attach_url_that_cannot_answer_is_one_line_and_exit_2(tmp_path: Path,
     assert not (tmp_path / "s.sock").exists()
 
 
+def test_a_socket_that_cannot_be_bound_names_its_path(tmp_path: Path) -> None:
+    out = run(tmp_path, "run", "--headless", "--socket", "/proc/specctl-test.sock")
+    assert out.returncode == 1, out.stderr
+    assert "cannot make the control socket /proc/specctl-test.sock" in out.stderr and "[Errno" not in out.stderr
+
+
 def test_without_xdg_runtime_dir_locate_prints_paths_and_no_warning(tmp_path: Path) -> None:
     out = run(tmp_path, "locate")
     assert out.returncode == 0 and "specctl.sock" in out.stdout
