@@ -382,7 +382,8 @@ class Supervisor:
             "decode_tokens_total": _field(m, "decode_tokens_total"),
             "model": (info or {}).get("model_path"), "tp": (info or {}).get("tp_size"),
             "prefill_graphs": prefill_graphs(info),
-            "pid": self.backend.pid, "restarts": self.restarts, "error": self._error,
+            # a stopped or exited server has no process: its old pid could be anyone's by now
+            "pid": None if self.state in ("stopped", "restarting") else self.backend.pid, "restarts": self.restarts, "error": self._error,
             "progress": self._progress(uptime),
             "uptime_s": uptime,
         }

@@ -127,7 +127,7 @@ def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
     first = sup.ready_sample()["server"]["pid"]
     stopped = sup.cli("server", "stop")
     assert stopped.returncode == 0, stopped.stderr
-    assert sup.status()["server"]["state"] == "stopped"
+    assert sup.status()["server"]["state"] == "stopped" and sup.status()["server"]["pid"] is None
     wait_for(lambda: not pid_alive(first), "the simulator to be stopped")
     assert not sup.records("event", "server_restart"), "a stopped server stays stopped"
     gpus = wait_for(lambda: (g := sup.records("sample")[-1]["gpus"]) and g[0]["state"] == "unread" and g,
