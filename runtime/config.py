@@ -55,6 +55,10 @@ class SupervisorConfig:
             raise ConfigError(f"--tp must be between 1 and 64, got {self.tp}")
         if self.sim_gpus is not None and not 1 <= self.sim_gpus <= 16:
             raise ConfigError(f"--sim-gpus must be between 1 and 16, got {self.sim_gpus}")
+        if self.backend != "sglang" and self.sglang_args:
+            where = "the simulator" if self.backend == "sim" else "a server started elsewhere (--attach)"
+            raise ConfigError(f"arguments after -- go to SGLang's launcher, and {where} has none: "
+                              f"{' '.join(self.sglang_args)}")
         if self.backend == "sim":
             self._check_sim()
         if not 1 <= self.spec_steps <= 16:

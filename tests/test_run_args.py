@@ -46,6 +46,12 @@ def test_an_attach_url_that_cannot_answer_is_one_line_and_exit_2(tmp_path: Path,
     assert not (tmp_path / "s.sock").exists()
 
 
+def test_launcher_arguments_without_a_launcher_are_refused(tmp_path: Path) -> None:
+    out = run(tmp_path, "run", "--headless", "--socket", str(tmp_path / "s.sock"), "--", "--mem-fraction-static", "0.8")
+    assert out.returncode == 2 and "the simulator has none: --mem-fraction-static 0.8" in out.stderr, out.stderr
+    assert not (tmp_path / "s.sock").exists()
+
+
 def test_a_socket_that_cannot_be_bound_names_its_path(tmp_path: Path) -> None:
     out = run(tmp_path, "run", "--headless", "--socket", "/proc/specctl-test.sock")
     assert out.returncode == 1, out.stderr
