@@ -30,10 +30,16 @@ from .screens.dashboard import Dashboard
 from .screens.help import HelpScreen, key_rows
 from .screens.messages import LinkChanged, LogArrived, SampleArrived
 from .screens.prefs import save_prefs
+from .screens.confirm import ConfirmScreen
 from .screens.thresholds import ThresholdsScreen
 from .screens.timeline import Timeline
 
-CONTROL_ACTIONS = {"force_on", "force_off", "auto", "thresholds"}
+CONTROL_ACTIONS = {"force_on", "force_off", "auto", "thresholds", "server"}
+SERVER_QUESTIONS = {  # what each server action does to the requests in flight, asked before it is done
+    "stop": "Stop the model server? Requests in flight fail, and it stays stopped until started again.",
+    "restart": "Restart the model server? Requests in flight fail while it starts again.",
+    "start": "Start the model server?",
+}
 REPLAY_ACTIONS = {"seek", "speed", "seek_start", "seek_end"}
 SEEK_S = 10.0
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
@@ -203,6 +209,14 @@ class SpecctlApp(App[int]):
     def action_auto(self) -> None:
         self.send("mode", {"mode": "auto"}, "Speculation back to auto")
 
+    def action_server(self, what: str) -> None:
+        """Start, stop or restart the server the supervisor runs, once the operator says yes."""
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.send("server", {"action": what}, f"Server {what}: done")
+
+        self.push_screen(ConfirmScreen(f"server {what}", SERVER_QUESTIONS[what]), answered)
+
     def action_thresholds(self) -> None:
         latest = self.timeline.latest or {}
         settings = (latest.get("spec") or {}).get("settings")
@@ -286,6 +300,9 @@ class SpecctlApp(App[int]):
             ("Force speculation off", "Mode off: never speculate", "force_off"),
             ("Auto speculation", "Let the policy switch on load and acceptance", "auto"),
             ("Edit thresholds", "off_at, on_at, min_accept, ... applied all or nothing", "thresholds"),
+            ("Restart the model server", "Stop it and start it again (asks first)", "server('restart')"),
+            ("Stop the model server", "It stays stopped until started (asks first)", "server('stop')"),
+            ("Start the model server", "After a stop, or a start that failed", "server('start')"),
             ("Pause or resume", "Freeze the view (or the replay)", "toggle_pause"),
             ("Cycle theme", "specctl dark, light and high contrast", "cycle_theme"),
             ("Keys", "Every key of the console", "help"),

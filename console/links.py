@@ -22,6 +22,7 @@ from specctl.runtime.journal import read_journal
 RESET = "reset"  # a record kind that only links make: forget what was shown, a replay seeked back
 
 
+SERVER_TIMEOUT = 300.0  # as `specctl server`: a restart may wait for the model server to stop
 MIN_SPEED, MAX_SPEED = 0.125, 64.0  # replay speeds the keys step between, and the command line allows
 
 class LinkError(Exception):
@@ -156,7 +157,8 @@ class SocketLink(Link):
         if self._commands is None:
             raise LinkError(UNAVAILABLE, "not connected to a supervisor")
         try:
-            return await self._commands.request(cmd, args or {})
+            # a server stop waits for its ranks to exit (30 s grace, more for a restart)
+            return await self._commands.request(cmd, args or {}, SERVER_TIMEOUT if cmd == "server" else None)
         except ControlError as exc:
             raise LinkError(exc.code, exc.message, _field(exc.details)) from None
         except (ProtocolError, OSError, RuntimeError) as exc:  # the connection broke under us

@@ -20,6 +20,7 @@ from specctl.console.app import SpecctlApp
 from specctl.console.links import LocalLink
 from specctl.console.screens.help import HelpScreen
 from specctl.console.screens.messages import SampleArrived
+from specctl.console.screens.confirm import ConfirmScreen
 from specctl.console.screens.thresholds import ThresholdsScreen
 from specctl.runtime.config import SupervisorConfig
 from specctl.runtime.journal import read_journal
@@ -136,6 +137,31 @@ async def test_a_command_sent_while_the_view_is_paused_says_the_view_is_paused(a
                     "the paused note")
         await pilot.press("p")
         await until(pilot, lambda: "FORCED OFF" in banner(app), "FORCED OFF once resumed")
+
+
+async def palette(pilot: Pilot, text: str) -> None:
+    await pilot.press("ctrl+p")
+    await pilot.press(*text)
+    await pilot.pause(0.3)  # the palette searches as one types
+    await pilot.press("enter")
+
+
+async def test_the_server_restarts_from_the_palette_once_the_operator_says_yes(app: SpecctlApp, journal: Path) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        first = app.timeline.latest["server"]["pid"]
+        await palette(pilot, "Restart the model")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("n")
+        await pilot.pause()
+        assert commands(journal, "server") == [], "no is no"
+        await palette(pilot, "Restart the model")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question again")
+        await pilot.press("y")
+        await until(pilot, lambda: (app.timeline.latest["server"]["pid"] not in (None, first)
+                                    and "READY" in banner(app)), "a new server ready")
+    [record] = commands(journal, "server")
+    assert record["ok"] and record["args"] == {"action": "restart"}
 
 
 async def test_an_invalid_set_is_refused_whole_and_nothing_is_sent(app: SpecctlApp, journal: Path) -> None:
