@@ -104,7 +104,8 @@ class SupervisorConfig:
         from_file = {key for key in sup if getattr(args, key, None) is None}
         try:
             return cls(
-                backend=backend, url=attach_url(args.attach) if attach else None, model=args.model, draft=args.draft, tp=args.tp,
+                backend=backend, url=attach_url(args.attach) if attach else None,
+                model=args.model, draft=args.draft, tp=args.tp,
                 spec_steps=args.spec_steps, port=args.port, sglang_args=list(args.sglang_args or []),
                 sim_preset=args.sim_preset or sup.get("sim_preset", "h200-llama8b"),
                 sim_gpus=args.sim_gpus, sim_load=args.sim_load or sup.get("sim_load", "bursts"),

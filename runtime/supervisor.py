@@ -61,7 +61,7 @@ class Supervisor:
         self._eager_prefill_told = False  # so is eager_prefill
         self._announced = False  # supervisor_start said: only then is supervisor_stop
         self._journal_lost = 0  # records the journal failed to take since it last took one
-        self._failed_gpus: dict[Any, str] = {}  # index -> error, for gpu_failed / gpu_recovered events
+        self._failed_gpus: set[Any] = set()  # indexes said failed: gpu_failed once, then gpu_recovered
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -346,10 +346,10 @@ class Supervisor:
         for gpu in gpus:
             index, state = gpu.get("index"), gpu.get("state")
             if state == "failed" and index not in self._failed_gpus:
-                self._failed_gpus[index] = str(gpu.get("error"))
+                self._failed_gpus.add(index)
                 self.emit(records.event("gpu_failed", index=index, error=gpu.get("error")))
             elif state == "ok" and index in self._failed_gpus:
-                del self._failed_gpus[index]
+                self._failed_gpus.discard(index)
                 self.emit(records.event("gpu_recovered", index=index))
 
     def _publish_log(self) -> None:
@@ -383,7 +383,8 @@ class Supervisor:
             "model": (info or {}).get("model_path"), "tp": (info or {}).get("tp_size"),
             "prefill_graphs": prefill_graphs(info),
             # a stopped or exited server has no process: its old pid could be anyone's by now
-            "pid": None if self.state in ("stopped", "restarting") else self.backend.pid, "restarts": self.restarts, "error": self._error,
+            "pid": None if self.state in ("stopped", "restarting") else self.backend.pid,
+            "restarts": self.restarts, "error": self._error,
             "progress": self._progress(uptime),
             "uptime_s": uptime,
         }

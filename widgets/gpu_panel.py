@@ -139,6 +139,6 @@ class GpuPanel(Widget):
         style = self._style("dead" if gpu.get("state") in DEAD_STATES else "empty")
         error = gpu.get("error") or ""
         if self.compact:
-            return Text.assemble((f"{gpu.get('index', '?')} {short_name(gpu.get('name'))[:6]:<6} ", self._style("label")),
-                                 (state, style), f"  {error}")
+            label = f"{gpu.get('index', '?')} {short_name(gpu.get('name'))[:6]:<6} "
+            return Text.assemble((label, self._style("label")), (state, style), f"  {error}")
         return Text.assemble((state, style), "\n", error, "\nno readings from this GPU")
