@@ -41,7 +41,6 @@ SERVER_QUESTIONS = {  # what each server action does to the requests in flight, 
     "start": "Start the model server?",
 }
 REPLAY_ACTIONS = {"seek", "speed", "seek_start", "seek_end"}
-SEEK_S = 10.0
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 
 
