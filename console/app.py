@@ -193,23 +193,40 @@ class SpecctlApp(App[int]):
 
     # -- actions --------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Replay keys exist only in a replay. Control keys always run: where they cannot act, they say why
+        (a greyed key that does nothing when pressed looks broken; the buttons are greyed as well)."""
         if action in REPLAY_ACTIONS:
             return isinstance(self.link, ReplayLink)
-        if action in CONTROL_ACTIONS:
-            return True if self.link.can_control and self.connected else None
+        return True
+
+    def controls_refused(self) -> bool:
+        """True, after saying why, where this console cannot steer a supervisor right now."""
+        if not self.link.can_control:
+            why = "a replay has no controls: it only plays a journal back"
+        elif not self.connected:
+            why = "not connected to the supervisor (the banner says why)"
+        else:
+            return False
+        self.notify(why, severity="warning")
         return True
 
     def action_force_on(self) -> None:
-        self.send("mode", {"mode": "on"}, "Speculation forced on")
+        if not self.controls_refused():
+            self.send("mode", {"mode": "on"}, "Speculation forced on")
 
     def action_force_off(self) -> None:
-        self.send("mode", {"mode": "off"}, "Speculation forced off")
+        if not self.controls_refused():
+            self.send("mode", {"mode": "off"}, "Speculation forced off")
 
     def action_auto(self) -> None:
-        self.send("mode", {"mode": "auto"}, "Speculation back to auto")
+        if not self.controls_refused():
+            self.send("mode", {"mode": "auto"}, "Speculation back to auto")
 
     def action_server(self, what: str) -> None:
         """Start, stop or restart the server the supervisor runs, once the operator says yes."""
+        if self.controls_refused():
+            return
+
         def answered(yes: bool | None) -> None:
             if yes:
                 self.send("server", {"action": what}, f"Server {what}: done")
@@ -217,6 +234,8 @@ class SpecctlApp(App[int]):
         self.push_screen(ConfirmScreen(f"server {what}", SERVER_QUESTIONS[what]), answered)
 
     def action_thresholds(self) -> None:
+        if self.controls_refused():
+            return
         latest = self.timeline.latest or {}
         settings = (latest.get("spec") or {}).get("settings")
         if not settings:  # a form of defaults would pass for the server's own values
@@ -310,7 +329,8 @@ class SpecctlApp(App[int]):
             ("Replay: slower", "Halve the playback speed", "speed(0.5)"),
             ("Replay: faster", "Double the playback speed", "speed(2)"),
         ]
+        controls = self.link.can_control and self.connected
         for title, help_text, action in entries:
             name = action.split("(")[0]
-            if self.check_action(name, ()):
+            if self.check_action(name, ()) and (controls or name not in CONTROL_ACTIONS):
                 yield SystemCommand(title, help_text, lambda a=action: self.run_action(a))
