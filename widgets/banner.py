@@ -35,6 +35,7 @@ class BannerState:
     server_error: str | None = None
     sim: bool = False
     slow_off: bool = False  # the server's "off" is SGLang's slow steps-0 state, not fast off
+    failed_gpus: tuple[int, ...] = ()  # said here too: with many GPUs their panels may be scrolled away
     source: str = ""
     status: str = ""  # "PAUSED", "replay 0:42 / 5:00 ▶ x1", a lost connection...
 
@@ -111,6 +112,10 @@ class SpecBanner(Widget):
         line.append(server, self._style("mode" if s.server_state in GOOD_SERVER_STATES else "bad"))
         if s.server_error and s.server_state not in GOOD_SERVER_STATES:
             line.append(f" {s.server_error}", self._style("bad"))
+        if s.failed_gpus:
+            line.append("  ")
+            word = "GPU" if len(s.failed_gpus) == 1 else "GPUs"
+            line.append(f"{word} {','.join(map(str, s.failed_gpus))} FAILED", self._style("bad"))
         if s.slow_off:
             line.append("  ")
             line.append("SLOW OFF", self._style("bad"))

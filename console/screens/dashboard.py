@@ -68,8 +68,7 @@ class Dashboard(Screen):
         progress = server.get("progress") if server.get("state") == "starting" else None
         self.query_one(StartupProgress).progress = progress if isinstance(progress, dict) else None
         self.query_one(ControlBar).paused = paused
-        gpus = sample.get("gpus")
-        self._show_gpus([g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else [])
+        self._show_gpus(gpu_list(sample))
         tps, accept, requests = build_charts(timeline, WINDOW_S)
         self.query_one("#chart-tps", TimeChart).data = tps
         self.query_one("#chart-accept", TimeChart).data = accept
@@ -117,6 +116,12 @@ def gpu_layout(width: int, height: int, gpus: int) -> tuple[bool, int]:
     return compact, 1 if compact else columns
 
 
+def gpu_list(sample: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sample's GPU dicts, whatever else a journal line put there."""
+    gpus = sample.get("gpus")
+    return [g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else []
+
+
 def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:
     """Pick the banner's fields out of the latest sample and the last switch event."""
     sample = obj(timeline.latest)
@@ -140,6 +145,8 @@ def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:
                       else None if server.get("error") is None else str(server.get("error"))),
         sim=sample.get("sim") is True,
         slow_off=obj(obj(spec).get("off_state")).get("fast") is False,
+        failed_gpus=tuple(int(g["index"]) for g in gpu_list(sample)
+                          if g.get("state") == "failed" and isinstance(g.get("index"), int)),
         source=source,
         status=status,
     )

@@ -121,3 +121,11 @@ def test_a_journal_that_ends_with_its_supervisor_stopping_does_not_end_on_ready(
     timeline.fold(records.event("supervisor_start", t=T + 9, backend="sim", sim=True))
     timeline.fold(sample(T + 10, True))
     assert banner_state(timeline, "replay", "").server_state == "ready"
+
+
+def test_failed_gpus_are_named_in_the_banner_where_their_panels_may_be_scrolled_away() -> None:
+    timeline = Timeline()
+    record = sample(T, True)
+    record["gpus"] = [{"index": i, "state": "failed" if i in (3, 12) else "ok"} for i in range(16)]
+    timeline.fold(record)
+    assert banner_state(timeline, "replay", "").failed_gpus == (3, 12)
