@@ -31,7 +31,7 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sim-preset", help="simulator preset (default h200-llama8b)")
     g.add_argument("--sim-gpus", type=int, default=None, help="simulated GPUs (default: the preset's)")
     g.add_argument("--sim-load",
-                   help="simulator load: idle, steady:c=N, ramp:from=A,to=B,period=S, bursts[:low=A,high=B,period=S] "
+                   help="simulator load: idle, steady:c=N, ramp:from=A,to=B,period=S, bursts[:low=A,high=B,period=S,duty=F] "
                         "(default bursts)")
     g.add_argument("--interval", type=float, help="seconds between samples (default 0.5)")
     g.add_argument("--socket", help="control socket path (default $XDG_RUNTIME_DIR/specctl.sock)")

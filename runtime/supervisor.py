@@ -270,6 +270,7 @@ class Supervisor:
         except ServerUnreachable as exc:
             self._error = str(exc)
             await self._note_health(False)
+        await self._note_simulator(info)
         self._note_eager_prefill(info)
         spec = _spec_state(info)
         if spec is not None:
@@ -330,6 +331,19 @@ class Supervisor:
             return
         self._slow_off_told = True
         self.emit(records.event("slow_off_state", why=off.get("why_not")))
+
+    async def _note_simulator(self, info: dict[str, Any] | None) -> None:
+        """An attached server that is specctl's simulator (its /server_info says so): from then on every sample
+        says sim, and its GPUs are the simulator's, not this machine's NVML (a simulated number must never pass
+        for a measured one)."""
+        if self.sim or not isinstance(info, dict) or "specctl_sim" not in info:
+            return
+        self.sim = True
+        self.emit(records.event("attached_simulator", url=self.backend.url))
+        if self.config.gpu_source == "auto":
+            if self._gpus is not None:
+                await self._gpus.aclose()
+            self._gpus = await self._open_gpus()
 
     def _note_eager_prefill(self, info: dict[str, Any] | None) -> None:
         """Say once per server when it runs its prefills eagerly: there the off state costs more (run 10)."""

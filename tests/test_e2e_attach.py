@@ -52,8 +52,10 @@ def test_attached_server_is_steered_and_outlives_the_supervisor(tmp_path: Path, 
     proc, url = sim
     h = Headless(tmp_path, "--attach", url.removeprefix("http://") + "/")  # as SGLang prints its address
     try:
-        sample = h.ready_sample()
-        assert sample["server"]["url"] == url and sample["sim"] is False
+        sample = wait_for(lambda: (s := h.ready_sample())["gpus"] and s, "the simulator's GPUs")
+        assert sample["server"]["url"] == url and sample["sim"] is True, "its /server_info says it simulates"
+        assert [g["name"] for g in sample["gpus"]] == ["NVIDIA H200"], "the simulator's GPU, not NVML's"
+        assert h.wait_event("attached_simulator")["url"] == url
         assert sample["procs"] and sample["procs"][0]["pid"] == proc.pid, "found by its listening port"
         assert h.cli("force-off").returncode == 0
         assert h.status()["spec"]["mode"] == "off"

@@ -23,7 +23,9 @@ _EVENTS = {"server_start": ("START", "plain"), "server_ready": ("READY", "good")
            "server_start_failed": ("FAILED", "bad"), "server_stop": ("STOP", "warn"),
            "gpu_unavailable": ("GPU", "warn"), "settings_restored": ("SETTINGS", "plain"),
            "settings_restore_failed": ("SETTINGS", "bad"), "slow_off_state": ("SLOW OFF", "bad"),
-           "eager_prefill": ("EAGER", "warn"), "journal_gap": ("JOURNAL", "bad")}
+           "eager_prefill": ("EAGER", "warn"), "journal_gap": ("JOURNAL", "bad"),
+           "attached_simulator": ("SIM", "warn"), "backend_thresholds": ("SETTINGS", "plain"),
+           "backend_thresholds_failed": ("SETTINGS", "bad")}
 
 
 def describe(record: dict[str, Any]) -> tuple[str, str, str]:
