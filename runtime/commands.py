@@ -36,7 +36,8 @@ class CommandHandler:
 
     async def execute(self, cmd: str, args: dict[str, Any], uid: int | None) -> dict[str, Any]:
         if not isinstance(cmd, str) or cmd not in COMMANDS:
-            raise CommandError(UNKNOWN_COMMAND, f"unknown command {cmd!r}; known: {', '.join(COMMANDS)}")
+            raise CommandError(UNKNOWN_COMMAND, f"unknown command {cmd!r}; known: {', '.join(COMMANDS)} "
+                                                "(and subscribe, on the control socket)")
         if not isinstance(args, dict):
             raise CommandError(BAD_REQUEST, "args must be a JSON object")
         if cmd not in JOURNALED:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +13,7 @@ from specctl.runtime.policy import (
     PolicySettings,
     SettingsError,
     SpecPolicy,
+    check_fields,
     settings_from_wire,
 )
 
@@ -202,3 +205,20 @@ def test_forced_mode_is_never_overridden(mode: str, slope: float, inputs: list[t
         steps = p.decide(bs)
         assert (steps > 0) == (mode == "on")
         p.on_verify([acc])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=12) | st.from_regex(r"[+-]?[0-9]{0,6}(\.[0-9]{0,4})?([eE][+-]?[0-9]{1,4})?", fullmatch=True))
+def test_typed_settings_are_taken_only_as_the_plain_decimal_they_say(text: str) -> None:
+    """Whatever an operator types, a setting is refused or holds exactly the number the text spells."""
+    for key in ("min_accept", "off_at"):
+        try:
+            value = check_fields({key: text})[key]
+        except SettingsError:
+            continue
+        assert text.strip().isascii() and "_" not in text
+        if key == "off_at":
+            assert value == int(text) and isinstance(value, int)
+        else:
+            assert value == float(text) and math.isfinite(value)
+            assert value != 0 or not set(text.lower().partition("e")[0]) & set("123456789"), "no underflow to 0"
