@@ -30,6 +30,7 @@ from .screens.dashboard import Dashboard
 from .screens.help import HelpScreen, key_rows
 from .screens.messages import LinkChanged, LogArrived, SampleArrived
 from .screens.prefs import save_prefs
+from .headless import stop_signals
 from .screens.confirm import ConfirmScreen
 from .screens.thresholds import ThresholdsScreen
 from .screens.timeline import Timeline
@@ -101,6 +102,7 @@ class SpecctlApp(App[int]):
         self._initial_theme = theme
         self._remember_theme = remember_theme
         self._closed = False
+        self._quit_signals = tuple(sig for sig in stop_signals() if sig != signal.SIGINT)  # ctrl+c is Textual's
 
     # -- start and stop -----------------------------------------------------
     def on_mount(self) -> None:
@@ -111,13 +113,13 @@ class SpecctlApp(App[int]):
         self.theme_changed_signal.subscribe(self, lambda theme: self._remember(theme.name))
         self.push_screen(Dashboard(self.link.describe, self.link.can_control))
         self._pump()
-        for sig in (signal.SIGTERM, signal.SIGHUP):  # quit as `q` does, so the server we started is stopped
+        for sig in self._quit_signals:  # quit as `q` does, so the server we started is stopped
             asyncio.get_running_loop().add_signal_handler(sig, self.call_later, self.action_quit)
 
     async def on_unmount(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
+        await self.close_link()  # handlers stay until the server is stopped: a second signal must not cut it short
+        for sig in self._quit_signals:
             asyncio.get_running_loop().remove_signal_handler(sig)
-        await self.close_link()
 
     async def close_link(self) -> None:
         """Stop what the console started (the in-process supervisor and its server), once.

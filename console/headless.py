@@ -32,11 +32,18 @@ def run_headless(args: argparse.Namespace) -> int:
     return asyncio.run(_main(config))
 
 
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """SIGTERM, SIGINT and SIGHUP (the terminal or ssh session went away), unless SIGHUP is ignored:
+    `nohup specctl run --headless &` asked to outlive the session, and a handler would undo that."""
+    hangup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGTERM, signal.SIGINT, *hangup)
+
+
 async def _main(config: SupervisorConfig) -> int:
     sup = Supervisor(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal or ssh session went away
+    for sig in stop_signals():
         loop.add_signal_handler(sig, stop.set)
     events = sup.hub.subscribe(maxsize=256)  # before start, so its own events are printed too
     try:

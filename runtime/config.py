@@ -130,10 +130,15 @@ def attach_url(text: str) -> str:
     if not raw or any(c.isspace() for c in raw):
         raise ConfigError(f"--attach needs a URL, got {text!r}; {example}")
     url = raw if "://" in raw else f"http://{raw}"
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError as exc:  # a bracketed host that is no IPv6 address
+        raise ConfigError(f"--attach {text!r} is not a URL ({exc}); an IPv6 host goes in brackets, "
+                          "e.g. --attach [::1]:30000") from None
     if parts.scheme not in ("http", "https"):
         raise ConfigError(f"--attach needs an http:// or https:// URL, got {text!r}; {example}")
-    if not parts.hostname:
+    if not host:
         raise ConfigError(f"--attach {text!r} names no host; {example}")
     try:
         port = parts.port

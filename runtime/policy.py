@@ -130,28 +130,32 @@ def _coerce(key: str, value: Any) -> Any:
         return value
     if not isinstance(value, (int, float)):
         raise SettingsError(key, f"must be a number, got {value!r}")
-    if not math.isfinite(value):
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range, from JSON
+        raise SettingsError(key, "must be a finite number, got one too large to hold") from None
+    if not math.isfinite(number):
         raise SettingsError(key, f"must be a finite number, got {value!r}")
-    return float(value)
+    return number
 
 
-_INT_TEXT = re.compile(r"[+-]?[0-9]+")
-_FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}")  # longer is no setting, and int() refuses past 4300 digits
+_FLOAT_TEXT = re.compile(r"[+-]?([0-9]{1,30}\.?[0-9]{0,30}|\.[0-9]{1,30})([eE][+-]?[0-9]{1,5})?|[+-]?(nan|inf|infinity)",
+                         re.IGNORECASE)
 
 
 def _parse_number(key: str, text: str) -> int | float:
     """Plain ASCII decimals only: Python's int() and float() also take "1_000" and other scripts' digits,
     and float() rounds "1e-400" to 0, which for min_accept would switch the acceptance rule off unasked."""
     text = text.strip()
-    if key in _INT_FIELDS:
-        if not _INT_TEXT.fullmatch(text):
-            raise SettingsError(key, f"must be an integer, got {text!r}")
+    shown = text if len(text) <= 40 else f"{text[:40]}..."
+    if key in _INT_FIELDS and _INT_TEXT.fullmatch(text):
         return int(text)
     if not _FLOAT_TEXT.fullmatch(text):
-        raise SettingsError(key, f"must be a number, got {text!r}")
-    value = float(text)
+        raise SettingsError(key, f"must be {'an integer' if key in _INT_FIELDS else 'a number'}, got {shown!r}")
+    value = float(text)  # for an integer setting, "64.0" and "1e3" are whole numbers: _coerce takes them
     if value == 0 and re.search(r"[1-9]", text.lower().partition("e")[0]):
-        raise SettingsError(key, f"is too small to hold, got {text!r}; write 0 if 0 is meant")
+        raise SettingsError(key, f"is too small to hold, got {shown!r}; write 0 if 0 is meant")
     return value
 
 

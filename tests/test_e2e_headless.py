@@ -89,6 +89,27 @@ def test_a_signal_to_stop_stops_the_supervisor_and_everything_it_started(tmp_pat
     assert "supervising simulator" in told and "server_start pid=" in told and "Traceback" not in told
 
 
+def test_under_nohup_a_hang_up_leaves_the_supervisor_running(tmp_path: Path) -> None:
+    """`nohup specctl run --headless &` asks to outlive the session: SIGHUP stays ignored."""
+    journal = tmp_path / "run.jsonl"
+    proc = subprocess.Popen(["nohup", sys.executable, "-m", "specctl.console.cli", "run", "--headless",
+                             "--socket", str(tmp_path / "s.sock"), "--log", str(journal), "--interval", "0.2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    samples = lambda: [r for r in read_journal(journal) if r.get("kind") == "sample"] if journal.exists() else []  # noqa: E731
+    try:
+        wait_for(lambda: len(samples()) >= 2, "samples")
+        proc.send_signal(signal.SIGHUP)
+        seen = len(samples())
+        wait_for(lambda: len(samples()) >= seen + 3, "three more samples after the hang-up")
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_kill_9_of_the_supervisor_leaves_a_readable_journal_and_no_orphans(tmp_path: Path) -> None:
     h = Headless(tmp_path, "--sim-load", "steady:c=100", "--sim-gpus", "8")
     pid = h.ready_sample()["server"]["pid"]

@@ -136,6 +136,11 @@ def test_settings_are_all_or_nothing_and_name_the_field() -> None:
     assert p.apply({"accept_slope": "0.05"}).accept_slope == 0.05
     assert p.apply({"min_accept": " .5 ", "off_at": "+40"}).min_accept == 0.5
     assert p.apply({"min_accept": "0e3"}).min_accept == 0.0, "a zero written as one is a zero"
+    assert p.apply({"off_at": "64.0", "on_at": "1e1"}).on_at == 10, "a whole number written as a decimal"
+    with pytest.raises(SettingsError, match="too large to hold"):
+        p.apply({"min_accept": 10**400})  # JSON can carry it
+    with pytest.raises(SettingsError, match="must be an integer"):
+        p.apply({"off_at": "9" * 5000})
 
 
 @pytest.mark.parametrize("changes", [
@@ -218,7 +223,7 @@ def test_typed_settings_are_taken_only_as_the_plain_decimal_they_say(text: str) 
             continue
         assert text.strip().isascii() and "_" not in text
         if key == "off_at":
-            assert value == int(text) and isinstance(value, int)
+            assert value == float(text) and isinstance(value, int)
         else:
             assert value == float(text) and math.isfinite(value)
             assert value != 0 or not set(text.lower().partition("e")[0]) & set("123456789"), "no underflow to 0"

@@ -37,6 +37,8 @@ def test_a_bad_simulator_choice_is_one_line_and_exit_2(tmp_path: Path, flag: str
     ("http://:30000", "names no host"),
     ("127.0.0.1:300000", "the port must be a number between 1 and 65535"),
     ("http://127.0.0.1:port", "the port must be a number"),
+    ("[::1", "an IPv6 host goes in brackets"),
+    ("http://[foo]:80", "an IPv6 host goes in brackets"),
 ])
 def test_an_attach_url_that_cannot_answer_is_one_line_and_exit_2(tmp_path: Path, url: str, named: str) -> None:
     out = run(tmp_path, "run", "--headless", "--socket", str(tmp_path / "s.sock"), "--attach", url)
