@@ -25,13 +25,13 @@ from textual.worker import WorkerCancelled, WorkerFailed
 
 from specctl.themes.console_themes import DEFAULT_THEME, HIGH_CONTRAST, THEMES
 
+from .headless import stop_signals
 from .links import Link, LinkError, ReplayLink
+from .screens.confirm import ConfirmScreen
 from .screens.dashboard import Dashboard
 from .screens.help import HelpScreen, key_rows
 from .screens.messages import LinkChanged, LogArrived, SampleArrived
 from .screens.prefs import save_prefs
-from .headless import stop_signals
-from .screens.confirm import ConfirmScreen
 from .screens.thresholds import ThresholdsScreen
 from .screens.timeline import Timeline
 
@@ -180,6 +180,7 @@ class SpecctlApp(App[int]):
         self.refresh_bindings()
         with suppress(NoMatches):  # see _redraw
             self.dashboard.show_status(self.timeline, self.status_text())
+            self.dashboard.set_can_control(self.link.can_control and self.connected)
 
     def status_text(self) -> str:
         """The banner's extra words: link trouble, pause, replay position."""

@@ -7,6 +7,7 @@ undecodable last line instead of failing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -42,11 +43,17 @@ class Journal:
             raise ValueError("journal is closed")
         self._reopen_if_moved()
         data = memoryview((dumps(record) + "\n").encode("utf-8"))
-        while data:  # a raw write may take part of the line
-            written = self._fh.write(data)
-            if not written:
-                raise OSError(f"the journal {self.path} took no bytes")
-            data = data[written:]
+        start = self._fh.tell()
+        try:
+            while data:  # a raw write may take part of the line
+                written = self._fh.write(data)
+                if not written:
+                    raise OSError(f"the journal {self.path} took no bytes")
+                data = data[written:]
+        except OSError:
+            with contextlib.suppress(OSError):  # no torn line for the next record to be glued to
+                os.ftruncate(self._fh.fileno(), start)
+            raise
         if self.max_bytes and self._fh.tell() >= self.max_bytes:
             self._rotate()
 

@@ -120,19 +120,30 @@ class Supervisor:
         self.hub.publish(record)
 
     def _journal_write(self, record: dict[str, Any]) -> None:
-        """Write one record; a failing journal (a full disk) is said once, and its gap when it heals."""
+        """Write one record; a failing journal (a full disk) is said once, and its gap when it heals:
+        a journal_gap record, before the first record that could be written again."""
+        assert self._journal is not None
+        if self._journal_lost:
+            gap = records.event("journal_gap", lost=self._journal_lost)
+            if not self._journal_took(gap):
+                self._journal_lost += 1  # the record below is lost too
+                return
+            log.warning("journal writes resumed; %d records were lost", self._journal_lost)
+            self._journal_lost = 0
+            self.recent.append(gap)
+            self.hub.publish(gap)
+        if not self._journal_took(record):
+            self._journal_lost += 1
+
+    def _journal_took(self, record: dict[str, Any]) -> bool:
         assert self._journal is not None
         try:
             self._journal.write(record)
         except (OSError, ValueError) as exc:
             if not self._journal_lost:
                 log.error("journal write failed: %s (said once; the records lost are counted)", exc)
-            self._journal_lost += 1
-            return
-        if self._journal_lost:
-            lost, self._journal_lost = self._journal_lost, 0
-            log.warning("journal writes resumed; %d records were lost", lost)
-            self._journal_write(records.event("journal_gap", lost=lost))
+            return False
+        return True
 
     async def execute(self, cmd: str, args: dict[str, Any] | None, uid: int | None) -> dict[str, Any]:
         """Run one control command; raises CommandError. See runtime/commands.py."""
@@ -174,6 +185,7 @@ class Supervisor:
 
     async def _open_gpus(self) -> GpuSource | None:
         """The simulator's GPUs or NVML; without a driver the samples say so (no GPUs) and we go on."""
+        self._failed_gpus.clear()  # another source's GPU 0 is not the one that failed
         kind = self.config.gpu_source
         if kind == "none":
             return None

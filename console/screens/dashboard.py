@@ -56,6 +56,10 @@ class Dashboard(Screen):
         self.query_one(ControlBar).can_control = self._can_control
         self.query_one(SpecBanner).state = BannerState(source=self._source, status="connecting…")
 
+    def set_can_control(self, can_control: bool) -> None:
+        """Grey the control buttons while nothing can be steered (a lost connection), and back."""
+        self.query_one(ControlBar).can_control = can_control
+
     def on_resize(self, event: events.Resize) -> None:
         self._lay_out_gpus()
 

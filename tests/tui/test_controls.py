@@ -18,9 +18,9 @@ from textual.pilot import Pilot
 
 from specctl.console.app import SpecctlApp
 from specctl.console.links import LocalLink
+from specctl.console.screens.confirm import ConfirmScreen
 from specctl.console.screens.help import HelpScreen
 from specctl.console.screens.messages import SampleArrived
-from specctl.console.screens.confirm import ConfirmScreen
 from specctl.console.screens.thresholds import ThresholdsScreen
 from specctl.runtime.config import SupervisorConfig
 from specctl.runtime.journal import read_journal
@@ -139,10 +139,18 @@ async def test_a_command_sent_while_the_view_is_paused_says_the_view_is_paused(a
         await until(pilot, lambda: "FORCED OFF" in banner(app), "FORCED OFF once resumed")
 
 
-async def palette(pilot: Pilot, text: str) -> None:
+async def palette(pilot: Pilot, title: str) -> None:
+    """Type a command's title into the palette and run it once the search has put it first."""
     await pilot.press("ctrl+p")
-    await pilot.press(*text)
-    await pilot.pause(0.3)  # the palette searches as one types
+    await pilot.press(*title)
+
+    def first_is_it() -> bool:
+        found = pilot.app.screen.query(CommandList)
+        options = found.first() if found else None
+        highlighted = options.highlighted if options is not None else None
+        return highlighted is not None and title in str(options.get_option_at_index(highlighted).prompt)
+
+    await until(pilot, first_is_it, f"{title!r} highlighted in the palette")
     await pilot.press("enter")
 
 
@@ -150,12 +158,12 @@ async def test_the_server_restarts_from_the_palette_once_the_operator_says_yes(a
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         first = app.timeline.latest["server"]["pid"]
-        await palette(pilot, "Restart the model")
+        await palette(pilot, "Restart the model server")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
         await pilot.press("n")
         await pilot.pause()
         assert commands(journal, "server") == [], "no is no"
-        await palette(pilot, "Restart the model")
+        await palette(pilot, "Restart the model server")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question again")
         await pilot.press("y")
         await until(pilot, lambda: (app.timeline.latest["server"]["pid"] not in (None, first)
