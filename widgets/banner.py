@@ -103,6 +103,8 @@ class SpecBanner(Widget):
         mode = MODE_WORDS.get(s.mode or "", "mode ?")
         line = Text.assemble((word, self._style(style)), " ",
                              (mode, self._style("mode" if s.mode in (None, "auto") else "forced")))
+        if (s.mode, s.spec_on) in (("off", True), ("on", False)):  # forced, and the next step will switch
+            line.append(" (switching)", self._style("muted"))
         if steps and s.steps is not None:
             line.append(f"  draft steps {s.steps}")
             if s.steps_on is not None and s.steps_on != s.steps:

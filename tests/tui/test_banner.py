@@ -1,0 +1,28 @@
+"""The banner's words for states a sample can be in, rendered by the real widget in a real app."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+
+from specctl.widgets.banner import BannerState, SpecBanner
+
+
+class BannerOnly(App[None]):
+    def compose(self) -> ComposeResult:
+        yield SpecBanner()
+
+
+async def first_line(state: BannerState) -> str:
+    app = BannerOnly()
+    async with app.run_test(size=(100, 4)) as pilot:
+        app.query_one(SpecBanner).state = state
+        await pilot.pause()
+        return app.query_one(SpecBanner).render().plain.split("\n")[0]
+
+
+async def test_a_forced_mode_the_server_has_not_switched_to_yet_says_switching() -> None:
+    assert "SPEC ON  FORCED OFF (switching)" in await first_line(BannerState(spec_on=True, mode="off"))
+    assert "SPEC OFF  FORCED ON (switching)" in await first_line(BannerState(spec_on=False, mode="on"))
+    for settled in (BannerState(spec_on=False, mode="off"), BannerState(spec_on=True, mode="auto"),
+                    BannerState(spec_on=False, mode="auto")):
+        assert "switching" not in await first_line(settled)
