@@ -8,12 +8,15 @@ undecodable last line instead of failing.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from . import records
 from .records import dumps
+
+log = logging.getLogger(__name__)
 
 
 class Journal:
@@ -26,6 +29,7 @@ class Journal:
         self.backups = backups
         self._fh: BinaryIO | None = None
         self._inode: int | None = None
+        self.lost = 0  # records append() could not write since it last wrote one
         self._open()
 
     def _open(self) -> None:
@@ -56,6 +60,32 @@ class Journal:
             raise
         if self.max_bytes and self._fh.tell() >= self.max_bytes:
             self._rotate()
+
+    def append(self, record: dict[str, Any]) -> dict[str, Any] | None:
+        """Write one record; a failing file (a full disk) never raises here. The failure is logged once and
+        the records lost counted; when writes work again a ``journal_gap`` record goes first, and is returned
+        so the caller can tell its listeners."""
+        if self.lost:
+            gap = records.event("journal_gap", lost=self.lost)
+            if not self._took(gap):
+                self.lost += 1  # the record itself is lost too
+                return None
+            log.warning("journal writes resumed; %d records were lost", self.lost)
+            self.lost = 0
+        else:
+            gap = None
+        if not self._took(record):
+            self.lost += 1
+        return gap
+
+    def _took(self, record: dict[str, Any]) -> bool:
+        try:
+            self.write(record)
+        except (OSError, ValueError) as exc:
+            if not self.lost:
+                log.error("journal write failed: %s (said once; the records lost are counted)", exc)
+            return False
+        return True
 
     def _reopen_if_moved(self) -> None:
         """Follow logrotate-style moves: if our file is no longer at ``path``, start a new one."""

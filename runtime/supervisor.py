@@ -22,6 +22,7 @@ from .gpus import GpuSource, NvmlUnavailable, open_gpu_source
 from .hub import Hub
 from .journal import Journal
 from .procs import ProcSampler, listening_pid
+from .server_info import EAGER_PREFILL_WHY, is_simulator, prefill_graphs, public_spec, spec_state
 from .sglang_client import SGLangClient, ServerUnreachable
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,6 @@ class Supervisor:
         self._slow_off_told = False  # the slow_off_state event is said once per server start
         self._eager_prefill_told = False  # so is eager_prefill
         self._announced = False  # supervisor_start said: only then is supervisor_stop
-        self._journal_lost = 0  # records the journal failed to take since it last took one
         self._failed_gpus: set[Any] = set()  # indexes said failed: gpu_failed once, then gpu_recovered
 
     # -- lifecycle ----------------------------------------------------------
@@ -113,37 +113,13 @@ class Supervisor:
 
     def emit(self, record: dict[str, Any]) -> None:
         """Journal first (never dropped), then everyone listening."""
-        if self._journal is not None:
-            self._journal_write(record)
+        gap = self._journal.append(record) if self._journal is not None else None
+        if gap is not None:  # written before the record: the console hears of it too
+            self.recent.append(gap)
+            self.hub.publish(gap)
         if record["kind"] != "sample":
             self.recent.append(record)
         self.hub.publish(record)
-
-    def _journal_write(self, record: dict[str, Any]) -> None:
-        """Write one record; a failing journal (a full disk) is said once, and its gap when it heals:
-        a journal_gap record, before the first record that could be written again."""
-        assert self._journal is not None
-        if self._journal_lost:
-            gap = records.event("journal_gap", lost=self._journal_lost)
-            if not self._journal_took(gap):
-                self._journal_lost += 1  # the record below is lost too
-                return
-            log.warning("journal writes resumed; %d records were lost", self._journal_lost)
-            self._journal_lost = 0
-            self.recent.append(gap)
-            self.hub.publish(gap)
-        if not self._journal_took(record):
-            self._journal_lost += 1
-
-    def _journal_took(self, record: dict[str, Any]) -> bool:
-        assert self._journal is not None
-        try:
-            self._journal.write(record)
-        except (OSError, ValueError) as exc:
-            if not self._journal_lost:
-                log.error("journal write failed: %s (said once; the records lost are counted)", exc)
-            return False
-        return True
 
     async def execute(self, cmd: str, args: dict[str, Any] | None, uid: int | None) -> dict[str, Any]:
         """Run one control command; raises CommandError. See runtime/commands.py."""
@@ -284,7 +260,7 @@ class Supervisor:
             await self._note_health(False)
         await self._note_simulator(info)
         self._note_eager_prefill(info)
-        spec = _spec_state(info)
+        spec = spec_state(info)
         if spec is not None:
             self._emit_switches(spec)
             self._note_off_state(spec)
@@ -348,7 +324,7 @@ class Supervisor:
         """An attached server that is specctl's simulator (its /server_info says so): from then on every sample
         says sim, and its GPUs are the simulator's, not this machine's NVML (a simulated number must never pass
         for a measured one)."""
-        if self.sim or not isinstance(info, dict) or "specctl_sim" not in info:
+        if self.sim or not is_simulator(info):
             return
         self.sim = True
         self.emit(records.event("attached_simulator", url=self.backend.url))
@@ -393,7 +369,7 @@ class Supervisor:
                 log.warning("GPU sampling failed: %s", exc)
         self._note_gpu_faults(gpus)
         procs = self._procs.sample() if self._procs is not None else []
-        sample = records.sample(self._server_fields(metrics, info), _public_spec(spec), gpus, procs,
+        sample = records.sample(self._server_fields(metrics, info), public_spec(spec), gpus, procs,
                                 sim=self.sim)
         self.latest_sample = sample
         return sample
@@ -425,52 +401,6 @@ class Supervisor:
 
 def _field(metrics: Any, name: str) -> float | None:
     return None if metrics is None else getattr(metrics, name, None)
-
-
-def _spec_state(info: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The plugin's (or simulator's) policy state from /server_info, if it reports one."""
-    if not info:
-        return None
-    states = info.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], dict):
-        spec = states[0].get("specctl")
-        return spec if isinstance(spec, dict) else None
-    return None
-
-
-EAGER_PREFILL_WHY = ("prefill CUDA graphs are off, so every prefill runs op by op on the scheduler's CPU; with "
-                     "prompts arriving the off state then measured about 5 % under a server without "
-                     "speculation on Triton (docs/fast-off.md); SGLang's default keeps them on")
-
-
-# The resolved server arguments prefill_graphs reads (tests/test_plugin_contract.py checks each release has them)
-PREFILL_GRAPH_ARGS = ("cuda_graph_config", "disable_cuda_graph", "disable_prefill_cuda_graph")
-
-
-def prefill_graphs(info: dict[str, Any] | None) -> bool | None:
-    """Whether the server replays its prefills from CUDA graphs, from /server_info's resolved arguments.
-
-    SGLang 0.5.17 captures "breakable" prefill graphs unless told not to
-    (``--disable-prefill-cuda-graph``, ``--disable-cuda-graph``) or unless the
-    model cannot take them; its resolved ``cuda_graph_config`` says which.
-    None when the server does not say (an older SGLang, or no answer).
-    """
-    if not info:
-        return None
-    config = info.get("cuda_graph_config")
-    prefill = config.get("prefill") if isinstance(config, dict) else None
-    if isinstance(prefill, dict) and isinstance(prefill.get("backend"), str):
-        return prefill["backend"] != "disabled"
-    if info.get("disable_cuda_graph") is True or info.get("disable_prefill_cuda_graph") is True:
-        return False
-    return None
-
-
-def _public_spec(spec: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The sample's ``spec``: the policy state without its switch history (events carry that)."""
-    if spec is None:
-        return None
-    return {k: v for k, v in spec.items() if k != "recent_switches"}
 
 
 def make_backend(config: SupervisorConfig) -> Backend:

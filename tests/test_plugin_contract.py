@@ -30,7 +30,7 @@ from conftest_sglang import (
 )
 
 from specctl.runtime.policy import PolicySettings
-from specctl.runtime.supervisor import PREFILL_GRAPH_ARGS
+from specctl.runtime.server_info import PREFILL_GRAPH_ARGS
 from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off, plugin
 from specctl.runtime.sglang_plugin.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError

@@ -1,0 +1,58 @@
+"""Reading a server's /server_info: the plugin's (or simulator's) policy state and what its resolved
+arguments say about how it runs. Plain functions over the decoded JSON; the supervisor decides what
+to journal from them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def spec_state(info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The plugin's (or simulator's) policy state from /server_info, if it reports one."""
+    if not info:
+        return None
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        spec = states[0].get("specctl")
+        return spec if isinstance(spec, dict) else None
+    return None
+
+
+EAGER_PREFILL_WHY = ("prefill CUDA graphs are off, so every prefill runs op by op on the scheduler's CPU; with "
+                     "prompts arriving the off state then measured about 5 % under a server without "
+                     "speculation on Triton (docs/fast-off.md); SGLang's default keeps them on")
+
+
+# The resolved server arguments prefill_graphs reads (tests/test_plugin_contract.py checks each release has them)
+PREFILL_GRAPH_ARGS = ("cuda_graph_config", "disable_cuda_graph", "disable_prefill_cuda_graph")
+
+
+def prefill_graphs(info: dict[str, Any] | None) -> bool | None:
+    """Whether the server replays its prefills from CUDA graphs, from /server_info's resolved arguments.
+
+    SGLang 0.5.17 captures "breakable" prefill graphs unless told not to
+    (``--disable-prefill-cuda-graph``, ``--disable-cuda-graph``) or unless the
+    model cannot take them; its resolved ``cuda_graph_config`` says which.
+    None when the server does not say (an older SGLang, or no answer).
+    """
+    if not info:
+        return None
+    config = info.get("cuda_graph_config")
+    prefill = config.get("prefill") if isinstance(config, dict) else None
+    if isinstance(prefill, dict) and isinstance(prefill.get("backend"), str):
+        return prefill["backend"] != "disabled"
+    if info.get("disable_cuda_graph") is True or info.get("disable_prefill_cuda_graph") is True:
+        return False
+    return None
+
+
+def public_spec(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The sample's ``spec``: the policy state without its switch history (events carry that)."""
+    if spec is None:
+        return None
+    return {k: v for k, v in spec.items() if k != "recent_switches"}
+
+
+def is_simulator(info: dict[str, Any] | None) -> bool:
+    """specctl's simulator says so in a ``specctl_sim`` block; SGLang never sends one."""
+    return isinstance(info, dict) and "specctl_sim" in info
