@@ -180,7 +180,7 @@ class SpecctlApp(App[int]):
         self.refresh_bindings()
         with suppress(NoMatches):  # see _redraw
             self.dashboard.show_status(self.timeline, self.status_text())
-            self.dashboard.set_can_control(self.link.can_control and self.connected)
+            self.dashboard.set_can_control(self.can_steer)
 
     def status_text(self) -> str:
         """The banner's extra words: link trouble, pause, replay position."""
@@ -201,6 +201,11 @@ class SpecctlApp(App[int]):
         if action in REPLAY_ACTIONS:
             return isinstance(self.link, ReplayLink)
         return True
+
+    @property
+    def can_steer(self) -> bool:
+        """Whether commands can reach a supervisor now: a live link that is connected."""
+        return self.link.can_control and self.connected
 
     def controls_refused(self) -> bool:
         """True, after saying why, where this console cannot steer a supervisor right now."""
@@ -332,7 +337,7 @@ class SpecctlApp(App[int]):
             ("Replay: slower", "Halve the playback speed", "speed(0.5)"),
             ("Replay: faster", "Double the playback speed", "speed(2)"),
         ]
-        controls = self.link.can_control and self.connected
+        controls = self.can_steer
         for title, help_text, action in entries:
             name = action.split("(")[0]
             if self.check_action(name, ()) and (controls or name not in CONTROL_ACTIONS):
