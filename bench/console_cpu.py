@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-CLI = [sys.executable, "-m", "specctl.console.cli"]
+CLI = [sys.executable, "-m", "specctl.console.cli.main"]
 SIM = ["--sim-gpus", "8"]
 GOAL = 10.0
 

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specctl.runtime.control_client import ControlClient, ControlError, NoSupervisor
+from specctl.runtime.control.client import ControlClient, ControlError, NoSupervisor
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_P99_MS = 50.0
@@ -35,8 +35,8 @@ READY_WITHIN_S = 120.0
 
 def start_target(path: Path, stand_in: bool) -> tuple[subprocess.Popen[bytes], str]:
     """The real headless supervisor if it exists, else the stand-in; returns the process and its name."""
-    if not stand_in and importlib.util.find_spec("specctl.runtime.supervisor") is not None:
-        cmd = [sys.executable, "-m", "specctl.console.cli", "run", "--headless", "--socket", str(path),
+    if not stand_in and importlib.util.find_spec("specctl.runtime.supervisor.lifecycle") is not None:
+        cmd = [sys.executable, "-m", "specctl.console.cli.main", "run", "--headless", "--socket", str(path),
                "--sim-load", "steady:c=8"]
         name = "real supervisor (specctl run --headless, simulator, steady:c=8)"
     else:

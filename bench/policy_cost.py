@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import timeit
 
-from specctl.runtime.policy import PolicySettings, SpecPolicy
+from specctl.runtime.core.policy import PolicySettings, SpecPolicy
 
 N = 200_000
 

@@ -24,7 +24,7 @@ import psutil
 def measure(seconds: float, interval: float, journal: bool) -> tuple[float, float]:
     """(supervisor % of one core, simulator % of one core) over the window."""
     with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, "-m", "specctl.console.cli", "run", "--headless", "--socket",
+        args = [sys.executable, "-m", "specctl.console.cli.main", "run", "--headless", "--socket",
                 str(Path(tmp) / "s.sock"), "--sim-gpus", "8", "--sim-load", "steady:c=64",
                 "--interval", str(interval)]
         if journal:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 import httpx
 
-from specctl.runtime.journal import read_journal
+from specctl.runtime.supervisor.journal import read_journal
 
 DEADLINE_S = 90.0  # only a guard against hangs; nothing asserts on speed
 
@@ -38,7 +38,7 @@ class Headless:
         self.stderr_path = tmp / "stderr.log"  # a file, not a pipe nobody drains while the test runs
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "specctl.console.cli", "run", "--headless", "--socket", str(self.socket),
+                [sys.executable, "-m", "specctl.console.cli.main", "run", "--headless", "--socket", str(self.socket),
                  "--log", str(self.journal), "--interval", "0.2", *args],
                 stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
 
@@ -65,7 +65,7 @@ class Headless:
         return wait_for(found, f"event {event} {match}")
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "specctl.console.cli", *args, "--socket", str(self.socket)],
+        return subprocess.run([sys.executable, "-m", "specctl.console.cli.main", *args, "--socket", str(self.socket)],
                               capture_output=True, text=True, timeout=60)
 
     def status(self) -> dict[str, Any]:

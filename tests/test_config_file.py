@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specctl.console.cli import build_parser
-from specctl.runtime.config import ConfigError, SupervisorConfig
-from specctl.runtime.config_file import ConfigFileError, load
+from specctl.console.cli.main import build_parser
+from specctl.runtime.supervisor.config import ConfigError, SupervisorConfig
+from specctl.runtime.supervisor.config_file import ConfigFileError, load
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -58,7 +58,7 @@ def test_a_broken_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     path = write(tmp_path, "[policy]\nsteps = 0\n")
     env = {"SPECCTL_CONFIG": str(path), "PATH": "/usr/bin:/bin"}
     for argv in (["run", "--headless"], ["status"]):
-        out = subprocess.run([sys.executable, "-m", "specctl.console.cli", *argv], capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "specctl.console.cli.main", *argv], capture_output=True,
                              text=True, env=env, timeout=60)
         assert out.returncode == 2, out.stderr
         assert "steps" in out.stderr and "Traceback" not in out.stderr

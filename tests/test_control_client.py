@@ -11,9 +11,9 @@ import pytest
 
 from control_standin import ServerThread, StandInTarget
 from specctl import PROTOCOL
-from specctl.runtime import records
-from specctl.runtime.control import ControlServer
-from specctl.runtime.control_client import ControlClient, ControlError, NoSupervisor, ProtocolError, call
+from specctl.runtime.core import records
+from specctl.runtime.control.server import ControlServer
+from specctl.runtime.control.client import ControlClient, ControlError, NoSupervisor, ProtocolError, call
 
 GUARD = 20.0
 

@@ -14,7 +14,7 @@ import pytest
 
 from headless_helpers import Headless, pid_alive, wait_for
 
-from specctl.runtime.server_info import prefill_graphs
+from specctl.runtime.probes.server_info import prefill_graphs
 
 
 def start_sim(tmp: Path, port: int = 0, *extra: str) -> tuple[subprocess.Popen[bytes], str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specctl.runtime.journal import read_journal
+from specctl.runtime.supervisor.journal import read_journal
 
 from headless_helpers import Headless, pid_alive, wait_for
 
@@ -92,7 +92,7 @@ def test_a_signal_to_stop_stops_the_supervisor_and_everything_it_started(tmp_pat
 def test_under_nohup_a_hang_up_leaves_the_supervisor_running(tmp_path: Path) -> None:
     """`nohup specctl run --headless &` asks to outlive the session: SIGHUP stays ignored."""
     journal = tmp_path / "run.jsonl"
-    proc = subprocess.Popen(["nohup", sys.executable, "-m", "specctl.console.cli", "run", "--headless",
+    proc = subprocess.Popen(["nohup", sys.executable, "-m", "specctl.console.cli.main", "run", "--headless",
                              "--socket", str(tmp_path / "s.sock"), "--log", str(journal), "--interval", "0.2"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     samples = lambda: [r for r in read_journal(journal) if r.get("kind") == "sample"] if journal.exists() else []  # noqa: E731
@@ -216,7 +216,7 @@ def test_a_journal_on_a_full_disk_is_said_once_and_its_gap_recorded_when_it_heal
 
 def test_a_second_supervisor_on_the_same_socket_leaves_the_first_s_journal_alone(sup: Headless) -> None:
     sup.ready_sample()
-    second = subprocess.run([sys.executable, "-m", "specctl.console.cli", "run", "--headless", "--socket",
+    second = subprocess.run([sys.executable, "-m", "specctl.console.cli.main", "run", "--headless", "--socket",
                              str(sup.socket), "--log", str(sup.journal)], capture_output=True, text=True,
                             timeout=60)
     assert second.returncode == 1 and "another specctl supervisor" in second.stderr, second.stderr

@@ -17,8 +17,8 @@ import pynvml
 import pytest
 from aiohttp import web
 
-from specctl.runtime.gpus import NvmlSource, NvmlUnavailable, SimGpuSource, open_gpu_source
-from specctl.runtime.sglang_client import SGLangClient
+from specctl.runtime.probes.gpus import NvmlSource, NvmlUnavailable, SimGpuSource, open_gpu_source
+from specctl.runtime.probes.sglang_client import SGLangClient
 
 H200_MEM = 150_754_820_096  # as a real H200 reports it
 RESERVED = 644_939_776  # what the driver keeps on an idle H200 (v1 "used"; nvidia-smi shows 0 MiB)

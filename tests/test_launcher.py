@@ -7,9 +7,9 @@ import json
 import pytest
 from conftest_sglang import SglangSource, class_fields
 
-from specctl.runtime import launcher
-from specctl.runtime.launcher import StartupProgress, build_command, launch_env
-from specctl.runtime.policy import PolicySettings
+from specctl.runtime.supervisor import launcher
+from specctl.runtime.supervisor.launcher import StartupProgress, build_command, launch_env
+from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.sglang_plugin.plugin import settings_from_env
 
 

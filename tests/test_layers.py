@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 HEADLESS = [
-    "specctl.runtime.policy", "specctl.runtime.supervisor", "specctl.runtime.control",
-    "specctl.runtime.control_client", "specctl.runtime.sim.server", "specctl.console.cli",
-    "specctl.console.headless", "specctl.console.verbs", "specctl.runtime.launcher",
+    "specctl.runtime.core.policy", "specctl.runtime.supervisor.lifecycle", "specctl.runtime.control.server",
+    "specctl.runtime.control.client", "specctl.runtime.sim.server", "specctl.console.cli.main",
+    "specctl.console.cli.headless", "specctl.console.cli.verbs", "specctl.runtime.supervisor.launcher",
     "specctl.runtime.sglang_plugin.plugin",
 ]
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specctl.runtime.metrics import MetricsError, ServerMetrics, parse_metrics
+from specctl.runtime.probes.metrics import MetricsError, ServerMetrics, parse_metrics
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

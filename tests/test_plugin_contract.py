@@ -29,10 +29,10 @@ from conftest_sglang import (
     required_parameter_names,
 )
 
-from specctl.runtime.policy import PolicySettings
-from specctl.runtime.server_info import PREFILL_GRAPH_ARGS
+from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.probes.server_info import PREFILL_GRAPH_ARGS
 from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off, plugin
-from specctl.runtime.sglang_plugin.adaptive_config import write_config
+from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.params import SpecctlParams
 

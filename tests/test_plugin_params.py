@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specctl.runtime.policy import PolicySettings, SettingsError
+from specctl.runtime.core.policy import PolicySettings, SettingsError
 from specctl.runtime.sglang_plugin import params as params_module
-from specctl.runtime.sglang_plugin.adaptive_config import (
+from specctl.runtime.core.adaptive_config import (
     bucket_sizes,
     build_config,
     candidate_steps,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specctl.runtime.policy import (
+from specctl.runtime.core.policy import (
     REASONS,
     PolicySettings,
     SettingsError,

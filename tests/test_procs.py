@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from specctl.runtime.procs import ProcSampler
+from specctl.runtime.probes.procs import ProcSampler
 
 # The child answers each command on stdin with one line, so the test never waits on a clock.
 CHILD = r"""
@@ -125,7 +125,7 @@ def _state(pid: int) -> str:
 def test_the_process_listening_on_a_local_url_is_found() -> None:
     import socket as socketlib
 
-    from specctl.runtime.procs import listening_pid
+    from specctl.runtime.probes.procs import listening_pid
 
     with socketlib.socket() as s:
         s.bind(("127.0.0.1", 0))

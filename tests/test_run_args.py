@@ -11,7 +11,7 @@ import pytest
 
 def run(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPECCTL_CONFIG": str(tmp_path / "none.toml")}
-    return subprocess.run([sys.executable, "-m", "specctl.console.cli", *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "specctl.console.cli.main", *argv], capture_output=True,
                           text=True, env=env, timeout=60)
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from specctl.runtime.config import SupervisorConfig
-from specctl.runtime.supervisor import Supervisor
-from specctl.runtime.thresholds import BY_BACKEND
+from specctl.runtime.supervisor.config import SupervisorConfig
+from specctl.runtime.supervisor.lifecycle import Supervisor
+from specctl.runtime.core.thresholds import BY_BACKEND
 
 from headless_helpers import pid_alive
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from specctl.runtime.metrics import MetricsError, ServerMetrics
-from specctl.runtime.sglang_client import RequestRejected, SGLangClient, ServerUnreachable
+from specctl.runtime.probes.metrics import MetricsError, ServerMetrics
+from specctl.runtime.probes.sglang_client import RequestRejected, SGLangClient, ServerUnreachable
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -224,7 +224,7 @@ def test_client_and_samplers_load_no_ui_library() -> None:
     """httpx would pull in rich (its CLI) wherever click is installed; this client must not."""
     modules = ["sglang_client", "metrics", "gpus", "procs"]
     code = (
-        f"import sys; [__import__('specctl.runtime.' + m) for m in {modules!r}]; "
+        f"import sys; [__import__('specctl.runtime.probes.' + m) for m in {modules!r}]; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'textual', 'httpx')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -20,9 +20,9 @@ from typing import Any
 
 from types import SimpleNamespace
 
-from specctl.runtime.policy import PolicySettings
+from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.sglang_plugin import draft_warmth
-from specctl.runtime.sglang_plugin.adaptive_config import write_config
+from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.params import SpecctlParams
 
 RANKS = 4

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from specctl.console.verbs import UsageError, parse_pairs, summary
+from specctl.console.cli.verbs import UsageError, parse_pairs, summary
 
 STANDIN = Path(__file__).with_name("control_standin.py")
 GUARD = 60
@@ -37,7 +37,7 @@ def specctl(*argv: str, socket: Path | None = None) -> subprocess.CompletedProce
     env = {k: v for k, v in os.environ.items() if k != "SPECCTL_SOCKET"}
     if socket is not None:
         env["SPECCTL_SOCKET"] = str(socket)
-    return subprocess.run([sys.executable, "-m", "specctl.console.cli", *argv], env=env,
+    return subprocess.run([sys.executable, "-m", "specctl.console.cli.main", *argv], env=env,
                           capture_output=True, text=True, timeout=GUARD)
 
 
@@ -137,7 +137,7 @@ def test_locate_prints_where_the_config_file_is_even_when_it_is_wrong(tmp_path: 
     bad = tmp_path / "specctl.toml"
     bad.write_text("[supervisor\n")
     env = {k: v for k, v in os.environ.items() if k != "SPECCTL_SOCKET"} | {"SPECCTL_CONFIG": str(bad)}
-    done = subprocess.run([sys.executable, "-m", "specctl.console.cli", "locate"], env=env,
+    done = subprocess.run([sys.executable, "-m", "specctl.console.cli.main", "locate"], env=env,
                           capture_output=True, text=True, timeout=GUARD)
     assert done.returncode == 2 and str(bad) in done.stderr
     assert f"config  {bad}" in done.stdout and "socket  (unknown: the config file is wrong)" in done.stdout
@@ -153,7 +153,7 @@ def test_locate_prints_paths(tmp_path: Path) -> None:
 
 
 def test_verbs_never_import_textual(sock: Path) -> None:
-    code = ("import sys; from specctl.console.cli import main; rc = main(['status', '--socket', sys.argv[1]]);"
+    code = ("import sys; from specctl.console.cli.main import main; rc = main(['status', '--socket', sys.argv[1]]);"
             "print(rc, sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')))")
     done = subprocess.run([sys.executable, "-c", code, str(sock)], capture_output=True, text=True, timeout=GUARD)
     assert done.stdout.splitlines()[-1] == "0 []"
@@ -190,7 +190,7 @@ def test_summary_gives_gpu_memory_in_gib_as_the_console_does() -> None:
 
 
 def test_a_closed_stdout_is_not_a_traceback(sock: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "specctl.console.cli", "status", "--socket", str(sock)],
+    proc = subprocess.Popen([sys.executable, "-m", "specctl.console.cli.main", "status", "--socket", str(sock)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     proc.stdout.close()  # like `specctl status | head -0`

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from rich.text import Text
 from textual.widgets import RichLog
 
-from .banner import clock
+from specctl.widgets.banner import clock
 
 _SKIP = {"v", "t", "kind", "event", "cmd", "ok", "uid", "args", "sim"}
 _EVENTS = {"server_start": ("START", "plain"), "server_ready": ("READY", "good"), "server_exit": ("EXIT", "bad"),

@@ -214,9 +214,9 @@ COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-len
 specctl_cmd() {  # prints one argument per line
   python3 - "$MODELS" "$PORT" "$STEPS" "$WORK/adaptive.json" "$ATTN" "$TP" <<'EOF'
 import json, sys
-from specctl.runtime import launcher
-from specctl.runtime.policy import PolicySettings
-from specctl.runtime.sglang_plugin.adaptive_config import write_config
+from specctl.runtime.supervisor import launcher
+from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.adaptive_config import write_config
 models, port, steps, cfg, attn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 write_config(cfg, steps)
 cmd = launcher.build_command(f"{models}/llama3-8b-shape", f"{models}/eagle3-llama3-8b-shape", int(sys.argv[6]), steps,
@@ -513,7 +513,7 @@ print('[auto] settings', json.dumps(json.load(sys.stdin)['specctl']['settings'])
 }
 
 backend_settings() {  # KEY=VALUE words: the thresholds specctl's supervisor sets for ATTN (none if unmeasured)
-  python3 -c "import sys; from specctl.runtime.thresholds import for_backend
+  python3 -c "import sys; from specctl.runtime.core.thresholds import for_backend
 print(' '.join(f'{k}={v}' for k, v in (for_backend(sys.argv[1]) or {}).items()))" "$ATTN"
 }
 

@@ -16,7 +16,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .adaptive_config import read_candidate_steps
+from specctl.runtime.core.adaptive_config import read_candidate_steps
 
 PARAMS_CLASS = "sglang.srt.speculative.adaptive_spec_params.AdaptiveSpeculativeParams"
 ADAPTIVE_UNSUPPORTED = "sglang.srt.speculative.adaptive_spec_params.adaptive_unsupported_reason"
@@ -26,7 +26,7 @@ SET_STATE_OUTPUT = "sglang.srt.managers.io_struct.SetInternalStateReqOutput"
 # prometheus_client reads this variable; SGLang sets it when --enable-metrics is on.
 PROMETHEUS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # SGLang's whitelist of general plugins (sglang/srt/plugins/__init__.py); unset = all load.
-PLUGINS_ENV = "SGLANG_PLUGINS"
+from specctl.runtime.core.wire import PLUGINS_ENV  # noqa: E402  (re-exported)
 
 
 class SpecctlPluginError(SystemExit):

@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import draft_warmth
+from specctl.runtime.sglang_plugin import draft_warmth
 
 logger = logging.getLogger(__name__)
 LOG_EVERY = 20000  # skipped prefills between two lines in the server log

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .params import active
+from specctl.runtime.sglang_plugin.params import active
 
 SKIP_DRAFT_EXTEND_ENV = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
 

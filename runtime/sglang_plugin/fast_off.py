@@ -70,8 +70,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from . import draft_prefill, draft_trace, draft_warmth, spec_alloc
-from .compat import HookSpec, ReadDoneNames, Release, register_hook
+from specctl.runtime.sglang_plugin import draft_prefill, draft_trace, draft_warmth, spec_alloc
+from specctl.runtime.sglang_plugin.compat import HookSpec, ReadDoneNames, Release, register_hook
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from .compat import PROMETHEUS_DIR_ENV
-from .params import Observer
+from specctl.runtime.sglang_plugin.compat import PROMETHEUS_DIR_ENV
+from specctl.runtime.sglang_plugin.params import Observer
 
 
 def metrics_observer() -> Observer | None:

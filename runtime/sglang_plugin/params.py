@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Mapping
 
-from ..policy import PolicySettings, SettingsError, SpecPolicy, settings_from_wire
-from .adaptive_config import read_candidate_steps
+from specctl.runtime.core.policy import PolicySettings, SettingsError, SpecPolicy, settings_from_wire
+from specctl.runtime.core.adaptive_config import read_candidate_steps
 
 # Observer of the policy's state (SpecPolicy.state()). Called only when on/off or the steps change.
 Observer = Callable[[Mapping[str, Any]], None]

@@ -17,14 +17,13 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
-from ..policy import WIRE_PREFIX, PolicySettings, SettingsError
-from . import compat, fast_off
-from .compat import HookSpec, Release, SpecctlPluginError
-from .gauges import metrics_observer
-from .params import SpecctlParams, active, observers
+from specctl.runtime.core.policy import WIRE_PREFIX, PolicySettings, SettingsError
+from specctl.runtime.sglang_plugin import compat, fast_off
+from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
+from specctl.runtime.sglang_plugin.gauges import metrics_observer
+from specctl.runtime.sglang_plugin.params import SpecctlParams, active, observers
 
-ENABLE_ENV = "SPECCTL_PLUGIN"
-SETTINGS_ENV = "SPECCTL_SETTINGS"  # JSON object of PolicySettings fields
+from specctl.runtime.core.wire import ENABLE_ENV, SETTINGS_ENV  # noqa: E402  (re-exported)
 
 logger = logging.getLogger("specctl.plugin")
 

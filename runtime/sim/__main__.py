@@ -16,11 +16,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..policy import SettingsError
-from .gpus import MAX_GPUS
-from .load import parse_load
-from .presets import DEFAULT_PRESET, PRESETS, get_preset
-from .server import SimConfig, SimServer, build_app
+from specctl.runtime.core.policy import SettingsError
+from specctl.runtime.sim.gpus import MAX_GPUS
+from specctl.runtime.sim.load import parse_load
+from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
+from specctl.runtime.sim.server import SimConfig, SimServer, build_app
 
 
 def _parser() -> argparse.ArgumentParser:

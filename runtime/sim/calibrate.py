@@ -17,8 +17,8 @@ import math
 import sys
 from typing import Iterable
 
-from .offline import Server, run_point
-from .presets import PRESETS, Preset
+from specctl.runtime.sim.offline import Server, run_point
+from specctl.runtime.sim.presets import PRESETS, Preset
 
 SERIES_SERVER: dict[str, Server] = {"nospec": "nospec", "eagle3": "on"}
 FIT_FACTORS = (1.4, 1 / 1.4, 1.1, 1 / 1.1, 1.03, 1 / 1.03)

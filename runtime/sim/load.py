@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from .model import SimEngine
+from specctl.runtime.sim.model import SimEngine
 
 MAX_CONCURRENCY = 100_000
 MAX_PERIOD_S = 1_000_000.0

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..policy import SpecPolicy
+from specctl.runtime.core.policy import SpecPolicy
 
 # Decode steps the accept-length and throughput gauges average over; SGLang
 # logs (and updates those gauges) every 40 decode steps by default.

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-from ..policy import SpecPolicy
-from .presets import Preset
+from specctl.runtime.core.policy import SpecPolicy
+from specctl.runtime.sim.presets import Preset
 
 Server = Literal["nospec", "on", "off", "auto"]
 WARMUP_S = 6.0

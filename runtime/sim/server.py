@@ -20,11 +20,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ..policy import SettingsError, SpecPolicy, WIRE_PREFIX, settings_from_wire
-from .gpus import SimGpus
-from .load import LoadDriver, LoadSpec, parse_load
-from .model import SimEngine, SimRequest
-from .presets import Preset
+from specctl.runtime.core.policy import SettingsError, SpecPolicy, WIRE_PREFIX, settings_from_wire
+from specctl.runtime.sim.gpus import SimGpus
+from specctl.runtime.sim.load import LoadDriver, LoadSpec, parse_load
+from specctl.runtime.sim.model import SimEngine, SimRequest
+from specctl.runtime.sim.presets import Preset
 
 TICK_S = 0.025
 CPU_BUDGET_S = 0.015  # per tick; beyond it the simulated clock falls behind rather than hog the CPU

@@ -16,16 +16,16 @@ import pytest
 from textual.command import CommandList
 from textual.pilot import Pilot
 
-from specctl.console.app import SpecctlApp
-from specctl.console.links import LocalLink
-from specctl.console.screens.confirm import ConfirmScreen
-from specctl.console.screens.help import HelpScreen
-from specctl.console.screens.messages import SampleArrived
-from specctl.console.screens.thresholds import ThresholdsScreen
-from specctl.runtime.config import SupervisorConfig
-from specctl.runtime.journal import read_journal
-from specctl.runtime.policy import PolicySettings
-from specctl.runtime.supervisor import Supervisor
+from specctl.console.tui.app import SpecctlApp
+from specctl.console.tui.links import LocalLink
+from specctl.console.tui.screens.confirm import ConfirmScreen
+from specctl.console.tui.screens.help import HelpScreen
+from specctl.console.tui.messages import SampleArrived
+from specctl.console.tui.screens.thresholds import ThresholdsScreen
+from specctl.runtime.supervisor.config import SupervisorConfig
+from specctl.runtime.supervisor.journal import read_journal
+from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.supervisor.lifecycle import Supervisor
 from specctl.widgets.banner import SpecBanner
 from specctl.widgets.event_log import EventLog
 
@@ -249,8 +249,8 @@ async def test_palette_runs_force_off(app: SpecctlApp, journal: Path) -> None:
 
 
 async def test_theme_is_switched_live_and_remembered() -> None:
-    from specctl.console.links import ReplayLink
-    from specctl.console.screens.prefs import load_prefs
+    from specctl.console.tui.links import ReplayLink
+    from specctl.console.tui.prefs import load_prefs
 
     app = SpecctlApp(ReplayLink(Path(__file__).parent / "fixtures" / "one_gpu.jsonl"))
     async with app.run_test(size=(100, 30)) as pilot:

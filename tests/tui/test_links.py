@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from specctl.console.app import SpecctlApp
-from specctl.console.app_main import run_replay, run_tui
-from specctl.console.cli import EXIT_NO_SUPERVISOR, EXIT_USAGE, build_parser
-from specctl.console.links import SocketLink
-from specctl.runtime.config import SupervisorConfig
-from specctl.runtime.journal import read_journal
-from specctl.runtime.supervisor import Supervisor
+from specctl.console.tui.app import SpecctlApp
+from specctl.console.tui.main import run_replay, run_tui
+from specctl.console.cli.main import EXIT_NO_SUPERVISOR, EXIT_USAGE, build_parser
+from specctl.console.tui.links import SocketLink
+from specctl.runtime.supervisor.config import SupervisorConfig
+from specctl.runtime.supervisor.journal import read_journal
+from specctl.runtime.supervisor.lifecycle import Supervisor
 from specctl.widgets.banner import SpecBanner
 
 from tui_helpers import FIXTURES, until

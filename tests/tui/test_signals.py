@@ -35,7 +35,7 @@ def test_a_hang_up_or_sigterm_quits_the_console_as_q_does(tmp_path: Path, sig: i
     master, slave = os.openpty()
     env = dict(os.environ, TERM="xterm-256color", SPECCTL_STATE_DIR=str(tmp_path / "state"),
                XDG_CONFIG_HOME=str(tmp_path / "config"))
-    proc = subprocess.Popen([sys.executable, "-m", "specctl.console.cli", "tui", "--socket", str(sock)],
+    proc = subprocess.Popen([sys.executable, "-m", "specctl.console.cli.main", "tui", "--socket", str(sock)],
                             stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
     threading.Thread(target=drain, args=(master,), daemon=True).start()

@@ -44,7 +44,7 @@ def test_help_screen(snap_compare, replay, settled):
 
 def test_thresholds_form_with_an_error(snap_compare, replay, settled):
     """In a replay the form cannot be opened, so this one opens it directly on the replayed settings."""
-    from specctl.console.screens.thresholds import ThresholdsScreen
+    from specctl.console.tui.screens.thresholds import ThresholdsScreen
 
     async def type_a_bad_value(pilot):
         await settled(pilot)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specctl.console.links import RESET
-from specctl.console.screens.charts import build_charts, off_spans
-from specctl.console.screens.dashboard import banner_state
-from specctl.console.screens.timeline import Point, Timeline
-from specctl.runtime import records
+from specctl.console.tui.links import RESET
+from specctl.console.tui.model.charts import build_charts, off_spans
+from specctl.console.tui.screens.dashboard import banner_state
+from specctl.console.tui.model.timeline import Point, Timeline
+from specctl.runtime.core import records
 
 T = 1764400000.0
 
@@ -92,7 +92,7 @@ def test_any_journal_content_folds_and_draws_without_raising(recs: list[dict]) -
 
 
 def test_gpu_panels_are_bordered_only_where_they_all_fit_in_half_the_height() -> None:
-    from specctl.console.screens.dashboard import gpu_layout
+    from specctl.console.tui.screens.dashboard import gpu_layout
 
     assert gpu_layout(160, 48, 8) == (False, 4)  # 2 rows of 4 panels
     assert gpu_layout(120, 40, 8) == (True, 1)  # 3 rows would take more than half

@@ -8,8 +8,8 @@ from typing import Any, Callable
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from specctl.console.app import SpecctlApp
-from specctl.console.links import ReplayLink
+from specctl.console.tui.app import SpecctlApp
+from specctl.console.tui.links import ReplayLink
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T0 = 1764400000.0  # the fixtures' first sample (tests/tui/fixtures/make_fixtures.py)

@@ -1,0 +1,121 @@
+"""The ``specctl`` command line.
+
+Parsing only: every verb lives in its own module, imported when chosen, so
+``specctl status`` and ``specctl run --headless`` never import Textual.
+Exit codes: 0 ok, 1 refused, 2 usage, 3 no supervisor to talk to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+from typing import Sequence
+
+from specctl import __version__
+from specctl.runtime.core.policy import PolicySettings
+
+from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+
+
+def _add_server_args(p: argparse.ArgumentParser) -> None:
+    """Arguments that choose and shape the model server a supervisor runs."""
+    g = p.add_argument_group("model server (default: the embedded simulator)")
+    g.add_argument("--model", help="target model path: launch a real SGLang server")
+    g.add_argument("--draft", help="EAGLE-3 draft model path (with --model)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
+    g.add_argument("--speculative-num-steps", type=int, default=3, dest="spec_steps",
+                   help="draft steps when speculation is on (default 3)")
+    g.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
+    g.add_argument("--attach", metavar="URL", help="supervise a server started elsewhere")
+    g.add_argument("--sim-preset", help="simulator preset (default h200-llama8b)")
+    g.add_argument("--sim-gpus", type=int, default=None, help="simulated GPUs (default: the preset's)")
+    g.add_argument("--sim-load",
+                   help="simulator load: idle, steady:c=N, ramp:from=A,to=B,period=S, bursts[:low=A,high=B,period=S,duty=F] "
+                        "(default bursts)")
+    g.add_argument("--interval", type=float, help="seconds between samples (default 0.5)")
+    g.add_argument("--socket", help="control socket path (default $XDG_RUNTIME_DIR/specctl.sock)")
+    g.add_argument("--log", metavar="FILE.jsonl", help="journal file (JSONL)")
+    g.add_argument("--log-max-mb", type=float, metavar="MB",
+                   help="rotate the journal past this size (default 64); FILE.1 .. FILE.3 are kept")
+    g.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="initial policy setting, e.g. --set off_at=48 (repeatable)")
+    g.add_argument("sglang_args", nargs=argparse.REMAINDER,
+                   help="after --: extra arguments passed to sglang.launch_server")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specctl", epilog="exit codes: 0 ok, 1 refused, 2 usage, 3 no supervisor to talk to",
+        description="Supervise an SGLang server's speculative decoding: off when it is loaded, on when it is quiet.")
+    parser.add_argument("--version", action="version", version=f"specctl {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
+
+    def verb(name: str, text: str) -> argparse.ArgumentParser:
+        """A subcommand whose own --help opens with the line the command list shows."""
+        return sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+
+    tui = verb("tui", "the live console (default: on the embedded simulator)")
+    tui.add_argument("--connect", metavar="SOCKET", help="view and steer a running supervisor")
+    _add_server_args(tui)
+
+    run = verb("run", "run a supervisor")
+    run.add_argument("--headless", action="store_true", help="no console: journal and control socket only")
+    _add_server_args(run)
+
+    replay = verb("replay", "play a journal back in the console")
+    replay.add_argument("file", metavar="FILE.jsonl")
+    replay.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1.0)")
+
+    for name, text in (("force-off", "force speculation off"), ("force-on", "force speculation on"),
+                       ("auto", "let the policy decide (default)")):
+        p = verb(name, text)
+        p.add_argument("--socket", help="control socket path")
+    setp = verb("set", "change thresholds, all or nothing: specctl set off_at=64 on_at=32")
+    setp.add_argument("pairs", nargs="+", metavar="KEY=VALUE",
+                      help="KEY is one of " + ", ".join(f.name for f in fields(PolicySettings)) + " (docs/policy.md)")
+    setp.add_argument("--socket", help="control socket path")
+    status = verb("status", "the supervisor's latest snapshot")
+    status.add_argument("--json", action="store_true", help="print the latest sample as one JSON line")
+    status.add_argument("--socket", help="control socket path")
+    server = verb("server", "start, restart or stop the model server")
+    server.add_argument("action", choices=("restart", "stop", "start"))
+    server.add_argument("--socket", help="control socket path")
+    locate = verb("locate", "print where specctl keeps its socket, config and state")
+    locate.add_argument("--socket", help="control socket path")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "sglang_args", None) and args.sglang_args[0] == "--":
+        args.sglang_args = args.sglang_args[1:]
+    try:
+        return _dispatch(parser, args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.verb == "run":
+        if not args.headless:
+            parser.error("run needs --headless (the console is `specctl tui`)")
+        from specctl.console.cli.headless import run_headless
+
+        return run_headless(args)
+    if args.verb == "tui":
+        from specctl.console.tui.main import run_tui
+
+        return run_tui(args)
+    if args.verb == "replay":
+        from specctl.console.tui.main import run_replay
+
+        return run_replay(args)
+    from specctl.console.cli.verbs import run_verb
+
+    return run_verb(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

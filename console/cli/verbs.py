@@ -1,0 +1,214 @@
+"""The one-shot verbs (``specctl force-off``, ``set``, ``status``, ...), spoken over the control socket.
+
+Plain asyncio through runtime.control_client: no Textual, so a verb starts fast
+and works on a headless box. Every user mistake ends in a one-line message and
+an exit code, never a traceback: 0 ok, 1 refused, 2 usage, 3 no supervisor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from specctl.runtime.supervisor import config, config_file, paths
+from specctl.runtime.core import records
+from specctl.runtime.control.client import ControlError, NoSupervisor, ProtocolError, call
+from specctl.runtime.core.policy import SettingsError, check_fields
+from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+
+GIB = 1024**3
+
+SERVER_TIMEOUT = 300.0  # a restart may wait for the model server to come back
+
+
+class UsageError(Exception):
+    """The command line itself is wrong; nothing was sent."""
+
+
+def run_verb(args: argparse.Namespace) -> int:
+    """Run one verb; returns the process exit code."""
+    try:
+        path = Path(args.socket) if args.socket else config_file.socket_path()
+    except config_file.ConfigFileError as e:
+        if args.verb == "locate":  # the way to find the file that is wrong
+            _locate(None)
+        return _fail(f"specctl: {e}", EXIT_USAGE)
+    if args.verb == "locate":
+        return _locate(path)
+    try:
+        return VERBS[args.verb](path, args)
+    except UsageError as e:
+        return _fail(f"specctl {args.verb}: {e}", EXIT_USAGE)
+    except NoSupervisor as e:
+        return _fail(f"specctl: {e}", EXIT_NO_SUPERVISOR)
+    except ProtocolError as e:
+        return _fail(f"specctl: {e}", EXIT_NO_SUPERVISOR)
+    except ControlError as e:
+        return _fail(f"specctl {args.verb}: refused: {_describe(e)}", EXIT_REFUSED)
+    except BrokenPipeError:  # `specctl status | head -1`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _fail(message: str, code: int) -> int:
+    print(message, file=sys.stderr)
+    return code
+
+
+def _describe(e: ControlError) -> str:
+    """The message, prefixed with the field it names unless it already starts with it."""
+    field = e.details.get("field")
+    if field and not e.message.startswith(f"{field}"):
+        return f"{field}: {e.message}"
+    return e.message
+
+
+# -- mode ---------------------------------------------------------------------------
+
+def _mode(mode: str) -> Callable[[Path, argparse.Namespace], int]:
+    def verb(path: Path, _args: argparse.Namespace) -> int:
+        settings = call(path, "mode", {"mode": mode})["settings"]
+        print(_mode_line(settings))
+        return EXIT_OK
+    return verb
+
+
+def _mode_line(settings: dict[str, Any]) -> str:
+    mode = settings.get("mode")
+    if mode == "off":
+        return "speculation forced OFF (mode off; `specctl auto` hands it back to the policy)"
+    if mode == "on":
+        return "speculation forced ON (mode on; `specctl auto` hands it back to the policy)"
+    return (f"speculation under the policy (mode auto: off at batch >= {settings.get('off_at')}, "
+            f"on at <= {settings.get('on_at')})")
+
+
+# -- set ----------------------------------------------------------------------------
+
+def parse_pairs(pairs: list[str]) -> dict[str, Any]:
+    """``["off_at=64", "mode=off"]`` -> ``{"off_at": 64, "mode": "off"}``: names and types checked here,
+    so a typo is a usage error (exit 2) with or without a supervisor to ask."""
+    try:
+        return check_fields(config.parse_pairs(pairs))
+    except config.ConfigError as e:
+        raise UsageError(f"{e} (e.g. specctl set off_at=64 on_at=32)") from None
+    except SettingsError as e:
+        raise UsageError(str(e)) from None
+
+
+def _set(path: Path, args: argparse.Namespace) -> int:
+    changes = parse_pairs(args.pairs)
+    settings = call(path, "set", {"settings": changes})["settings"]
+    print("settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
+    return EXIT_OK
+
+
+# -- status -------------------------------------------------------------------------
+
+def _status(path: Path, args: argparse.Namespace) -> int:
+    sample = call(path, "status")["sample"]
+    if args.json:
+        print("null" if sample is None else records.dumps(sample))
+    elif sample is None:
+        print(f"a supervisor answers at {path}, but it has no sample yet")
+    else:
+        print("\n".join(summary(sample)))
+    return EXIT_OK
+
+
+def _v(value: Any, fmt: str = "{}") -> str:
+    """A field for people: an unreadable (null) value shows as '-', never as a made-up number."""
+    return "-" if value is None else fmt.format(value)
+
+
+def summary(sample: dict[str, Any]) -> list[str]:
+    """The human-readable ``specctl status``: one line per topic, one per GPU."""
+    server = sample.get("server") or {}
+    lines = [_server_line(server, bool(sample.get("sim")))]
+    lines += _spec_lines(sample.get("spec"))
+    if server.get("prefill_graphs") is False:
+        lines.append("prefill    EAGER: prefill CUDA graphs are off; with prompts arriving the off state "
+                     "costs about 5 % more (docs/fast-off.md)")
+    lines.append(f"load       running {_v(server.get('running'), '{:.0f}')}  "
+                 f"queued {_v(server.get('queued'), '{:.0f}')}  "
+                 f"{_v(server.get('gen_tps'), '{:.1f}')} tok/s  "
+                 f"accept len {_v(server.get('accept_len'), '{:.2f}')}")
+    lines += [_gpu_line(gpu) for gpu in sample.get("gpus") or []]
+    return lines
+
+
+def _server_line(server: dict[str, Any], sim: bool) -> str:
+    state = _v(server.get("state"))
+    progress = server.get("progress")
+    if isinstance(progress, dict) and state == "starting":
+        fraction = progress.get("fraction")
+        state += f" ({_v(progress.get('phase'))}" + ("" if fraction is None else f" {fraction:.0%}") + ")"
+    parts = [f"server     {state}", f"pid {_v(server.get('pid'))}", _v(server.get("url"))]
+    if server.get("error"):
+        parts.append(f"error: {server['error']}")
+    if sim:
+        parts.append("[SIM]")
+    return "  ".join(parts)
+
+
+def _spec_lines(spec: dict[str, Any] | None) -> list[str]:
+    if spec is None:
+        return ["spec       unknown (the model server cannot be asked)"]
+    on = spec.get("on")
+    state = "-" if on is None else ("ON" if on else "OFF")
+    steps = f" ({spec.get('steps')} steps)" if on else ""
+    lines = [f"spec       {state}{steps}  mode {_v(spec.get('mode'))}  reason {_v(spec.get('reason'))}  "
+             f"switches {_v(spec.get('switches'))}",
+             f"last switch  {_last_switch(spec)}"]
+    off = spec.get("off_state")
+    if isinstance(off, dict) and off.get("fast") is False:
+        lines.append(f"off state  SLOW: {_v(off.get('why_not'))}")
+    return lines
+
+
+def _last_switch(spec: dict[str, Any]) -> str:
+    recent = spec.get("recent_switches") or []
+    step = spec.get("step")
+    if recent:
+        last = recent[-1]
+        ago = f", {step - last['step']} steps ago" if isinstance(step, int) else ""
+        return (f"turned {'ON' if last.get('on') else 'OFF'} at step {last.get('step')} "
+                f"({last.get('reason')}, batch {last.get('batch_size')}){ago}")
+    if spec.get("last_switch_step") is not None:
+        return f"at step {spec['last_switch_step']} ({_v(spec.get('reason'))})"
+    return "none yet"
+
+
+def _gpu_line(gpu: dict[str, Any]) -> str:
+    head = f"gpu {_v(gpu.get('index'))}      {_v(gpu.get('name'))}"
+    if gpu.get("state") not in (None, "ok"):
+        return f"{head}  {gpu['state']}" + (f": {gpu['error']}" if gpu.get("error") else "")
+    used, total = gpu.get("mem_used"), gpu.get("mem_total")
+    mem = f"{_v(used and used / GIB, '{:.1f}')}/{_v(total and total / GIB, '{:.1f}')} GiB"  # as the console, nvitop
+    return (f"{head}  util {_v(gpu.get('util'), '{:.0f}%')}  mem {mem}  "
+            f"power {_v(gpu.get('power_w'), '{:.0f} W')}  temp {_v(gpu.get('temp_c'), '{:.0f} C')}")
+
+
+# -- server and locate --------------------------------------------------------------
+
+def _server(path: Path, args: argparse.Namespace) -> int:
+    result = call(path, "server", {"action": args.action}, answer_timeout=SERVER_TIMEOUT)
+    print(f"server: {_v(result.get('state'))}")
+    return EXIT_OK
+
+
+def _locate(socket: Path | None) -> int:
+    """Where things live; needs no supervisor (nor a config file that reads: None when it does not)."""
+    print(f"socket  {'(unknown: the config file is wrong)' if socket is None else socket.absolute()}")
+    print(f"config  {paths.config_file()}")
+    print(f"state   {paths.state_dir()}")
+    return EXIT_OK
+
+
+VERBS: dict[str, Callable[[Path, argparse.Namespace], int]] = {
+    "force-off": _mode("off"), "force-on": _mode("on"), "auto": _mode("auto"),
+    "set": _set, "status": _status, "server": _server,
+}

@@ -1,0 +1,344 @@
+"""The specctl console: one Textual app over any :class:`~specctl.console.tui.links.Link`.
+
+A worker reads the link's records, folds each into the :class:`Timeline` and
+posts a typed message; the handler redraws the dashboard from the timeline
+(a newer message replaces a queued older one, so a slow terminal never falls
+behind). Every key, button and palette entry goes through ``Link.request``,
+the same control path as the CLI, and the supervisor journals it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+from contextlib import suppress
+from typing import Any, Iterable
+
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.css.query import NoMatches
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.worker import WorkerCancelled, WorkerFailed
+
+from specctl.themes.console_themes import DEFAULT_THEME, HIGH_CONTRAST, THEMES
+
+from specctl.console.cli.headless import stop_signals
+from specctl.console.tui.links import Link, LinkError, ReplayLink
+from specctl.console.tui.screens.confirm import ConfirmScreen
+from specctl.console.tui.screens.dashboard import Dashboard
+from specctl.console.tui.screens.help import HelpScreen, key_rows
+from specctl.console.tui.messages import LinkChanged, LogArrived, SampleArrived
+from specctl.console.tui.prefs import save_prefs
+from specctl.console.tui.screens.thresholds import ThresholdsScreen
+from specctl.console.tui.model.timeline import Timeline
+
+CONTROL_ACTIONS = {"force_on", "force_off", "auto", "thresholds", "server"}
+SERVER_QUESTIONS = {  # what each server action does to the requests in flight, asked before it is done
+    "stop": "Stop the model server? Requests in flight fail, and it stays stopped until started again.",
+    "restart": "Restart the model server? Requests in flight fail while it starts again.",
+    "start": "Start the model server?",
+}
+REPLAY_ACTIONS = {"seek", "speed", "seek_start", "seek_end"}
+RETRY_S = (0.5, 1.0, 2.0, 5.0)
+
+
+def duration(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    return f"{int(seconds // 60)}:{seconds % 60:04.1f}"
+
+
+class SpecctlApp(App[int]):
+    """The console; ``link`` says where records come from and where commands go."""
+
+    CSS_PATH = ["app.tcss"]
+    TITLE = "specctl"
+    BINDINGS = [
+        # The controls bar shows these five with their keys; the footer keeps its 80 columns for the rest.
+        Binding("o", "force_on", "Force on", show=False),
+        Binding("x", "force_off", "Force off", show=False),
+        Binding("a", "auto", "Auto", show=False),
+        Binding("t", "thresholds", "Thresholds", show=False),
+        Binding("p,space", "toggle_pause", "Pause", key_display="p", show=False),
+        Binding("left", "seek(-10)", "-10s"),
+        Binding("right", "seek(10)", "+10s"),
+        Binding("home", "seek_start", "Start", show=False),
+        Binding("end", "seek_end", "End", show=False),
+        Binding("minus", "speed(0.5)", "Slower"),
+        Binding("plus,equals_sign", "speed(2)", "Faster", key_display="+"),
+        Binding("c", "cycle_theme", "Theme"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+    ]
+    APPLIES = {**{a: "live" for a in CONTROL_ACTIONS},
+               **{a: "replay only" for a in REPLAY_ACTIONS}}
+    DETAILS = {
+        "force_on": "Force speculation on (mode on)",
+        "force_off": "Force speculation off (mode off)",
+        "auto": "Let the policy decide (mode auto)",
+        "thresholds": "Edit thresholds: off_at, on_at, min_accept, ...",
+        "toggle_pause": "Pause or resume the view (in a replay: the playback)",
+        "seek(-10)": "Seek back 10 s",
+        "seek(10)": "Seek forward 10 s",
+        "seek_start": "Seek to the start",
+        "seek_end": "Seek to the end",
+        "speed(0.5)": "Play at half the speed",
+        "speed(2)": "Play at twice the speed",
+        "cycle_theme": "Next theme: dark, light, high contrast (remembered)",
+        "help": "This screen",
+        "quit": "Quit (also stops what the console started)",
+    }
+
+    paused: reactive[bool] = reactive(False)
+
+    def __init__(self, link: Link, *, theme: str | None = None, remember_theme: bool = True) -> None:
+        super().__init__()
+        self.link = link
+        self.timeline = Timeline()
+        self.connected = False
+        self._link_text = ""
+        self._initial_theme = theme
+        self._remember_theme = remember_theme
+        self._closed = False
+        self._quit_signals = tuple(sig for sig in stop_signals() if sig != signal.SIGINT)  # ctrl+c is Textual's
+
+    # -- start and stop -----------------------------------------------------
+    def on_mount(self) -> None:
+        for theme in THEMES:
+            self.register_theme(theme)
+        fallback = HIGH_CONTRAST.name if self.no_color else DEFAULT_THEME
+        self.theme = self._initial_theme if self._initial_theme in self.available_themes else fallback
+        self.theme_changed_signal.subscribe(self, lambda theme: self._remember(theme.name))
+        self.push_screen(Dashboard(self.link.describe, self.link.can_control))
+        self._pump()
+        for sig in self._quit_signals:  # quit as `q` does, so the server we started is stopped
+            asyncio.get_running_loop().add_signal_handler(sig, self.call_later, self.action_quit)
+
+    async def on_unmount(self) -> None:
+        await self.close_link()  # handlers stay until the server is stopped: a second signal must not cut it short
+        for sig in self._quit_signals:
+            asyncio.get_running_loop().remove_signal_handler(sig)
+
+    async def close_link(self) -> None:
+        """Stop what the console started (the in-process supervisor and its server), once.
+
+        The link's worker goes first: a quit during start-up must not race the
+        supervisor's start against its stop.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for worker in [w for w in self.workers if w.group == "link"]:
+            worker.cancel()
+            with suppress(WorkerCancelled, WorkerFailed):
+                await worker.wait()
+        await self.link.close()
+
+    async def action_quit(self) -> None:
+        await self.close_link()
+        self.exit(0)
+
+    @property
+    def dashboard(self) -> Dashboard:
+        return next(s for s in self.screen_stack if isinstance(s, Dashboard))
+
+    # -- records in -----------------------------------------------------------
+    @work(exclusive=True, group="link", exit_on_error=False)
+    async def _pump(self) -> None:
+        """Open the link and fold its records in; a socket link reconnects with backoff."""
+        for attempt in itertools.count():
+            try:
+                await self.link.open()
+                self.post_message(LinkChanged(""))
+                async for record in self.link.records():
+                    self.timeline.fold(record)
+                    kind = SampleArrived if record.get("kind") == "sample" else LogArrived
+                    self.post_message(kind(record))
+                return
+            except (LinkError, OSError, ConnectionError) as exc:
+                self.post_message(LinkChanged(f"{'lost' if self.connected else 'cannot connect'}: {exc}"))
+            if self.link.kind != "socket":
+                return
+            await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
+
+    def on_sample_arrived(self, message: SampleArrived) -> None:
+        if not self.paused:
+            self._redraw()
+
+    def on_log_arrived(self, message: LogArrived) -> None:
+        if not self.paused:
+            self._redraw()
+
+    @on(LinkChanged)
+    def _link_changed(self, message: LinkChanged) -> None:
+        if message.text and message.text != self._link_text:
+            self.notify(message.text, title=self.link.describe, severity="error", timeout=10)
+        self.connected = not message.text
+        self._link_text = message.text
+        self.refresh_bindings()
+        with suppress(NoMatches):  # see _redraw
+            self.dashboard.show_status(self.timeline, self.status_text())
+            self.dashboard.set_can_control(self.can_steer)
+
+    def status_text(self) -> str:
+        """The banner's extra words: link trouble, pause, replay position."""
+        words = [self._link_text] if self._link_text else []
+        link = self.link
+        if isinstance(link, ReplayLink):
+            state = "⏸" if link.paused else "▶"
+            words.append(f"REPLAY {duration(link.position - link.start)} / {duration(link.end - link.start)} "
+                         f"{state} x{link.speed:g}")
+        elif self.paused:
+            words.append("VIEW PAUSED (p resumes)")
+        return "  ".join(words)
+
+    # -- actions --------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Replay keys exist only in a replay. Control keys always run: where they cannot act, they say why
+        (a greyed key that does nothing when pressed looks broken; the buttons are greyed as well)."""
+        if action in REPLAY_ACTIONS:
+            return isinstance(self.link, ReplayLink)
+        return True
+
+    @property
+    def can_steer(self) -> bool:
+        """Whether commands can reach a supervisor now: a live link that is connected."""
+        return self.link.can_control and self.connected
+
+    def controls_refused(self) -> bool:
+        """True, after saying why, where this console cannot steer a supervisor right now."""
+        if not self.link.can_control:
+            why = "a replay has no controls: it only plays a journal back"
+        elif not self.connected:
+            why = "not connected to the supervisor (the banner says why)"
+        else:
+            return False
+        self.notify(why, severity="warning")
+        return True
+
+    def action_force_on(self) -> None:
+        if not self.controls_refused():
+            self.send("mode", {"mode": "on"}, "Speculation forced on")
+
+    def action_force_off(self) -> None:
+        if not self.controls_refused():
+            self.send("mode", {"mode": "off"}, "Speculation forced off")
+
+    def action_auto(self) -> None:
+        if not self.controls_refused():
+            self.send("mode", {"mode": "auto"}, "Speculation back to auto")
+
+    def action_server(self, what: str) -> None:
+        """Start, stop or restart the server the supervisor runs, once the operator says yes."""
+        if self.controls_refused():
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.send("server", {"action": what}, f"Server {what}: done")
+
+        self.push_screen(ConfirmScreen(f"server {what}", SERVER_QUESTIONS[what]), answered)
+
+    def action_thresholds(self) -> None:
+        if self.controls_refused():
+            return
+        latest = self.timeline.latest or {}
+        settings = (latest.get("spec") or {}).get("settings")
+        if not settings:  # a form of defaults would pass for the server's own values
+            state = (latest.get("server") or {}).get("state") or "not answering"
+            self.notify(f"No thresholds to edit: they are the server's, and it is {state}", severity="warning")
+            return
+        self.push_screen(ThresholdsScreen(settings), self._thresholds_done)
+
+    def _thresholds_done(self, changes: dict[str, Any] | None) -> None:
+        if changes:
+            self.send("set", {"settings": changes}, "Thresholds applied")
+        elif changes == {}:
+            self.notify("Nothing changed: the thresholds are as they were")
+
+    @work(group="commands", exit_on_error=False)
+    async def send(self, cmd: str, args: dict[str, Any], done: str) -> dict[str, Any] | None:
+        """Run one command through the link; say what happened either way."""
+        try:
+            result = await self.link.request(cmd, args)
+        except LinkError as exc:
+            where = f" ({exc.field})" if exc.field else ""
+            self.notify(f"{exc.message}{where}", title=f"{cmd} refused", severity="error")
+            return None
+        # a paused view still shows the state from before the command: say so, or the banner contradicts it
+        self.notify(f"{done} (the view is paused: p shows it)" if self.paused else done)
+        return result
+
+    def action_toggle_pause(self) -> None:
+        if isinstance(self.link, ReplayLink):
+            self.link.resume() if self.link.paused else self.link.pause()
+        else:
+            self.paused = not self.paused
+        self._redraw()
+
+    def action_seek(self, seconds: float) -> None:
+        if isinstance(self.link, ReplayLink):
+            self.link.seek(self.link.position + seconds)
+
+    def action_seek_start(self) -> None:
+        if isinstance(self.link, ReplayLink):
+            self.link.seek(self.link.start)
+
+    def action_seek_end(self) -> None:
+        if isinstance(self.link, ReplayLink):
+            self.link.seek(self.link.end)
+
+    def action_speed(self, factor: float) -> None:
+        if isinstance(self.link, ReplayLink):
+            self.link.set_speed(self.link.speed * factor)
+            self._redraw()
+
+    def _redraw(self) -> None:
+        # A record can still be queued while the app shuts down and the dashboard's
+        # widgets are already gone; there is nothing left to draw it on.
+        with suppress(NoMatches):
+            self.dashboard.show(self.timeline, self.status_text(), self.paused)
+
+    def action_cycle_theme(self) -> None:
+        names = [theme.name for theme in THEMES]
+        current = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(current + 1) % len(names)]
+        self.notify(f"Theme: {self.theme}")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(key_rows(self.BINDINGS, self.DETAILS, self.APPLIES)))
+
+    def _remember(self, name: str) -> None:
+        if self._remember_theme:
+            self._save_theme(name)
+
+    @work(thread=True, exclusive=True, group="prefs", exit_on_error=False)
+    def _save_theme(self, name: str) -> None:
+        save_prefs({"theme": name})
+
+    # -- command palette ------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        entries = [
+            ("Force speculation on", "Mode on: speculate at every batch size", "force_on"),
+            ("Force speculation off", "Mode off: never speculate", "force_off"),
+            ("Auto speculation", "Let the policy switch on load and acceptance", "auto"),
+            ("Edit thresholds", "off_at, on_at, min_accept, ... applied all or nothing", "thresholds"),
+            ("Restart the model server", "Stop it and start it again (asks first)", "server('restart')"),
+            ("Stop the model server", "It stays stopped until started (asks first)", "server('stop')"),
+            ("Start the model server", "After a stop, or a start that failed", "server('start')"),
+            ("Pause or resume", "Freeze the view (or the replay)", "toggle_pause"),
+            ("Cycle theme", "specctl dark, light and high contrast", "cycle_theme"),
+            ("Keys", "Every key of the console", "help"),
+            ("Replay: back 10 s", "Seek the replay back", "seek(-10)"),
+            ("Replay: forward 10 s", "Seek the replay forward", "seek(10)"),
+            ("Replay: slower", "Halve the playback speed", "speed(0.5)"),
+            ("Replay: faster", "Double the playback speed", "speed(2)"),
+        ]
+        controls = self.can_steer
+        for title, help_text, action in entries:
+            name = action.split("(")[0]
+            if self.check_action(name, ()) and (controls or name not in CONTROL_ACTIONS):
+                yield SystemCommand(title, help_text, lambda a=action: self.run_action(a))

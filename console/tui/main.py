@@ -1,0 +1,88 @@
+"""``specctl tui`` and ``specctl replay``: build a link from the arguments and run the console.
+
+Errors a user can fix (bad arguments, no supervisor behind --connect, a
+missing journal) are reported before the screen takes over the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from specctl.runtime.supervisor.journal import read_journal
+
+from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_USAGE
+from specctl.console.tui.links import MAX_SPEED, MIN_SPEED, Link, LinkError, ReplayLink, SocketLink
+
+
+def run_tui(args: argparse.Namespace) -> int:
+    """The live console: an in-process supervisor, or --connect to a running one."""
+    if args.connect:
+        link: Link = SocketLink(args.connect)
+        problem = _probe(link)
+        if problem:
+            print(f"specctl: {problem}", file=sys.stderr)  # it names the path and how to start one
+            return EXIT_NO_SUPERVISOR
+    else:
+        from specctl.runtime.supervisor.config import ConfigError, SupervisorConfig
+        from specctl.runtime.supervisor.lifecycle import Supervisor
+        from specctl.console.tui.links import LocalLink
+
+        try:
+            config = SupervisorConfig.from_args(args)
+        except ConfigError as exc:
+            print(f"specctl: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        link = LocalLink(Supervisor(config))
+    return _run(link)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """A journal played back in the same screens, with pause, seek and speed."""
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"specctl: no journal at {path}", file=sys.stderr)
+        return EXIT_USAGE
+    if not MIN_SPEED <= args.speed <= MAX_SPEED:  # NaN fails too
+        print(f"specctl: --speed must be between {MIN_SPEED:g} and {MAX_SPEED:g}, got {args.speed:g}", file=sys.stderr)
+        return EXIT_USAGE
+    problem = _journal_problem(path)
+    if problem:
+        print(f"specctl: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    return _run(ReplayLink(path, speed=args.speed))
+
+
+def _journal_problem(path: Path) -> str:
+    """Why ``path`` cannot be replayed, or "": checked here so that a wrong file is a message, not an empty screen."""
+    try:
+        if any(isinstance(r.get("t"), (int, float)) for r in read_journal(path)):
+            return ""
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    return f"{path} holds no journal records (a journal is what `specctl run --log FILE.jsonl` writes)"
+
+
+def _probe(link: SocketLink) -> str:
+    """Connect once and leave, so a wrong path fails here with a message, not inside the screen."""
+    async def probe() -> str:
+        try:
+            await link.open()
+        except LinkError as exc:
+            return exc.message
+        finally:
+            await link.close()
+        return ""
+
+    return asyncio.run(probe())
+
+
+def _run(link: Link) -> int:
+    from specctl.console.tui.app import SpecctlApp
+    from specctl.console.tui.prefs import load_prefs
+
+    app = SpecctlApp(link, theme=load_prefs().get("theme"))
+    result = app.run()
+    return EXIT_OK if result is None else int(result)

@@ -1,0 +1,57 @@
+"""The dashboard's three charts, computed from the timeline as plain ChartData."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from specctl.widgets.timechart import ChartData, si
+
+from specctl.console.tui.model.timeline import Point, Timeline
+
+
+def _series(points: list[Point], pick: Callable[[Point], float | None]) -> tuple[tuple[float, float], ...]:
+    return tuple((p.t, v) for p in points if (v := pick(p)) is not None)
+
+
+def off_spans(points: list[Point]) -> tuple[tuple[float, float], ...]:
+    """Where speculation was off: from the first sample that says off to the next that does not."""
+    spans: list[tuple[float, float]] = []
+    start: float | None = None
+    for point in points:
+        if point.spec_on is False and start is None:
+            start = point.t
+        elif point.spec_on is not False and start is not None:
+            spans.append((start, point.t))
+            start = None
+    if start is not None:
+        spans.append((start, points[-1].t))
+    return tuple(spans)
+
+
+def _last(series: tuple[tuple[float, float], ...], fmt: str, latest: float | None) -> str:
+    """The newest sample's value, or "–" where it had none: a stopped server's last tok/s is not its tok/s now."""
+    return si(series[-1][1], fmt) if series and series[-1][0] == latest else "–"
+
+
+def build_charts(timeline: Timeline, window_s: float) -> tuple[ChartData, ChartData, ChartData]:
+    """(tok/s, accepted length, requests) over the last ``window_s`` of journal time."""
+    now = timeline.now or 0.0
+    points = [p for p in timeline.points if p.t >= now - window_s]
+    latest = points[-1].t if points else None
+    spans = off_spans(points)
+    tps = _series(points, lambda p: p.gen_tps)
+    accept = _series(points, lambda p: p.accept_len)
+    running = _series(points, lambda p: p.running)
+    queued = _series(points, lambda p: p.queued)
+    off_at, on_at = timeline.thresholds()
+    marks = tuple((v, name) for v, name in ((off_at, "off_at"), (on_at, "on_at")) if v is not None)
+    rules = "  ".join(f"┈{name} {v:.0f}" for v, name in marks)
+    run, queue = _last(running, ".0f", latest), _last(queued, ".0f", latest)
+    return (
+        ChartData("Output tok/s", now, window_s, (tps,), spans,
+                  legend=_last(tps, ".0f", latest), note="shaded: spec off" if spans else ""),
+        ChartData("Accept length", now, window_s, (accept,), spans, legend=_last(accept, ".2f", latest),
+                  y_min_top=timeline.max_accept(), unit_fmt=".1f"),
+        ChartData("Requests", now, window_s, (running, queued), spans, marks,
+                  legend=f"run {run} · queue {queue}", legend_narrow=f"run {run} · q {queue}", note=rules),
+    )

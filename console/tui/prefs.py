@@ -1,0 +1,37 @@
+"""The console's remembered preferences (the theme), kept under ``paths.state_dir()``.
+
+Read once before the app starts and written from a worker thread, so the
+event loop never waits on the disk. A missing or damaged file means defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from specctl.runtime.supervisor.paths import state_dir
+
+FILE_NAME = "console.json"
+
+
+def prefs_file() -> Path:
+    return state_dir() / FILE_NAME
+
+
+def load_prefs() -> dict[str, Any]:
+    try:
+        data = json.loads(prefs_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save_prefs(prefs: dict[str, Any]) -> None:
+    """Write atomically: a crash mid-write leaves the old file, never half of one."""
+    path = prefs_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{FILE_NAME}.{os.getpid()}")
+    tmp.write_text(json.dumps(prefs, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,156 @@
+"""The dashboard: banner, start-up progress, controls, GPU panels, charts and event log.
+
+The app hands it the timeline and a few words of status (``show``); it picks
+plain data out for each widget and sets it as attributes. It adapts to the
+terminal: bordered panels in a grid where they all fit in half the height,
+one line per GPU otherwise (see ``gpu_layout``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from specctl.widgets.banner import BannerState, SpecBanner
+from specctl.widgets.controls import ControlBar
+from specctl.widgets.event_log import EventLog
+from specctl.widgets.gpu_panel import GpuPanel
+from specctl.widgets.startup import StartupProgress
+from specctl.widgets.timechart import TimeChart
+
+from specctl.console.tui.model.charts import build_charts
+from specctl.console.tui.model.timeline import Timeline, num, obj, text
+
+COMPACT_WIDTH = 100  # below this many columns: one line per GPU
+PANEL_WIDTH, PANEL_HEIGHT, MAX_COLUMNS = 40, 7, 4
+WINDOW_S = 300.0
+
+
+class Dashboard(Screen):
+    """The one screen operators live in."""
+
+    def __init__(self, source: str, can_control: bool) -> None:
+        super().__init__()
+        self._source = source
+        self._can_control = can_control
+        self._gpu_count = 0
+
+    def compose(self) -> ComposeResult:
+        yield SpecBanner()
+        yield StartupProgress()
+        yield ControlBar()
+        yield VerticalScroll(id="gpus")
+        with Horizontal(id="charts"):
+            yield TimeChart(id="chart-tps")
+            yield TimeChart(id="chart-accept")
+            yield TimeChart(id="chart-requests")
+        yield EventLog(id="log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(ControlBar).can_control = self._can_control
+        self.query_one(SpecBanner).state = BannerState(source=self._source, status="connecting…")
+
+    def set_can_control(self, can_control: bool) -> None:
+        """Grey the control buttons while nothing can be steered (a lost connection), and back."""
+        self.query_one(ControlBar).can_control = can_control
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._lay_out_gpus()
+
+    # -- attributes down --------------------------------------------------
+    def show(self, timeline: Timeline, status: str, paused: bool) -> None:
+        """Draw the timeline; ``status`` is the banner's extra words (PAUSED, replay position...)."""
+        sample = obj(timeline.latest)
+        self.query_one(SpecBanner).state = banner_state(timeline, self._source, status)
+        server = obj(sample.get("server"))
+        progress = server.get("progress") if server.get("state") == "starting" else None
+        self.query_one(StartupProgress).progress = progress if isinstance(progress, dict) else None
+        self.query_one(ControlBar).paused = paused
+        self._show_gpus(gpu_list(sample))
+        tps, accept, requests = build_charts(timeline, WINDOW_S)
+        self.query_one("#chart-tps", TimeChart).data = tps
+        self.query_one("#chart-accept", TimeChart).data = accept
+        self.query_one("#chart-requests", TimeChart).data = requests
+        clear, records = timeline.take_log()
+        if clear or records:
+            self.query_one(EventLog).show(records, clear=clear)
+
+    def show_status(self, timeline: Timeline, status: str) -> None:
+        """Only the banner: while the view is paused the rest stays as it was."""
+        self.query_one(SpecBanner).state = banner_state(timeline, self._source, status)
+
+    def _show_gpus(self, gpus: list[dict[str, Any]]) -> None:
+        box = self.query_one("#gpus", VerticalScroll)
+        panels = list(box.query(GpuPanel))
+        if len(panels) != len(gpus):
+            for panel in panels[len(gpus):]:
+                panel.remove()
+            new = [GpuPanel() for _ in range(len(gpus) - len(panels))]
+            if new:
+                box.mount_all(new)
+            panels = (panels + new)[:len(gpus)]
+            self._gpu_count = len(gpus)
+            self._lay_out_gpus(panels)
+        for panel, gpu in zip(panels, gpus):
+            panel.gpu = gpu
+
+    def _lay_out_gpus(self, panels: list[GpuPanel] | None = None) -> None:
+        compact, columns = gpu_layout(self.size.width, self.size.height, self._gpu_count)
+        self.set_class(compact, "-compact")
+        box = self.query_one("#gpus", VerticalScroll)
+        for panel in panels if panels is not None else box.query(GpuPanel):
+            panel.compact = compact
+        box.styles.grid_size_columns = columns
+
+
+def gpu_layout(width: int, height: int, gpus: int) -> tuple[bool, int]:
+    """(compact, columns): bordered panels only where all of them fit in half the height.
+
+    Otherwise one line per GPU, so 8 GPUs fit 80x24 and charts keep their room.
+    """
+    columns = max(1, min(gpus, width // PANEL_WIDTH, MAX_COLUMNS))
+    rows = -(-gpus // columns)
+    compact = width < COMPACT_WIDTH or rows * PANEL_HEIGHT > height // 2
+    return compact, 1 if compact else columns
+
+
+def gpu_list(sample: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sample's GPU dicts, whatever else a journal line put there."""
+    gpus = sample.get("gpus")
+    return [g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else []
+
+
+def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:
+    """Pick the banner's fields out of the latest sample and the last switch event."""
+    sample = obj(timeline.latest)
+    spec = sample.get("spec")
+    spec = spec if isinstance(spec, dict) else None
+    server = obj(sample.get("server"))
+    switch = obj(timeline.last_switch)
+    steps, steps_on = num(obj(spec).get("steps")), num(timeline.settings().get("steps"))
+    return BannerState(
+        spec_on=None if spec is None else bool(spec.get("on")),
+        mode=text(obj(spec).get("mode")),
+        steps=None if steps is None else int(steps),
+        steps_on=None if steps_on is None else int(steps_on),
+        reason=text(switch.get("reason")) or text(obj(spec).get("reason")),
+        switch_t=num(switch.get("t")),
+        switch_batch=None if num(switch.get("batch_size")) is None else int(switch["batch_size"]),
+        now=timeline.now,
+        # a journal that ends with its supervisor stopping must not end on "READY"
+        server_state="unwatched" if timeline.supervisor_stopped else text(server.get("state")),
+        server_error=("(the supervisor stopped)" if timeline.supervisor_stopped
+                      else None if server.get("error") is None else str(server.get("error"))),
+        sim=sample.get("sim") is True,
+        slow_off=obj(obj(spec).get("off_state")).get("fast") is False,
+        failed_gpus=tuple(int(g["index"]) for g in gpu_list(sample)
+                          if g.get("state") == "failed" and isinstance(g.get("index"), int)),
+        source=source,
+        status=status,
+    )

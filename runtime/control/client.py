@@ -1,0 +1,197 @@
+"""Client of the control socket, for the CLI verbs, an attached console and benchmarks.
+
+Errors a caller has to tell apart are separate classes: ``NoSupervisor`` (nothing
+to talk to: the CLI exits 3), ``ControlError`` (the supervisor refused: exit 1,
+branch on ``code``), ``ProtocolError`` (something answered that does not speak
+our protocol).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+from collections import deque
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from specctl import PROTOCOL
+
+# Lines we send stay under the server's 64 KiB; lines we read may be a little
+# larger (a sample of many GPUs) without costing us the connection.
+_READ_LIMIT = 1024 * 1024
+
+
+class NoSupervisor(Exception):
+    """No supervisor listens at the path (missing socket, refused, or silent)."""
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not protocol-1 specctl JSON."""
+
+
+class ControlError(Exception):
+    """An error answer: ``code`` is stable, ``message`` is for people, ``details`` as sent (e.g. field)."""
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+
+def no_supervisor_message(path: str | os.PathLike[str]) -> str:
+    return f"no specctl supervisor at {path}; start one with `specctl run --headless` or `specctl tui`"
+
+
+class ControlClient:
+    """One connection to a supervisor. ``async with ControlClient(path) as c: await c.request("ping")``."""
+
+    def __init__(self, path: str | os.PathLike[str], timeout: float = 5.0) -> None:
+        self.path = Path(path)
+        self.timeout = timeout
+        self.greeting: dict[str, Any] | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._ids = itertools.count(1)
+        self._records: deque[dict[str, Any]] = deque()
+
+    async def __aenter__(self) -> "ControlClient":
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def connect(self) -> dict[str, Any]:
+        """Open the socket and check the greeting; returns it (``{"version", "protocol"}``)."""
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(str(self.path), limit=_READ_LIMIT), self.timeout)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError, asyncio.TimeoutError):
+            raise NoSupervisor(no_supervisor_message(self.path)) from None
+        except PermissionError:
+            raise NoSupervisor(f"cannot open {self.path}: permission denied (a supervisor of "
+                               f"another user?)") from None
+        except OSError as e:  # a path too long for a Unix socket, a socket of the wrong type, ...
+            raise NoSupervisor(f"cannot connect to {self.path}: {e.strerror or e}") from None
+        first = await self._read(self.timeout)
+        if first is None:
+            raise NoSupervisor(f"the supervisor at {self.path} closed the connection at once")
+        self.greeting = self._check_greeting(first)
+        return self.greeting
+
+    def _check_greeting(self, first: dict[str, Any]) -> dict[str, Any]:
+        if first.get("ok") is False:
+            raise _error_of(first)
+        greeting = first.get("specctl")
+        if not isinstance(greeting, dict) or greeting.get("protocol") != PROTOCOL:
+            raise ProtocolError(f"{self.path} does not speak specctl protocol {PROTOCOL}: {first!r:.200}")
+        return greeting
+
+    async def request(self, cmd: str, args: dict[str, Any] | None = None,
+                      timeout: float | None = None) -> dict[str, Any]:
+        """Send one command and wait for its answer; raises ControlError on an error answer."""
+        req_id = next(self._ids)
+        request: dict[str, Any] = {"id": req_id, "cmd": cmd}
+        if args is not None:
+            request["args"] = args
+        await self._send(request)
+        answer = await self._answer(req_id, self.timeout if timeout is None else timeout)
+        if not answer.get("ok"):
+            raise _error_of(answer)
+        result = answer.get("result")
+        return result if isinstance(result, dict) else {}
+
+    async def subscribe(self) -> AsyncIterator[dict[str, Any]]:
+        """Records (samples, events, commands) as the supervisor publishes them, until it leaves."""
+        await self.request("subscribe")
+        while True:
+            while self._records:
+                yield self._records.popleft()
+            msg = await self._read(None)
+            if msg is None:
+                return
+            self._keep_record(msg)
+
+    async def close(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        try:
+            await asyncio.wait_for(self._writer.wait_closed(), self.timeout)
+        except (OSError, asyncio.TimeoutError):
+            pass
+        self._writer = None
+
+    async def _send(self, obj: dict[str, Any]) -> None:
+        if self._writer is None:
+            raise RuntimeError("ControlClient is not connected")
+        self._writer.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+        try:
+            await asyncio.wait_for(self._writer.drain(), self.timeout)
+        except (ConnectionError, asyncio.TimeoutError):
+            raise NoSupervisor(f"the supervisor at {self.path} stopped listening") from None
+
+    async def _answer(self, req_id: int, timeout: float) -> dict[str, Any]:
+        """The answer to ``req_id``; records that arrive meanwhile are kept for subscribe()."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            msg = await self._read(max(0.0, deadline - loop.time()))
+            if msg is None:
+                raise NoSupervisor(f"the supervisor at {self.path} closed the connection")
+            if "record" in msg:
+                self._keep_record(msg)
+            elif msg.get("id") == req_id or ("ok" in msg and msg.get("id") is None):
+                return msg
+
+    def _keep_record(self, msg: dict[str, Any]) -> None:
+        record = msg.get("record")
+        if isinstance(record, dict):
+            self._records.append(record)
+
+    async def _read(self, timeout: float | None) -> dict[str, Any] | None:
+        """The next JSON object line, or None at end of stream."""
+        assert self._reader is not None
+        try:
+            line = await asyncio.wait_for(self._reader.readline(), timeout)
+        except asyncio.TimeoutError:
+            raise NoSupervisor(f"the supervisor at {self.path} did not answer within {timeout:g} s") from None
+        except ConnectionError:
+            raise NoSupervisor(f"lost the connection to the supervisor at {self.path}") from None
+        except ValueError as e:
+            raise ProtocolError(f"reading from {self.path} failed: {e}") from None
+        if not line:
+            return None
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise ProtocolError(f"{self.path} sent a line that is not JSON: {line[:200]!r}") from None
+        if not isinstance(msg, dict):
+            raise ProtocolError(f"{self.path} sent a line that is not an object: {line[:200]!r}")
+        return msg
+
+
+def _error_of(answer: dict[str, Any]) -> ControlError:
+    error = answer.get("error")
+    if not isinstance(error, dict):
+        return ControlError("internal", f"malformed error answer: {answer!r:.200}")
+    details = {k: v for k, v in error.items() if k not in ("code", "message")}
+    return ControlError(str(error.get("code")), str(error.get("message")), details)
+
+
+def call(path: str | os.PathLike[str], cmd: str, args: dict[str, Any] | None = None,
+         timeout: float = 5.0, answer_timeout: float | None = None) -> dict[str, Any]:
+    """One command, synchronously: for the CLI, which has no event loop of its own.
+
+    ``timeout`` bounds connecting; ``answer_timeout`` (default: the same) bounds
+    the wait for the answer, longer for commands that restart a model server.
+    """
+
+    async def once() -> dict[str, Any]:
+        async with ControlClient(path, timeout) as client:
+            return await client.request(cmd, args, answer_timeout)
+
+    return asyncio.run(once())

@@ -1,0 +1,391 @@
+"""SpecPolicy: decides, once per decode step, how many draft steps to run.
+
+The same class runs inside SGLang's scheduler (one copy per tensor-parallel
+rank, through the specctl plugin) and inside the simulator. Every input is
+counted in scheduler steps, never read from a clock or a random source: with
+tensor parallelism each rank runs its own copy, and all copies must reach the
+same decision at the same step or the collectives hang.
+
+Vocabulary:
+- *step*: one call of :meth:`SpecPolicy.decide`, i.e. one decode batch.
+- *accepted*: accepted draft tokens of one request in one verify, not
+  counting the bonus token (so 0..steps).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Iterable, Literal, Mapping
+
+Mode = Literal["auto", "on", "off"]
+MODES: tuple[Mode, ...] = ("auto", "on", "off")
+# Reasons a switch happened; clients branch on these strings.
+REASONS = ("load", "quiet", "low_accept", "probe", "forced")
+
+# SGLang's /set_internal_state takes numbers only, so the mode travels as one.
+MODE_CODES: dict[Mode, int] = {"auto": 0, "on": 1, "off": 2}
+CODE_MODES: dict[int, Mode] = {v: k for k, v in MODE_CODES.items()}
+from specctl.runtime.core.wire import WIRE_PREFIX
+RECENT_SWITCHES = 64
+# Off for low acceptance, auto comes back ("quiet") once the batch is small enough
+# that the floor sits this far under the acceptance that switched it off: the
+# 20 % gap is the hysteresis, so acceptance near the floor cannot flap the state.
+QUIET_SHARE = 0.8
+
+
+class SettingsError(ValueError):
+    """A settings change that was refused as a whole; ``field`` names the culprit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Operator settings. Validated as a whole: a set is applied entirely or not at all."""
+
+    mode: Mode = "auto"
+    steps: int = 3  # draft steps when speculation is on
+    # Defaults from the simulator's policy envelope (docs/simulator.md), calibrated to the
+    # H200 sweep (static EAGLE-3 and no speculation level at 32 requests) and the 8-GPU
+    # report (speculation that never pays, accept length 2.0, caught by min_accept).
+    off_at: int = 32  # batch size at or above which auto turns speculation off
+    on_at: int = 24  # batch size at or below which auto turns it back on
+    min_accept: float = 1.3  # acceptance floor at batch size 0: mean accepted draft tokens a verify
+    # Accepted draft tokens a verify that each request of the decode batch adds to the floor
+    # (floor = min_accept + accept_slope * batch size): a larger batch makes a verify dearer
+    # against plain decode, so drafting must hit more often to pay (bench/accept_breakeven.py).
+    # With both 0 the acceptance rule is off.
+    accept_slope: float = 0.0
+    accept_window: int = 64  # verifies the acceptance mean is taken over
+    probe_after: int = 4096  # steps after a low_accept switch before trying again
+    dwell: int = 8  # minimum steps between two automatic switches
+    # Batch size below which the draft model keeps its KV cache warm while speculation is
+    # off (0: never), prompts admitted while off included. Not an input of decide(): the
+    # plugin's fast off reads it each off step and prefill. A warm draft costs a draft extend
+    # per off step and a draft prefill per prompt (docs/fast-off.md), so keep it where cheap.
+    warm_below: int = 0
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def with_changes(self, changes: Mapping[str, Any]) -> "PolicySettings":
+        """A new, validated settings object; raises SettingsError and changes nothing on bad input."""
+        return replace(self, **check_fields(changes))
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_wire(self, keys: Iterable[str] | None = None) -> dict[str, int | float]:
+        """The numeric ``server_args`` form that SGLang's /set_internal_state accepts."""
+        values = self.as_dict()
+        chosen = list(values) if keys is None else list(keys)
+        wire: dict[str, int | float] = {}
+        for key in chosen:
+            value = values[key]
+            wire[WIRE_PREFIX + key] = MODE_CODES[value] if key == "mode" else value
+        return wire
+
+
+def check_fields(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Each setting named known and of its type, coerced; raises SettingsError.
+
+    What depends on the others (on_at below off_at) is checked against a whole
+    set: the CLI checks this much before it asks, the server the rest.
+    """
+    known = {f.name for f in fields(PolicySettings)}
+    for key in changes:
+        if key not in known:
+            raise SettingsError(str(key), f"unknown setting (known: {', '.join(sorted(known))})")
+    return {key: _coerce(key, value) for key, value in changes.items()}
+
+
+MAX_BATCH = 1 << 20  # far above any server's running requests ("never off for load"); more is a typo
+_INT_FIELDS = ("steps", "off_at", "on_at", "accept_window", "probe_after", "dwell", "warm_below")
+_FLOAT_FIELDS = ("min_accept", "accept_slope")
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Turn text or JSON numbers into the field's type, refusing anything lossy."""
+    if key == "mode":
+        if isinstance(value, str) and value.lower() in MODES:
+            return value.lower()
+        if isinstance(value, int) and not isinstance(value, bool) and value in CODE_MODES:
+            return CODE_MODES[value]
+        raise SettingsError(key, f"must be one of {', '.join(MODES)}, got {value!r}")
+    if isinstance(value, bool):
+        raise SettingsError(key, f"must be a number, got {value!r}")
+    if isinstance(value, str):
+        value = _parse_number(key, value)
+    if key in _INT_FIELDS:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int):
+            raise SettingsError(key, f"must be an integer, got {value!r}")
+        return value
+    if not isinstance(value, (int, float)):
+        raise SettingsError(key, f"must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range, from JSON
+        raise SettingsError(key, "must be a finite number, got one too large to hold") from None
+    if not math.isfinite(number):
+        raise SettingsError(key, f"must be a finite number, got {value!r}")
+    return number
+
+
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}")  # longer is no setting, and int() refuses past 4300 digits
+_FLOAT_TEXT = re.compile(r"[+-]?([0-9]{1,30}\.?[0-9]{0,30}|\.[0-9]{1,30})([eE][+-]?[0-9]{1,5})?|[+-]?(nan|inf|infinity)",
+                         re.IGNORECASE)
+
+
+def _parse_number(key: str, text: str) -> int | float:
+    """Plain ASCII decimals only: Python's int() and float() also take "1_000" and other scripts' digits,
+    and float() rounds "1e-400" to 0, which for min_accept would switch the acceptance rule off unasked."""
+    text = text.strip()
+    shown = text if len(text) <= 40 else f"{text[:40]}..."
+    if key in _INT_FIELDS and _INT_TEXT.fullmatch(text):
+        return int(text)
+    if not _FLOAT_TEXT.fullmatch(text):
+        raise SettingsError(key, f"must be {'an integer' if key in _INT_FIELDS else 'a number'}, got {shown!r}")
+    value = float(text)  # for an integer setting, "64.0" and "1e3" are whole numbers: _coerce takes them
+    if value == 0 and re.search(r"[1-9]", text.lower().partition("e")[0]):
+        raise SettingsError(key, f"is too small to hold, got {shown!r}; write 0 if 0 is meant")
+    return value
+
+
+def _validate(s: PolicySettings) -> None:
+    if s.mode not in MODES:
+        raise SettingsError("mode", f"must be one of {', '.join(MODES)}, got {s.mode!r}")
+    for key in _INT_FIELDS:
+        value = getattr(s, key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SettingsError(key, f"must be an integer, got {value!r}")
+    if not 1 <= s.steps <= 16:
+        raise SettingsError("steps", f"must be between 1 and 16, got {s.steps}")
+    if not 1 <= s.off_at <= MAX_BATCH:
+        raise SettingsError("off_at", f"must be between 1 and {MAX_BATCH}, got {s.off_at}")
+    if s.on_at < 0:
+        raise SettingsError("on_at", f"must be at least 0, got {s.on_at}")
+    if s.on_at >= s.off_at:
+        raise SettingsError("on_at", f"must be below off_at ({s.off_at}), got {s.on_at}")
+    for key in _FLOAT_FIELDS:
+        value = getattr(s, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SettingsError(key, f"must be a finite number, got {value!r}")
+    if not 0.0 <= s.min_accept <= s.steps:
+        raise SettingsError("min_accept", f"must be between 0 and steps ({s.steps}), got {s.min_accept}")
+    if not 0.0 <= s.accept_slope <= 1.0:
+        raise SettingsError("accept_slope", f"must be between 0 and 1, got {s.accept_slope}")
+    if not 1 <= s.accept_window <= 100_000:
+        raise SettingsError("accept_window", f"must be between 1 and 100000, got {s.accept_window}")
+    if not 1 <= s.probe_after <= 10_000_000:
+        raise SettingsError("probe_after", f"must be between 1 and 10000000, got {s.probe_after}")
+    if not 0 <= s.dwell <= 1_000_000:
+        raise SettingsError("dwell", f"must be between 0 and 1000000, got {s.dwell}")
+    if not 0 <= s.warm_below <= 1_000_000:
+        raise SettingsError("warm_below", f"must be between 0 and 1000000, got {s.warm_below}")
+
+
+def settings_from_wire(current: PolicySettings, wire: Mapping[str, Any]) -> PolicySettings:
+    """Apply the ``specctl_*`` keys of a /set_internal_state body; other keys are ignored."""
+    changes = {k[len(WIRE_PREFIX):]: v for k, v in wire.items() if k.startswith(WIRE_PREFIX)}
+    return current.with_changes(changes)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One change of the on/off state, and why."""
+
+    seq: int
+    step: int
+    on: bool
+    reason: str
+    batch_size: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class SpecPolicy:
+    """Deterministic on/off state machine over scheduler steps."""
+
+    def __init__(self, settings: PolicySettings | None = None) -> None:
+        self._settings = settings or PolicySettings()
+        self._pending: PolicySettings | None = None
+        self._step = 0
+        self._on = self._settings.mode != "off"
+        self._reason: str | None = None
+        self._last_switch_step: int | None = None
+        self._low_accept_since: int | None = None  # step of the low_accept switch, while off for it
+        self._low_accept_mean = 0.0  # the acceptance mean that made that switch
+        self._accepts: deque[float] = deque(maxlen=self._settings.accept_window)
+        self._accept_sum = 0.0
+        self._switches: deque[Switch] = deque(maxlen=RECENT_SWITCHES)
+        self._switch_count = 0
+        self._verifies = 0
+        self._steps_on = 0
+        self._steps_off = 0
+        self._last_batch = 0
+
+    # -- settings -------------------------------------------------------
+    @property
+    def settings(self) -> PolicySettings:
+        return self._pending or self._settings
+
+    def apply(self, changes: Mapping[str, Any]) -> PolicySettings:
+        """Validate ``changes`` as a whole; they take effect at the next :meth:`decide`."""
+        new = self.settings.with_changes(changes)
+        self._pending = new
+        return new
+
+    def _take_pending(self) -> None:
+        if self._pending is None:
+            return
+        new, self._pending = self._pending, None
+        if new.accept_window != self._settings.accept_window:
+            self._accepts = deque(self._accepts, maxlen=new.accept_window)
+            self._accept_sum = float(sum(self._accepts))
+        self._settings = new
+
+    # -- per-step inputs ------------------------------------------------
+    def decide(self, batch_size: int) -> int:
+        """Called once per decode batch, before drafting: the draft steps to run (0 = off)."""
+        self._take_pending()
+        self._step += 1
+        self._last_batch = batch_size
+        s = self._settings
+        if s.mode == "on":
+            self._set(True, "forced", batch_size)
+        elif s.mode == "off":
+            self._set(False, "forced", batch_size)
+        else:
+            self._auto(batch_size)
+        if self._on:
+            self._steps_on += 1
+            return s.steps
+        self._steps_off += 1
+        return 0
+
+    def on_verify(self, accepted: Iterable[int | float]) -> None:
+        """Accepted draft tokens per request after one verify (bonus token not counted)."""
+        values = accepted if isinstance(accepted, (list, tuple)) else list(accepted)
+        if not values:
+            return
+        self._record_mean(sum(values) / len(values))
+
+    def on_verify_mean(self, mean: float) -> None:
+        """Same as :meth:`on_verify` for a caller that already holds the batch mean."""
+        self._record_mean(float(mean))
+
+    def _record_mean(self, mean: float) -> None:
+        self._verifies += 1
+        if len(self._accepts) == self._accepts.maxlen:
+            self._accept_sum -= self._accepts[0]
+        self._accepts.append(mean)
+        self._accept_sum += mean
+
+    # -- the automatic rules --------------------------------------------
+    def _auto(self, bs: int) -> None:
+        s = self._settings
+        if not self._dwelt():
+            return
+        if self._on:
+            if bs >= s.off_at:
+                self._set(False, "load", bs)
+            elif self._window_full() and (mean := self._accept_sum / len(self._accepts)) < self._floor(bs):
+                self._set(False, "low_accept", bs)
+                self._low_accept_since, self._low_accept_mean = self._step, mean
+        elif self._low_accept_since is not None:
+            self._after_low_accept(bs, self._low_accept_since)
+        elif bs <= s.on_at:
+            self._set(True, "quiet", bs)
+
+    def _floor(self, bs: int) -> float:
+        """Mean accepted draft tokens a verify must reach at batch size ``bs`` to keep drafting."""
+        s = self._settings
+        return s.min_accept + s.accept_slope * bs
+
+    def _after_low_accept(self, bs: int, since: int) -> None:
+        """Off for low acceptance: probe after a while, or come back at once when the batch shrank.
+
+        The probe measures afresh, in case the traffic changed. The quiet return
+        needs no measurement: the acceptance that was too low for a large batch
+        clears the floor of a small enough one by the QUIET_SHARE margin.
+        """
+        s = self._settings
+        if bs >= s.off_at:
+            return
+        if self._step - since >= s.probe_after:
+            self._set(True, "probe", bs)
+        elif s.accept_slope > 0 and self._floor(bs) <= QUIET_SHARE * self._low_accept_mean:
+            self._set(True, "quiet", bs)
+
+    def _dwelt(self) -> bool:
+        last = self._last_switch_step
+        return last is None or self._step - last >= self._settings.dwell
+
+    def _window_full(self) -> bool:
+        return len(self._accepts) == self._accepts.maxlen
+
+    def _set(self, on: bool, reason: str, bs: int) -> None:
+        if on == self._on:
+            return
+        self._on = on
+        self._reason = reason
+        self._last_switch_step = self._step
+        self._switch_count += 1
+        if on or reason != "low_accept":
+            self._low_accept_since = None
+        if on:  # a fresh window after every resume, so old acceptance cannot switch it off again
+            self._accepts.clear()
+            self._accept_sum = 0.0
+        self._switches.append(Switch(self._switch_count, self._step, on, reason, bs))
+
+    # -- read-out -------------------------------------------------------
+    @property
+    def on(self) -> bool:
+        return self._on
+
+    @property
+    def step(self) -> int:
+        return self._step
+
+    @property
+    def last_batch(self) -> int:
+        """The batch size of the last decision: the running batch, as prefill steps see it."""
+        return self._last_batch
+
+    def accept_mean(self) -> float | None:
+        if not self._accepts:
+            return None
+        return self._accept_sum / len(self._accepts)
+
+    def recent_switches(self) -> list[Switch]:
+        return list(self._switches)
+
+    def state(self) -> dict[str, Any]:
+        """Plain JSON-able state, reported by /get_internal_state and the journal's ``spec``."""
+        s = self.settings
+        mean = self.accept_mean()
+        return {
+            "mode": s.mode,
+            "on": self._on,
+            "steps": s.steps if self._on else 0,
+            "reason": self._reason,
+            "switches": self._switch_count,
+            "step": self._step,
+            "last_switch_step": self._last_switch_step,
+            "batch_size": self._last_batch,
+            "accept_mean": None if mean is None else round(mean, 4),
+            "verifies": self._verifies,
+            "steps_on": self._steps_on,
+            "steps_off": self._steps_off,
+            "settings": s.as_dict(),
+            "recent_switches": [sw.as_dict() for sw in self._switches],
+        }

@@ -1,0 +1,68 @@
+"""Load thresholds that suit the server's attention backend, from measurement.
+
+Where speculation stops paying depends less on the model than on how fast the
+attention backend serves a verify: on one H200 (docs/gpu-results.md, SGLang
+0.5.17, Llama-8B shapes, acceptance length 2.8) static EAGLE-3 and no
+speculation are level at 32 requests with Triton, whose verify runs its extend
+kernel, while with FA3 static EAGLE-3 was ahead at every concurrency measured
+(1.38x at 256). One threshold cannot serve both, so when specctl launches a
+server, the supervisor reads the backend SGLang chose from /server_info and
+applies the matching settings below, each one the operator did not set.
+Backends not listed (flashinfer, trtllm, ...) keep the policy's defaults: they
+were not measured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specctl.runtime.core.policy import MAX_BATCH
+
+# The acceptance floor (min_accept + accept_slope * batch size) follows the
+# break-even of bench/accept_breakeven.py's closed loop (the simulator calibrated
+# to each sweep), bisected over the accept length, in accepted draft tokens a
+# verify (docs/policy.md):
+#   Triton: 0.46 at 1 request, 0.86 at 8, 1.25 at 16, 1.64 at 24, 2.0 at 32, 2.56 at 48;
+#   FA3:    0.21-0.26 up to 48 requests, 0.38 at 64, 0.86 at 128, 1.04 at 192, 1.17 at 256.
+# The lines sit about 0.1 under those points at small batches: at one request a
+# 64-verify mean scatters by about 0.1, and a dip under the floor costs
+# probe_after steps off where drafting pays (bench/policy_envelope.py
+# --accept-lens found the misses there with the floor on the curve).
+# Triton's floor passes 3 accepted drafts (all of steps) at 54 requests, so off_at 56 loses nothing
+# and spares the window a probe costs.
+# off_at above any max-running-requests means "never off for load": with FA3
+# static EAGLE-3 was ahead at every measured concurrency, and only the floor
+# turns it off.
+NEVER = MAX_BATCH  # the largest off_at the policy takes
+BY_BACKEND: dict[str, dict[str, float]] = {
+    "triton": {"off_at": 56, "on_at": 24, "min_accept": 0.3, "accept_slope": 0.05},
+    "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.15, "accept_slope": 0.0042},
+}
+
+
+# Settings that only make sense together: an operator who sets one of a group
+# keeps the policy's value for the others rather than a mix of two designs.
+GROUPS: tuple[tuple[str, ...], ...] = (("off_at", "on_at"), ("min_accept", "accept_slope"))
+
+
+def unset_groups(measured: dict[str, float], chosen: dict[str, Any]) -> dict[str, float]:
+    """The measured settings whose whole group the operator left alone."""
+    keep: dict[str, float] = {}
+    for group in GROUPS:
+        if not any(key in chosen for key in group):
+            keep.update({key: measured[key] for key in group if key in measured})
+    return keep
+
+
+def attention_backend(info: dict[str, Any] | None) -> str | None:
+    """The backend SGLang resolved, as /server_info reports it."""
+    value = (info or {}).get("attention_backend")
+    return value.lower() if isinstance(value, str) and value else None
+
+
+def for_backend(backend: str | None) -> dict[str, float] | None:
+    """The measured thresholds for ``backend``, or None where none were measured."""
+    if backend is None:
+        return None
+    pair = BY_BACKEND.get(backend)
+    return dict(pair) if pair else None

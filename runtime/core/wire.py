@@ -1,0 +1,12 @@
+"""Names the supervisor and the SGLang plugin share across the process boundary.
+
+The supervisor launches SGLang with these environment variables and talks to
+the plugin through ``/set_internal_state`` keys that start with
+``WIRE_PREFIX``. Keeping the names here lets the launcher name them without
+importing the plugin package (which reaches into SGLang's internals).
+"""
+
+WIRE_PREFIX = "specctl_"  # every /set_internal_state and /get_internal_state key of ours
+ENABLE_ENV = "SPECCTL_PLUGIN"  # "1": the plugin takes over SGLang's adaptive policy
+SETTINGS_ENV = "SPECCTL_SETTINGS"  # JSON object of PolicySettings fields at start-up
+PLUGINS_ENV = "SGLANG_PLUGINS"  # SGLang's own allow-list of plugin entry points

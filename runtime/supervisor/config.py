@@ -1,0 +1,183 @@
+"""SupervisorConfig: everything a supervisor needs, validated before anything starts."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from specctl.runtime.supervisor import config_file, paths
+from specctl.runtime.core.policy import PolicySettings, SettingsError
+
+BackendKind = Literal["sim", "sglang", "attach"]
+
+
+class ConfigError(ValueError):
+    """A configuration mistake, worded for the operator who made it."""
+
+
+@dataclass
+class SupervisorConfig:
+    backend: BackendKind = "sim"
+    url: str | None = None  # for attach
+    model: str | None = None
+    draft: str | None = None
+    tp: int = 1
+    spec_steps: int = 3
+    port: int = 0
+    sglang_args: list[str] = field(default_factory=list)
+    sim_preset: str = "h200-llama8b"
+    sim_gpus: int | None = None
+    sim_load: str = "bursts"
+    sim_args: list[str] = field(default_factory=list)
+    interval: float = 0.5
+    socket_path: Path | None = None  # None: no control socket
+    journal_path: Path | None = None
+    journal_max_mb: float = 64.0  # rotation size; three older files are kept
+    settings: dict[str, Any] = field(default_factory=dict)  # initial policy settings
+    gpu_source: Literal["auto", "nvml", "sim", "none"] = "auto"
+    http_timeout: float = 2.0
+    restart_backoff: tuple[float, float] = (1.0, 30.0)  # first delay, cap
+    stop_grace_s: float = 30.0  # SIGTERM to SIGKILL, for a real server's ranks to free the GPU
+
+    def __post_init__(self) -> None:
+        if not 0.05 <= self.interval <= 60:
+            raise ConfigError(f"--interval must be between 0.05 and 60 seconds, got {self.interval}")
+        if self.backend == "attach" and not self.url:
+            raise ConfigError("--attach needs a URL, e.g. --attach http://127.0.0.1:30000")
+        if self.backend == "sglang" and not (self.model and self.draft):
+            raise ConfigError("--model needs --draft (the EAGLE-3 draft model path)")
+        if not 0.01 <= self.journal_max_mb <= 1_000_000:
+            raise ConfigError(f"--log-max-mb must be between 0.01 and 1000000, got {self.journal_max_mb}")
+        if not 1 <= self.tp <= 64:
+            raise ConfigError(f"--tp must be between 1 and 64, got {self.tp}")
+        if self.sim_gpus is not None and not 1 <= self.sim_gpus <= 16:
+            raise ConfigError(f"--sim-gpus must be between 1 and 16, got {self.sim_gpus}")
+        if self.backend != "sglang" and self.sglang_args:
+            where = "the simulator" if self.backend == "sim" else "a server started elsewhere (--attach)"
+            raise ConfigError(f"arguments after -- go to SGLang's launcher, and {where} has none: "
+                              f"{' '.join(self.sglang_args)}")
+        if self.backend == "sim":
+            self._check_sim()
+        if not 1 <= self.spec_steps <= 16:
+            raise ConfigError(f"--speculative-num-steps must be between 1 and 16, got {self.spec_steps}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port must be between 0 (any free port) and 65535, got {self.port}")
+        try:
+            checked = PolicySettings(steps=self.spec_steps).with_changes(self.settings)
+        except SettingsError as exc:
+            raise ConfigError(f"--set {exc.field}: {exc.message}") from None
+        # the checked values travel on, not the text: the server parses them again ("40.0" is no integer)
+        self.settings = {key: getattr(checked, key) for key in self.settings}
+
+    def _check_sim(self) -> None:
+        """Refuse a bad preset or load here: the simulator would only exit, and be restarted, forever."""
+        from specctl.runtime.sim.load import parse_load
+        from specctl.runtime.sim.presets import PRESETS
+
+        if self.sim_preset not in PRESETS:
+            raise ConfigError(f"--sim-preset must be one of {', '.join(sorted(PRESETS))}, got {self.sim_preset!r}")
+        try:
+            parse_load(self.sim_load)
+        except ValueError as exc:
+            raise ConfigError(f"--sim-load: {exc}") from None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "SupervisorConfig":
+        """Build from the `specctl run`/`specctl tui` arguments over the config file's defaults."""
+        attach = args.attach is not None  # `--attach ""` is a mistake, not a request for the simulator
+        backend: BackendKind = "attach" if attach else "sglang" if args.model else "sim"
+        if attach and args.model:
+            raise ConfigError("choose one of --attach URL and --model")
+        if args.draft and not args.model:
+            raise ConfigError("--draft needs --model")
+        for flag, value in (("--model", args.model), ("--draft", args.draft)):
+            _check_local_model(flag, value)
+        try:
+            site = config_file.load()
+        except config_file.ConfigFileError as exc:
+            raise ConfigError(str(exc)) from None
+        sup = site.supervisor
+        log = args.log or sup.get("log")
+        from_file = {key for key in sup if getattr(args, key, None) is None}
+        try:
+            return cls(
+                backend=backend, url=attach_url(args.attach) if attach else None,
+                model=args.model, draft=args.draft, tp=args.tp,
+                spec_steps=args.spec_steps, port=args.port, sglang_args=list(args.sglang_args or []),
+                sim_preset=args.sim_preset or sup.get("sim_preset", "h200-llama8b"),
+                sim_gpus=args.sim_gpus, sim_load=args.sim_load or sup.get("sim_load", "bursts"),
+                interval=args.interval if args.interval is not None else float(sup.get("interval", 0.5)),
+                socket_path=Path(args.socket) if args.socket else config_file.socket_path(),
+                journal_path=Path(log) if log else None,
+                journal_max_mb=float(args.log_max_mb if args.log_max_mb is not None else sup.get("log_max_mb", 64.0)),
+                settings={**site.policy, **parse_pairs(args.settings)},
+            )
+        except ConfigError as exc:
+            raise _blame_the_file(exc, from_file) from None
+
+
+def attach_url(text: str) -> str:
+    """The --attach URL made whole: ``host:port`` gains ``http://``, as SGLang prints its address without one.
+
+    Checked here so that a typo is one line at start-up, not a supervisor
+    retrying a URL that can never answer.
+    """
+    raw = text.strip()
+    example = "e.g. --attach http://127.0.0.1:30000"
+    if not raw or any(c.isspace() for c in raw):
+        raise ConfigError(f"--attach needs a URL, got {text!r}; {example}")
+    url = raw if "://" in raw else f"http://{raw}"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError as exc:  # a bracketed host that is no IPv6 address
+        raise ConfigError(f"--attach {text!r} is not a URL ({exc}); an IPv6 host goes in brackets, "
+                          "e.g. --attach [::1]:30000") from None
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"--attach needs an http:// or https:// URL, got {text!r}; {example}")
+    if not host:
+        raise ConfigError(f"--attach {text!r} names no host; {example}")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        raise ConfigError(f"--attach {text!r}: the port must be a number between 1 and 65535") from None
+    if port == 0:
+        raise ConfigError(f"--attach {text!r}: the port must be a number between 1 and 65535")
+    return url.rstrip("/")
+
+
+def parse_pairs(pairs: list[str]) -> dict[str, str]:
+    """``["off_at=48", "on_at=16"]`` -> dict; values stay text, PolicySettings coerces them."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value or any(c.isspace() for c in key):
+            raise ConfigError(f"expected KEY=VALUE, got {pair!r}")
+        if key in out:
+            raise ConfigError(f"{key} is given twice")
+        out[key] = value
+    return out
+
+
+def _check_local_model(flag: str, value: str | None) -> None:
+    """A model written as a local path must exist; a hub id (org/name) is SGLang's to fetch.
+
+    Why here: SGLang would only fail minutes later, after loading the other model.
+    """
+    if not value or not value.startswith(("/", "./", "../", "~")):
+        return
+    if not Path(value).expanduser().exists():
+        raise ConfigError(f"{flag} {value}: no such file or directory (a hub id is written org/name)")
+
+
+def _blame_the_file(exc: ConfigError, from_file: set[str]) -> ConfigError:
+    """A bad value that came from the config file is named as the file's, not as a flag nobody typed."""
+    flag, _, rest = str(exc).partition(" ")
+    key = flag.removeprefix("--").rstrip(":").replace("-", "_")
+    if flag.startswith("--") and key in from_file:
+        return ConfigError(f"{paths.config_file()}: [supervisor] {key}{':' if flag.endswith(':') else ''} {rest}")
+    return exc

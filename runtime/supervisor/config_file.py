@@ -1,0 +1,93 @@
+"""The optional TOML config: defaults a site sets once, which flags on the command line override.
+
+```toml
+[policy]              # any PolicySettings field
+off_at = 48
+min_accept = 1.0
+
+[supervisor]
+interval = 0.5        # seconds between samples
+log = "/var/log/specctl/run.jsonl"
+log_max_mb = 64       # rotate past this size; three older files are kept
+socket = "/run/specctl/specctl.sock"
+sim_preset = "h200-llama8b"
+sim_load = "bursts"
+```
+
+Found at ``paths.config_file()`` (``$SPECCTL_CONFIG`` overrides). Validated
+strictly: an unknown table or key is an error that names it, so a typo never
+passes silently.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specctl.runtime.supervisor import paths
+from specctl.runtime.core.policy import PolicySettings, SettingsError
+
+SUPERVISOR_KEYS: dict[str, type | tuple[type, ...]] = {
+    "interval": (int, float), "log": str, "log_max_mb": (int, float), "socket": str, "sim_preset": str,
+    "sim_load": str,
+}
+
+
+class ConfigFileError(ValueError):
+    """The config file is unreadable or invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class FileConfig:
+    policy: dict[str, Any] = field(default_factory=dict)
+    supervisor: dict[str, Any] = field(default_factory=dict)
+
+
+def load(path: Path | None = None) -> FileConfig:
+    """The config at ``path`` (default: the usual place); an absent file is an empty config."""
+    path = path or paths.config_file()
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return FileConfig()
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigFileError(f"{path}: {exc}") from None
+    unknown = set(raw) - {"policy", "supervisor"}
+    if unknown:
+        raise ConfigFileError(f"{path}: unknown table [{sorted(unknown)[0]}] (known: [policy], [supervisor])")
+    return FileConfig(policy=_policy(path, raw.get("policy", {})),
+                      supervisor=_supervisor(path, raw.get("supervisor", {})))
+
+
+def _policy(path: Path, table: Any) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise ConfigFileError(f"{path}: [policy] must be a table")
+    try:
+        PolicySettings().with_changes(table)
+    except SettingsError as exc:
+        raise ConfigFileError(f"{path}: [policy] {exc.field}: {exc.message}") from None
+    return dict(table)
+
+
+def _supervisor(path: Path, table: Any) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise ConfigFileError(f"{path}: [supervisor] must be a table")
+    for key, value in table.items():
+        kind = SUPERVISOR_KEYS.get(key)
+        if kind is None:
+            raise ConfigFileError(f"{path}: [supervisor] unknown key {key!r} "
+                                  f"(known: {', '.join(sorted(SUPERVISOR_KEYS))})")
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ConfigFileError(f"{path}: [supervisor] {key} has the wrong type: {value!r}")
+    return dict(table)
+
+
+def socket_path() -> Path:
+    """The control socket: ``$SPECCTL_SOCKET``, else the config's, else the runtime dir's."""
+    if os.environ.get("SPECCTL_SOCKET"):
+        return paths.socket_path()
+    configured = load().supervisor.get("socket")
+    return Path(configured) if configured else paths.socket_path()

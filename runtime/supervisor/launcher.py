@@ -1,0 +1,151 @@
+"""How specctl starts an SGLang server, and what its start-up log says.
+
+``build_command`` and ``launch_env`` give runtime/backends.py the command
+line and environment of an SGLang server with EAGLE-3 under specctl's
+plugin; ``StartupProgress`` turns the server's log into the
+``server.progress`` phases of a sample (docs/architecture.md). Process
+supervision itself lives in runtime/backends.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any, Mapping, Sequence
+
+from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.wire import ENABLE_ENV, PLUGINS_ENV, SETTINGS_ENV
+
+PLUGIN_NAME = "specctl"  # the entry point's name in pyproject.toml
+
+
+def build_command(
+    model: str,
+    draft: str,
+    tp: int,
+    spec_steps: int,
+    port: int,
+    host: str,
+    adaptive_config_path: str,
+    extra_args: Sequence[str] = (),
+    python: str = sys.executable,
+) -> list[str]:
+    """``python -m sglang.launch_server`` with EAGLE-3, topk 1 and the adaptive controller on.
+
+    The adaptive controller is what lets the plugin choose 0 or N draft steps
+    per batch; ``adaptive_config_path`` is the file adaptive_config.write_config
+    wrote with the same ``spec_steps``. ``extra_args`` come last, so an operator
+    can add flags (attention backend, memory fraction, CUDA-graph sizes).
+    """
+    if spec_steps < 1:
+        raise ValueError(f"spec_steps must be at least 1, got {spec_steps}")
+    if tp < 1:
+        raise ValueError(f"tp must be at least 1, got {tp}")
+    return [
+        python, "-m", "sglang.launch_server",
+        "--model-path", model,
+        "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", draft,
+        "--speculative-num-steps", str(spec_steps),
+        "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", str(spec_steps + 1),
+        "--speculative-adaptive",
+        "--speculative-adaptive-config", str(adaptive_config_path),
+        "--tp-size", str(tp),
+        "--host", host,
+        "--port", str(port),
+        "--enable-metrics",
+        *extra_args,
+    ]
+
+
+def launch_env(settings: PolicySettings, base_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Variables to add to the server's environment so the plugin takes charge.
+
+    SGLang loads every installed general plugin unless ``SGLANG_PLUGINS``
+    lists some; only then must ``specctl`` be added to that list.
+    """
+    env = {
+        ENABLE_ENV: "1",
+        SETTINGS_ENV: json.dumps(settings.as_dict(), separators=(",", ":")),
+    }
+    allowed = (base_env or {}).get(PLUGINS_ENV, "")
+    names = [n.strip() for n in allowed.split(",") if n.strip()]
+    if names and PLUGIN_NAME not in names:
+        env[PLUGINS_ENV] = ",".join([*names, PLUGIN_NAME])
+    return env
+
+
+PHASES = ("weights", "kv_cache", "cuda_graphs", "ready")
+
+# Log strings of SGLang 0.5.17 and 0.5.23 (model_runner.py, memory_pool.py,
+# kv_cache_configurator.py, cuda_graph_setup.py, decode_cuda_graph_runner.py,
+# weight_utils.py, http_server.py); tests/test_launcher.py checks each
+# against the wheels' source.
+_WEIGHTS_BEGIN = "Load weight begin."
+_WEIGHTS_END = "Load weight end."
+_WEIGHTS_BAR = re.compile(r"Loading \S+ checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)")
+# 0.5.23 says "VA upper bound" instead of "is allocated" while it reserves for post-capture sizing.
+_KV_ALLOCATED = re.compile(r"KV Cache (?:is allocated|VA upper bound)\. dtype:")
+_KV_END = "Memory pool end."
+_GRAPHS_BEGIN = re.compile(r"Capture .* (?:CUDA|CPU) graph begin\.")
+_GRAPHS_BAR = re.compile(r"Capturing batches \([^)]*\):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)")
+_READY = "The server is fired up and ready to roll!"
+
+
+class StartupProgress:
+    """Start-up phase from SGLang's log lines; phases only move forward.
+
+    A speculative server loads, sizes and captures twice (target, then draft)
+    and builds one runtime state per candidate step count, so the log goes
+    back to "Load weight begin" after graphs were captured; the phase stays
+    at the furthest one reached, and the fraction is that of the latest
+    progress bar seen in it (each capture has its own bar, so it restarts).
+    tqdm rewrites its bar with carriage returns and ends the line only when
+    the bar is done: a reader that splits the output on "\r" as well as "\n"
+    sees the fraction grow; a whole line counts by its last update.
+    """
+
+    def __init__(self) -> None:
+        self._phase: str | None = None
+        self._fraction: float | None = None
+
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        if self._phase is None:
+            return None
+        return {"phase": self._phase, "fraction": self._fraction}
+
+    def feed(self, line: str) -> dict[str, Any] | None:
+        """Read one log line; the new progress if it changed, else None."""
+        before = self.progress
+        for part in line.split("\r"):
+            self._read(part)
+        after = self.progress
+        return after if after != before else None
+
+    def _read(self, text: str) -> None:
+        if _READY in text:
+            self._move("ready", 1.0)
+        elif match := _GRAPHS_BAR.search(text):
+            self._move("cuda_graphs", int(match[1]) / int(match[2]))
+        elif _GRAPHS_BEGIN.search(text):
+            self._move("cuda_graphs", 0.0)
+        elif _KV_END in text:
+            self._move("kv_cache", 1.0)
+        elif _KV_ALLOCATED.search(text):
+            self._move("kv_cache", None)
+        elif _WEIGHTS_END in text:
+            self._move("weights", 1.0)
+        elif match := _WEIGHTS_BAR.search(text):
+            self._move("weights", int(match[2]) / int(match[3]))
+        elif _WEIGHTS_BEGIN in text:
+            self._move("weights", 0.0)
+
+    def _move(self, phase: str, fraction: float | None) -> None:
+        current = -1 if self._phase is None else PHASES.index(self._phase)
+        if PHASES.index(phase) < current:
+            return
+        self._phase = phase
+        self._fraction = fraction
