@@ -79,6 +79,18 @@ def test_env_adds_specctl_to_an_existing_plugin_whitelist(allowed: str, expected
     assert env.get("SGLANG_PLUGINS") == expected
 
 
+def test_env_sizes_flashinfers_workspace_for_the_verify_graphs_unless_the_operator_did() -> None:
+    """SGLang's 384 MiB default killed an EAGLE-3 server on FlashInfer while capturing verify graphs."""
+    assert int(launch_env(PolicySettings())["SGLANG_FLASHINFER_WORKSPACE_SIZE"]) >= 601_882_624
+    mine = launch_env(PolicySettings(), {"SGLANG_FLASHINFER_WORKSPACE_SIZE": "123"})
+    assert "SGLANG_FLASHINFER_WORKSPACE_SIZE" not in mine  # theirs stays in the inherited environment
+
+
+def test_the_workspace_variable_is_sglangs_own(sglang_source: SglangSource) -> None:
+    environ = sglang_source.srt("environ.py")
+    assert "SGLANG_FLASHINFER_WORKSPACE_SIZE = EnvInt(" in environ
+
+
 # A start-up log of an EAGLE-3 server, composed from SGLang 0.5.17's log
 # statements (see test_log_markers_are_sglangs_own): target weights, KV pool,
 # target-verify graphs with tqdm's carriage-return updates, then the draft

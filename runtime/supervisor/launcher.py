@@ -60,16 +60,31 @@ def build_command(
     ]
 
 
+# SGLang sizes FlashInfer's workspace at 384 MiB (SGLANG_FLASHINFER_WORKSPACE_SIZE),
+# enough for decode but not for capturing EAGLE-3's target-verify CUDA graphs at
+# 4 tokens a request up to batch 256: on an H200 (SGLang 0.5.17, Llama-8B shapes)
+# the capture asked for 574 MiB and the server died at start-up. 2 GiB is what
+# SGLang itself sets for deterministic inference and is what came up there
+# (docs/results/flashinfer.md). Only FlashInfer's backend reads the variable, so
+# it is set whatever backend SGLang picks (FlashInfer is its default below Hopper);
+# an operator's own value is kept.
+FLASHINFER_WORKSPACE_ENV = "SGLANG_FLASHINFER_WORKSPACE_SIZE"
+FLASHINFER_WORKSPACE_BYTES = 2 * 1024**3
+
+
 def launch_env(settings: PolicySettings, base_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Variables to add to the server's environment so the plugin takes charge.
 
     SGLang loads every installed general plugin unless ``SGLANG_PLUGINS``
-    lists some; only then must ``specctl`` be added to that list.
+    lists some; only then must ``specctl`` be added to that list. FlashInfer's
+    workspace is raised unless ``base_env`` already sizes it.
     """
     env = {
         ENABLE_ENV: "1",
         SETTINGS_ENV: json.dumps(settings.as_dict(), separators=(",", ":")),
     }
+    if FLASHINFER_WORKSPACE_ENV not in (base_env or {}):
+        env[FLASHINFER_WORKSPACE_ENV] = str(FLASHINFER_WORKSPACE_BYTES)
     allowed = (base_env or {}).get(PLUGINS_ENV, "")
     names = [n.strip() for n in allowed.split(",") if n.strip()]
     if names and PLUGIN_NAME not in names:
