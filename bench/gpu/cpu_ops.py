@@ -33,7 +33,7 @@ SPANS = ("scheduler.get_next_batch_to_run", "scheduler.run_batch", "scheduler.pr
 OP_CATS = ("cpu_op", "cuda_runtime")
 # Ops whose work does not depend on the model or the server: their time per call measures the CPU
 # the scheduler ran on. Two servers started minutes apart on one machine differed by up to 30 %
-# in it (docs/gpu-results.md, run 4), which matters wherever the scheduler is CPU-bound.
+# in it, which matters wherever the scheduler is CPU-bound (docs/results/README.md, "Method").
 PROBE_OPS = ("aten::view", "aten::as_strided", "aten::empty", "aten::slice", "cudaLaunchKernel")
 
 
@@ -107,7 +107,7 @@ def op_table(spans: list[dict[str, Any]], ops: list[dict[str, Any]]) -> dict[str
 
 def diff_report(paths: list[str], span: str, top_n: int) -> list[str]:
     """One span of two traces op by op, largest difference first: whether B's extra CPU is extra ops
-    (calls a step) or the same ops slower (µs a call); run 10 read the off server's prefill this way."""
+    (calls a step) or the same ops slower (µs a call): the off server's eager prefill turned out to be the latter."""
     tables, counts = [], []
     for path in paths:
         events = load(path)

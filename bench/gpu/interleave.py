@@ -2,8 +2,7 @@
 """Closed-loop load that never stops, with the server's mode switched between windows.
 
 Why: single 8 s windows, each after its own ramp-up, scattered by +-8 % on
-the GPU (docs/gpu-results.md, first sweep), more than the 5 % the off state
-is held to. Here the load keeps running across windows and concurrencies
+the GPU, more than the 5 % the off state is held to (docs/results/README.md). Here the load keeps running across windows and concurrencies
 rise in place (new clients join the running ones), so every window measures a
 desynchronised steady state; the modes of one concurrency take turns
 (on, off, auto, on, off, auto, ...), so a slow drift of the machine lands on
@@ -142,7 +141,7 @@ def cpu_ticks(cpus: set[int]) -> tuple[int, int, int] | None:
     """(total, idle + iowait, steal) jiffies summed over ``cpus`` (all if empty) from /proc/stat; None off Linux.
 
     Why: the device is a virtual machine whose scheduler CPUs ran at speeds
-    differing by up to 2x between profiles (docs/gpu-results.md, run 5);
+    differing by up to 2x between profiles (cpu_ops.py's CPU probe, the same cores);
     steal time is the host taking those CPUs away, busy time what ran on them.
     """
     try:

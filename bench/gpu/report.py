@@ -254,7 +254,7 @@ def order_balanced(pairs: list[Pair]) -> tuple[float, float | None]:
     """The mean of the two orders' means where both occur (else of the pairs), with its standard error.
 
     Why: resident servers taking turns at 128 requests read about 12 % apart
-    by who went first in the pair (run 5); averaging the two orders' means
+    by who went first in the pair; averaging the two orders' means
     cancels that where the plain mean would weigh whichever order had more
     pairs. The error needs two pairs in each group it averages.
     """
@@ -269,7 +269,7 @@ def paired_table(paths: list[str]) -> str:
     """X / none per pair of turns (the k-th no-spec turn with the k-th X turn), over all files.
 
     Why: the same server kind read up to 25 % apart from one start to the
-    next (docs/gpu-results.md, run 4), more than the windows within a start,
+    next (docs/results/README.md, "Method"), more than the windows within a start,
     so the spread of the pairs, not of the windows, says how sure a ratio is.
     Which server went first in a pair is marked, and where both orders
     occur the two orders' means are averaged (``order_balanced``).
@@ -298,8 +298,8 @@ def paired_table(paths: list[str]) -> str:
 def position_table(paths: list[str]) -> str:
     """X / none with X started second and with X started first, and what the two give apart.
 
-    Why: the null test (two servers alike) and the roles swapped (run 6)
-    showed a server's start position moving its reading by a few per cent.
+    Why: the null test (two servers alike) and the roles swapped showed a
+    server's start position moving its reading by a few per cent.
     If starting second is worth a factor p and the role a factor r, X
     started second reads r * p and started first r / p, so their geometric
     mean is the role alone and the square root of their ratio the position
@@ -350,7 +350,7 @@ def sittings_table(paths: list[str]) -> str:
 def follows_table(paths: list[str]) -> str:
     """Per file and concurrency, off / none over turns matched on the turn that ran just before them.
 
-    Why: run 5's order effect at 128 requests looked like "a turn right
+    Why: the order effect at 128 requests (``order_balanced``) looked like "a turn right
     after the other server's turn runs slower", so turns that followed the
     same thing (the server's own turn, or the other server's) compare like
     with like; one file is one sitting, so each file gets its own rows.

@@ -25,7 +25,7 @@
 #                  check, then always-on vs off-then-on with the draft cold (warm_below=0) and
 #                  warm (warm_below=100000) for bench/gpu/resume.py, then the off state's
 #                  throughput with the draft cold vs warm (interleave.py over RESUME_CONCS)
-#   offprofile     where the off step's time goes at large batches (docs/fast-off.md, "Open"): a
+#   offprofile     where the off step's time goes at large batches (docs/fast-off.md): a
 #                  server without speculation, then a specctl server forced off (acceptance not
 #                  simulated: it plays no part while off), each with decode-only windows (every
 #                  request PROF_INPUT in / PROF_OUTPUT out, all admitted before the first window)
@@ -110,7 +110,7 @@ AB_ROUNDS=${AB_ROUNDS:-2}
 PAIR_ROUNDS=${PAIR_ROUNDS:-4}
 PAIR=${PAIR:-"nospec off"}      # offpair's roles in start order (see phase_offpair)
 IL_SEED=${IL_SEED:-0}           # interleave.py's request seed
-ROTATE=${ROTATE:-1}             # 1: interleave.py --rotate (no mode always takes the first window); 0: runs 1-7's order
+ROTATE=${ROTATE:-1}             # 1: interleave.py --rotate (no mode always takes the first window); 0: a fixed order
 # offpair: SGLang 0.5.17 sizes the KV pool from the memory free at start-up times the fraction, so the
 # second server needs a larger fraction of what the first left free; both pools are capped at
 # PAIR_MAX_TOKENS (the sweep's 256 requests need about 200k) so that they are the same size
@@ -204,10 +204,11 @@ COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-len
         "${GRAPHS[@]}" --mm-feature-transport cpu --random-seed 0 --log-level info)
 # Prefill graphs: SGLang 0.5.17 captures "breakable" prefill CUDA graphs (58 token counts to 8192) by
 # default; the kit turns them off for a shorter start-up, and with them off every prefill runs eagerly,
-# CPU-bound under arrivals (run 10's profile, docs/gpu-results.md)
+# CPU-bound under arrivals (docs/fast-off.md, "Prefill CUDA graphs")
 [ "${PREFILL_GRAPHS:-0}" = 1 ] || COMMON+=(--disable-prefill-cuda-graph)
 # MAX_TOKENS caps every server's KV pool as offpair caps its two (offpair's PAIR_MAX_TOKENS wins there):
-# the one-server sweeps' no-spec server read 13-20 % under the pairs' at 64-128 on Triton (run 7)
+# the one-server sweeps' no-spec server read 13-20 % under the pairs' at 64-128 on Triton, whose pools are
+# capped; one capped sweep did not settle whether the pool is why (bench/gpu/results/triton/sweep-capped-kv.csv)
 [ -n "${MAX_TOKENS:-}" ] && COMMON+=(--max-total-tokens "$MAX_TOKENS")
 
 # The specctl server's command and environment, from the project's own launcher.
@@ -624,7 +625,7 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
   # servers alike), windows taking turns between them
   # PAIR_ROUNDS times at MIXED_CONCS, each turn after its own MIXED_WARMUP, A B in odd rounds and B A in
   # even ones: the same machine, the same minutes and (with PIN_SERVER) the same CPUs for both, where
-  # offab's fresh servers differed in CPU speed from start to start (run 4)
+  # offab's fresh servers differed in CPU speed from start to start (docs/results/README.md)
   local roles=($PAIR) urls=(http://127.0.0.1:$PORT http://127.0.0.1:$((PORT + 1))) r c i problem
   [ "${#roles[@]}" = 2 ] && [ "${roles[0]}" != "${roles[1]}" ] || { log "PAIR needs two roles, got '$PAIR'"; return 1; }
   problem=$(pair_load_problem); [ -z "$problem" ] || { log "$problem"; return 1; }

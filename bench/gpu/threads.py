@@ -5,8 +5,8 @@
     threads.py table FILE.jsonl                       per role and load: CPU % of each busy thread
 
 Why: with prompts arriving, both servers of offpair are CPU-bound on their
-eager prefills, and run 4's profile found every op of the off server 7-31 %
-slower (docs/gpu-results.md). A profiler perturbs exactly that, and cannot
+eager prefills, and a profile found every op of the off server 7-31 %
+slower (docs/fast-off.md, "Prefill CUDA graphs"). A profiler perturbs exactly that, and cannot
 see the other threads: torch's intra-op pool, the tokenizer and
 detokenizer processes, anything spinning beside the scheduler on the CPUs
 the servers share. offpair takes a snapshot before and after each turn; the

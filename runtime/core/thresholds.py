@@ -1,11 +1,11 @@
 """Load thresholds that suit the server's attention backend, from measurement.
 
 Where speculation stops paying depends less on the model than on how fast the
-attention backend serves a verify: on one H200 (docs/gpu-results.md, SGLang
+attention backend serves a verify: on one H200 (docs/results/, SGLang
 0.5.17, Llama-8B shapes, acceptance length 2.8) static EAGLE-3 and no
 speculation are level at 32 requests with Triton, whose verify runs its extend
 kernel, while with FA3 static EAGLE-3 was ahead at every concurrency measured
-(1.38x at 256). One threshold cannot serve both, so when specctl launches a
+(1.1-1.2x at 256). One threshold cannot serve both, so when specctl launches a
 server, the supervisor reads the backend SGLang chose from /server_info and
 applies the matching settings below, each one the operator did not set.
 Backends not listed (flashinfer, trtllm, ...) keep the policy's defaults: they

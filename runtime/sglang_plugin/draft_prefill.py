@@ -3,11 +3,11 @@
 Why: at 128-256 requests a prompt arrives about every decode step, and
 SGLang runs the draft's prefill eagerly for each (1-2 % of the step time on
 the GPU, more on the scheduler's CPU), which a server without speculation
-does not pay; run 3 (docs/gpu-results.md) found FA3's off state short of no
-speculation exactly where prompts arrive. The draft then has no KV for those
-prompts, as it has none for the tokens generated while cold: after a
-resume, drafts for those requests are poorer until they finish (greedy
-outputs do not change). ``warm_below`` keeps the draft warm, prefill
+does not pay; FA3's off state fell short of no speculation exactly where
+prompts arrive (docs/fast-off.md, "Where FA3's off step lost its time").
+The draft then has no KV for those prompts, as it has none for the tokens
+generated while cold: after a resume, drafts for those requests are poorer
+until they finish (greedy outputs do not change). ``warm_below`` keeps the draft warm, prefill
 included (draft_warmth.cold_prefill decides).
 
 The stand-in output is SGLang's own stub for a skipped draft extend

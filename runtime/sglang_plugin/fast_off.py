@@ -36,9 +36,9 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
    ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND``, which SGLang reads through
    ``os.getenv`` at every steps-0 step) runs only for batches smaller than
    the policy setting ``warm_below`` (0, the default: never). A warm draft
-   spares the first verify after a resume (run 2) at the cost of an eager
+   spares the first verify after a resume at the cost of an eager
    draft extend every off step and a draft prefill per prompt (item 5; 5-9 %
-   of throughput at 128-256 requests on FA3, run 3); greedy outputs do not
+   of throughput at 128-256 requests on FA3: docs/results/fa3.md); greedy outputs do not
    depend on it. draft_warmth.py says
    why every tensor-parallel rank decides alike.
 5. SGLang 0.5.17 only, AROUND ``EagleDraftWorker._draft_extend_for_prefill``:

@@ -123,17 +123,17 @@ H200_LLAMA8B = Preset(
         Check("Triton sweep", {
             "nospec": {1: 197.0, 16: 2202.2, 64: 4582.5, 256: 8477.9},
             "eagle3": {1: 345.6, 16: 2662.5, 64: 4086.2, 256: 4604.3},
-        }, "bench/gpu/results/sweep-triton-2026-11-29.csv: nospec-triton, specctl-on-triton (one 8 s window each)"),
+        }, "bench/gpu/results/triton/sweep-single-windows.csv: nospec-triton, specctl-on-triton (one 8 s window each)"),
         Check("Triton run 2", {
             "nospec": {1: 192.1, 4: 727.6, 16: 2153.2, 32: 3775.0, 64: 4453.8, 128: 5943.1, 256: 8339.2},
             "eagle3": {1: 347.3, 4: 1237.0, 16: 2833.6, 32: 3739.7, 64: 4227.4, 128: 4147.9, 256: 3913.5},
-        }, "bench/gpu/results/2026-11-29b/interleave-triton.csv: nospec, specctl on (two 4 s windows of one "
-           "unbroken load each; docs/gpu-results.md, run 2)"),
+        }, "bench/gpu/results/triton/sweep-interleaved.csv: nospec, specctl on (two 4 s windows of one "
+           "unbroken load each; docs/results/triton.md)"),
         Check("Triton run 7", {
             "nospec": {1: 196.4, 4: 740.1, 16: 2392.6, 32: 3862.0, 64: 4635.8, 128: 5844.9, 256: 8467.3},
             "eagle3": {1: 355.0, 4: 1236.3, 16: 2746.6, 32: 3669.1, 64: 4040.1, 128: 3962.6, 256: 4193.1},
-        }, "bench/gpu/results/2026-11-29g/interleave-tri5.csv: nospec, specctl on (one 6 s window of one "
-           "unbroken load each; docs/gpu-results.md, run 7)"),
+        }, "bench/gpu/results/triton/sweep-five-modes.csv: nospec, specctl on (one 6 s window of one "
+           "unbroken load each; docs/results/triton.md)"),
     ),
 )
 
@@ -166,19 +166,19 @@ H200_LLAMA8B_FA3 = replace(
         "nospec": {1: 200.7, 16: 2197.3, 64: 5323.9, 256: 7487.0},
         "eagle3": {1: 449.1, 16: 4076.1, 64: 8539.1, 256: 10342.1},
     },
-    source="bench/gpu/results/sweep-fa3-2026-11-29.csv: nospec-fa3, specctl-on-fa3 (one 8 s window each)",
+    source="bench/gpu/results/fa3/sweep-single-windows.csv: nospec-fa3, specctl-on-fa3 (one 8 s window each)",
     tolerance=0.12,  # single 8 s windows: the same state read 4902-5398 tok/s at c=64, 7487-8378 at c=256
     checks=(
         Check("FA3 run 2", {
             "nospec": {1: 201.9, 4: 734.3, 16: 2114.8, 32: 3569.1, 64: 5131.1, 128: 7553.1, 256: 9290.7},
             "eagle3": {1: 417.1, 4: 1480.2, 16: 4062.1, 32: 5590.8, 64: 7242.8, 128: 9252.5, 256: 10389.8},
-        }, "bench/gpu/results/2026-11-29b/interleave-fa3.csv: nospec, specctl on (two 4 s windows of one "
-           "unbroken load each; docs/gpu-results.md, run 2)"),
+        }, "bench/gpu/results/fa3/sweep-interleaved.csv: nospec, specctl on (two 4 s windows of one "
+           "unbroken load each; docs/results/fa3.md)"),
         Check("FA3 run 7", {
             "nospec": {1: 199.8, 4: 760.1, 16: 2437.0, 32: 4095.3, 64: 6123.6, 128: 7611.1, 256: 8393.7},
             "eagle3": {1: 379.2, 4: 1456.6, 16: 4285.1, 32: 6098.9, 64: 6056.7, 128: 9226.8, 256: 9911.6},
-        }, "bench/gpu/results/2026-11-29g/interleave-fa35.csv: nospec, specctl on (one 6 s window of one "
-           "unbroken load each; docs/gpu-results.md, run 7)"),
+        }, "bench/gpu/results/fa3/sweep-five-modes.csv: nospec, specctl on (one 6 s window of one "
+           "unbroken load each; docs/results/fa3.md)"),
     ),
 )
 

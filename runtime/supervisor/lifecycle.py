@@ -248,7 +248,7 @@ class Supervisor:
         try:
             # Once ready, /metrics and /server_info answering (the latter from the scheduler itself) is
             # the health check: SGLang's /health generates a token and answers after 1 s at the soonest,
-            # which held every real-server poll to 1.04 s whatever the interval (runs 2-8's journals).
+            # which held every poll of a real server to 1.04 s whatever the interval (seen in its journals).
             healthy = self.state == "ready" or await client.health()
             await self._note_health(healthy)  # on becoming ready, settings are restored before reading
             if healthy:
@@ -334,7 +334,11 @@ class Supervisor:
             self._gpus = await self._open_gpus()
 
     def _note_eager_prefill(self, info: dict[str, Any] | None) -> None:
-        """Say once per server when it runs its prefills eagerly: there the off state costs more (run 10)."""
+        """Say once per server when it runs its prefills eagerly: there the off state costs more.
+
+        Why: eager prefills put the scheduler's CPU on the critical path while prompts arrive, and the
+        speculative server's ops run slower there (docs/fast-off.md, "Prefill CUDA graphs").
+        """
         if self._eager_prefill_told or prefill_graphs(info) is not False:
             return
         self._eager_prefill_told = True
