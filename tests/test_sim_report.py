@@ -128,3 +128,16 @@ def test_topk1_with_specctl_auto_beats_the_static_tree_at_every_load() -> None:
         tree = run_point(REPORT, c, "on", warmup_s=REPORT.warmup_s, window_s=REPORT.window_s).tok_s
         auto = run_point(TOPK1, c, "auto", warmup_s=TOPK1.warmup_s, window_s=TOPK1.window_s).tok_s
         assert auto > 1.1 * tree, c
+
+
+def test_the_topk_bench_prints_the_comparison_and_refuses_bad_input() -> None:
+    bench = Path(__file__).resolve().parents[1] / "bench" / "topk_compare.py"
+    out = subprocess.run([sys.executable, str(bench), "--concurrency", "1", "--accept-lens", "2.02"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("| 1 |"))
+    ratio = float(row.strip("| ").split(" | ")[-1])
+    assert ratio > 1.1  # chain + specctl over the static tree at one request
+    bad = subprocess.run([sys.executable, str(bench), "--accept-lens", "9"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "between 1 and 4" in bad.stderr and "Traceback" not in bad.stderr
