@@ -545,6 +545,19 @@ def test_start_up_check_names_the_flag(hooked, sglang_source: SglangSource, conf
     assert words in str(err.value.code)
 
 
+def test_a_tree_server_is_told_in_one_line_what_specctl_can_do_and_what_to_change(
+        hooked, sglang_source: SglangSource, config: str) -> None:
+    world, _ = hooked
+    args = {**good_args(sglang_source.release, config), "speculative_eagle_topk": 4}
+    with pytest.raises(SpecctlPluginError) as err:
+        world.call("check_server_args", types.SimpleNamespace(**args))
+    message = str(err.value.code)
+    assert "\n" not in message and message.startswith("specctl: --speculative-eagle-topk must be 1, got 4")
+    assert "a topk-4 server it can only watch (specctl tui --attach URL)" in message
+    assert "launch with --speculative-eagle-topk 1 --speculative-num-steps 3 --speculative-num-draft-tokens 4" in message
+    assert "docs/topk.md" in message
+
+
 def test_start_up_stops_when_sglang_did_not_apply_a_hook(hooked, sglang_source: SglangSource, config: str) -> None:
     world, _ = hooked
     spec = next(s for s in sglang_source.release.hooks if s.handler == "get_internal_state")

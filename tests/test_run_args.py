@@ -85,3 +85,27 @@ def test_a_journal_or_socket_that_cannot_be_made_is_one_line(tmp_path: Path, fla
     assert out.returncode == 1, out.stderr
     assert named in out.stderr and str(blocker) in out.stderr and "Traceback" not in out.stderr
     assert "[Errno" not in out.stderr
+
+
+@pytest.mark.parametrize("verb", ["run", "tui"])
+@pytest.mark.parametrize("topk", [["--speculative-eagle-topk", "4"], ["--speculative-eagle-topk=8"]])
+def test_a_tree_draft_in_the_launch_line_is_refused_with_what_to_change(tmp_path: Path, verb: str,
+                                                                        topk: list[str]) -> None:
+    extra = ["--headless"] if verb == "run" else []
+    out = run(tmp_path, verb, *extra, "--socket", str(tmp_path / "s.sock"), "--model", "zai-org/GLM-5-NVFP4",
+              "--draft", "org/glm-5-eagle3", "--tp", "8", "--", "--attention-backend", "flashinfer", *topk)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "--speculative-eagle-topk must be 1, got" in out.stderr
+    assert "can only watch (specctl tui --attach URL)" in out.stderr
+    assert "drop --speculative-eagle-topk and --speculative-num-draft-tokens after --" in out.stderr
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_topk_1_in_the_launch_line_is_not_refused_for_it() -> None:
+    from specctl.runtime.core.tree_drafts import tree_args_problem
+
+    assert tree_args_problem(["--speculative-eagle-topk", "1"]) is None
+    assert tree_args_problem(["--mem-fraction-static", "0.8"]) is None
+    assert tree_args_problem(["--speculative-eagle-topk", "4", "--speculative-eagle-topk", "1"]) is None  # last wins
+    assert "got 2" in (tree_args_problem(["--speculative-eagle-topk=1", "--speculative-eagle-topk", "2"]) or "")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from specctl.runtime.core.adaptive_config import read_candidate_steps
+from specctl.runtime.core.tree_drafts import topk_refusal
 
 PARAMS_CLASS = "sglang.srt.speculative.adaptive_spec_params.AdaptiveSpeculativeParams"
 ADAPTIVE_UNSUPPORTED = "sglang.srt.speculative.adaptive_spec_params.adaptive_unsupported_reason"
@@ -284,7 +285,7 @@ def server_args_problem(release: Release, server_args: Any, steps: int) -> str |
     if algorithm not in ("EAGLE", "EAGLE3"):
         return f"--speculative-algorithm must be EAGLE or EAGLE3, got {algorithm!r}"
     if view.speculative_eagle_topk not in (None, 1):
-        return f"--speculative-eagle-topk must be 1, got {view.speculative_eagle_topk}"
+        return topk_refusal(view.speculative_eagle_topk)
     if int(getattr(view, release.dp_attr) or 0) > release.dp_above:
         return "attention data parallelism (--enable-dp-attention / --dp-size) is not supported"
     reason = resolve(ADAPTIVE_UNSUPPORTED)(server_args)

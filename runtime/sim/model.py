@@ -52,6 +52,18 @@ class PerfParams:
     prefill_attn_s: float  # seconds per (prompt token)^2 of prefill attention
     chunk_tokens: int = 8192  # chunked-prefill budget per prefill forward
     off_overhead: float = 0.0  # fraction a decode step costs extra while specctl has drafting off
+    # A mixture-of-experts target (0 experts: dense, and every term below is 0). ``weight_bytes``
+    # is then what every forward reads whatever it routes (attention, shared experts, dense
+    # layers, head); each routed expert a forward touches adds ``expert_bytes``.
+    moe_experts: int = 0  # routed experts per MoE layer
+    moe_active: int = 0  # routed experts each token picks
+    expert_bytes: float = 0.0  # one routed expert's weights summed over all MoE layers
+    # The target's tensor-parallel all-reduces, per forward (0: folded into the overheads, as
+    # the single-GPU presets have none): a fixed latency each, plus each token's activations
+    # over the interconnect (count x hidden x 2 bytes x 2(n-1)/n / bus bandwidth).
+    allreduce_count: int = 0  # all-reduces per target forward (two per layer)
+    allreduce_latency_s: float = 0.0
+    allreduce_token_s: float = 0.0  # seconds per token for all of a forward's all-reduces
 
 
 @dataclass(frozen=True)
@@ -88,10 +100,38 @@ def mean_accept_len(alpha: float, steps: int) -> float:
     return 1.0 + sum(alpha**k for k in range(1, steps + 1))
 
 
+def experts_touched(p: PerfParams, tokens: int) -> float:
+    """Expected distinct routed experts per MoE layer that ``tokens`` tokens route to.
+
+    Each token picks ``moe_active`` of ``moe_experts`` independently and
+    uniformly: E * (1 - (1 - k/E)^tokens). Real routing is correlated (the
+    draft tree's siblings sit at one position), so this is the upper end of
+    what a verify reads; at one token it is exactly k.
+    """
+    if p.moe_experts <= 0:
+        return 0.0
+    return p.moe_experts * (1.0 - (1.0 - p.moe_active / p.moe_experts) ** tokens)
+
+
+def weights_read(p: PerfParams, tokens: int) -> float:
+    """Bytes of target weights one forward over ``tokens`` tokens streams from memory."""
+    return p.weight_bytes + p.expert_bytes * experts_touched(p, tokens)
+
+
+def allreduce_s(p: PerfParams, tokens: int) -> float:
+    """The tensor-parallel all-reduces of one target forward over ``tokens`` tokens."""
+    return p.allreduce_count * p.allreduce_latency_s + tokens * p.allreduce_token_s
+
+
+def gemm_s(p: PerfParams, tokens: int) -> float:
+    """The target's weight GEMMs over ``tokens`` tokens: bandwidth or compute, whichever binds."""
+    return max(weights_read(p, tokens) / p.mem_bw, tokens * p.flops_per_token / p.compute)
+
+
 def decode_s(p: PerfParams, bs: int, ctx_tokens: int) -> float:
     """One decode forward without speculation: a roofline GEMM term plus the KV read."""
-    gemm = max(p.weight_bytes / p.mem_bw, bs * p.flops_per_token / p.compute)
-    return p.step_overhead_s + bs * p.req_overhead_s + gemm + ctx_tokens * p.decode_kv_s
+    return (p.step_overhead_s + bs * p.req_overhead_s + gemm_s(p, bs) + allreduce_s(p, bs)
+            + ctx_tokens * p.decode_kv_s)
 
 
 def off_s(p: PerfParams, bs: int, ctx_tokens: int, warm: bool = False) -> float:
@@ -111,12 +151,33 @@ def draft_forward_s(p: PerfParams, tokens: int, ctx_tokens: int) -> float:
     return p.draft_overhead_s + gemm + ctx_tokens * p.draft_kv_s
 
 
-def spec_s(p: PerfParams, bs: int, ctx_tokens: int, steps: int) -> float:
-    """One speculative cycle: ``steps`` draft forwards, a verify of steps+1 tokens, a draft extend."""
-    tokens = bs * (steps + 1)
-    drafts = steps * draft_forward_s(p, bs, ctx_tokens)
-    gemm = max(p.weight_bytes / p.mem_bw, tokens * p.flops_per_token / p.compute)
-    verify = p.step_overhead_s + bs * p.req_overhead_s + gemm + ctx_tokens * p.verify_kv_s
+def tree_tokens(steps: int, topk: int, draft_tokens: int | None = None) -> int:
+    """Tokens a verify checks per request: the chain's steps+1 at topk 1, else the draft tree.
+
+    SGLang's tree keeps ``--speculative-num-draft-tokens`` (the root included)
+    of the 1 + topk + (steps-1)*topk^2 candidates its draft steps produce.
+    """
+    if topk <= 1:
+        return steps + 1
+    most = 1 + topk + (steps - 1) * topk * topk if steps > 0 else 1
+    return most if draft_tokens is None else max(1, min(draft_tokens, most))
+
+
+def spec_s(p: PerfParams, bs: int, ctx_tokens: int, steps: int, topk: int = 1,
+           draft_tokens: int | None = None) -> float:
+    """One speculative cycle: ``steps`` draft forwards, a verify of the draft tokens, a draft extend.
+
+    At topk 1 a cycle drafts a chain and verifies steps+1 tokens a request; at
+    topk k every draft step after the first runs on k branches a request and
+    the verify checks the tree (``tree_tokens``). For a MoE target the verify's
+    extra tokens reach more experts, so they cost weight bytes, not only FLOPs.
+    """
+    per_req = tree_tokens(steps, topk, draft_tokens)
+    tokens = bs * per_req
+    drafts = (draft_forward_s(p, bs, ctx_tokens) + (steps - 1) * draft_forward_s(p, bs * topk, ctx_tokens)
+              if topk > 1 and steps > 0 else steps * draft_forward_s(p, bs, ctx_tokens))
+    verify = (p.step_overhead_s + bs * p.req_overhead_s + gemm_s(p, tokens) + allreduce_s(p, tokens)
+              + ctx_tokens * p.verify_kv_s)
     return drafts + verify + draft_forward_s(p, tokens, ctx_tokens)
 
 
@@ -126,9 +187,11 @@ def prefill_s(p: PerfParams, prompt_lens: list[int], with_draft: bool) -> float:
     if tokens == 0:
         return 0.0
     chunks = math.ceil(tokens / p.chunk_tokens)
-    gemm = max(chunks * p.weight_bytes / p.mem_bw, tokens * p.flops_per_token / p.prefill_compute)
+    read = chunks * weights_read(p, min(tokens, p.chunk_tokens))
+    gemm = max(read / p.mem_bw, tokens * p.flops_per_token / p.prefill_compute)
     attn = sum(n * n for n in prompt_lens) * p.prefill_attn_s
-    total = chunks * p.prefill_overhead_s + gemm + attn
+    total = chunks * p.prefill_overhead_s + gemm + attn + chunks * p.allreduce_count * p.allreduce_latency_s
+    total += tokens * p.allreduce_token_s
     if with_draft:
         total += chunks * p.draft_overhead_s + tokens * p.draft_flops_per_token / p.prefill_compute
     return total
@@ -187,8 +250,11 @@ class SimEngine:
 
     def __init__(self, params: PerfParams, workload: Workload, *, policy: SpecPolicy | None,
                  accept_len: float, accept_steps: int, max_running: int, kv_pool_tokens: int,
-                 seed: int = 0, fast_off: bool = True) -> None:
+                 seed: int = 0, fast_off: bool = True, topk: int = 1, draft_tokens: int | None = None) -> None:
         self.params = params
+        # the draft's shape: topk 1 drafts a chain; topk > 1 a tree of at most draft_tokens
+        self.topk = topk
+        self.draft_tokens = draft_tokens
         # False: specctl's fast off is not in place, so "off" is SGLang's own steps-0 state
         self.fast_off = fast_off
         self.workload = workload
@@ -266,7 +332,7 @@ class SimEngine:
         bs = len(self.running)
         steps = self.policy.decide(bs) if self.policy is not None else 0
         if steps > 0:
-            duration += spec_s(self.params, bs, self.ctx_tokens, steps)
+            duration += spec_s(self.params, bs, self.ctx_tokens, steps, self.topk, self.draft_tokens)
             tokens, finished = self._advance_spec(steps)
         else:
             duration += self._plain_s(bs)

@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from specctl.runtime.core.policy import SettingsError, SpecPolicy, WIRE_PREFIX, settings_from_wire
 from specctl.runtime.sim.gpus import SimGpus
 from specctl.runtime.sim.load import LoadDriver, LoadSpec, parse_load
-from specctl.runtime.sim.model import SimEngine, SimRequest
+from specctl.runtime.sim.model import SimEngine, SimRequest, tree_tokens
 from specctl.runtime.sim.presets import Preset
 
 TICK_S = 0.025
@@ -171,8 +171,8 @@ class SimServer:
             "speculative_algorithm": "EAGLE3",
             "speculative_draft_model_path": p.draft_model_path,
             "speculative_num_steps": steps,
-            "speculative_eagle_topk": 1,
-            "speculative_num_draft_tokens": steps + 1,
+            "speculative_eagle_topk": p.topk,
+            "speculative_num_draft_tokens": tree_tokens(steps, p.topk, p.draft_tokens),
             "max_running_requests": p.max_running,
             "max_total_num_tokens": p.kv_pool_tokens,
             "mem_fraction_static": p.mem_fraction_static,

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from specctl.runtime.supervisor import config_file, paths
 from specctl.runtime.core.policy import PolicySettings, SettingsError
+from specctl.runtime.core.tree_drafts import tree_args_problem
 
 BackendKind = Literal["sim", "sglang", "attach"]
 
@@ -61,6 +62,8 @@ class SupervisorConfig:
                               f"{' '.join(self.sglang_args)}")
         if self.backend == "sim":
             self._check_sim()
+        if self.backend == "sglang" and (tree := tree_args_problem(self.sglang_args)):
+            raise ConfigError(tree)  # SGLang would load the model for minutes, then the plugin refuse it
         if not 1 <= self.spec_steps <= 16:
             raise ConfigError(f"--speculative-num-steps must be between 1 and 16, got {self.spec_steps}")
         if not 0 <= self.port <= 65535:

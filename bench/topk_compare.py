@@ -1,0 +1,78 @@
+"""On the report's system, does a chain draft with specctl's fast off beat the static tree at every load?
+
+Offline, on the simulator (docs/topk.md): for each concurrency, a closed loop
+against the report's server without speculation, with its EAGLE-3 tree
+(topk 4, 2 steps, 16 draft tokens; preset ``rtx-8gpu-report``, calibrated to
+the report), and with a chain (topk 1, 3 steps; ``rtx-8gpu-report-topk1``)
+static and under specctl's auto, at several chain accept lengths. Modelled,
+not measured: no GPU ran any of it.
+
+    python bench/topk_compare.py [--accept-lens 1.6,2.02,2.4,2.8] [--concurrency 1,16,128] [--set min_accept=0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+from specctl.runtime.core.thresholds import for_backend
+from specctl.runtime.sim.offline import run_point
+from specctl.runtime.sim.presets import Preset, get_preset
+
+CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def tok_s(preset: Preset, c: int, server: str, changes: dict[str, float] | None = None) -> float:
+    """Steady-state tokens/s, windowed as the preset was calibrated; auto with the backend's thresholds."""
+    settings = {**(for_backend(preset.attention_backend) or {}), **(changes or {})} if server == "auto" else None
+    return run_point(preset, c, server, settings=settings, warmup_s=preset.warmup_s,  # type: ignore[arg-type]
+                     window_s=preset.window_s).tok_s
+
+
+def table(accept_lens: list[float], concurrencies: tuple[int, ...], changes: dict[str, float]) -> str:
+    tree, chain = get_preset("rtx-8gpu-report"), get_preset("rtx-8gpu-report-topk1")
+    chains = [dataclasses.replace(chain, accept_len=a) for a in accept_lens]
+    head = ["c", "no spec", "tree static (topk 4)"]
+    for a in accept_lens:
+        head += [f"chain static @{a:g}", f"chain + specctl auto @{a:g}", f"auto / tree @{a:g}"]
+    lines = [f"tree: {tree.description}; accept length {tree.accept_len:g} (assumed)",
+             f"chain: {chain.description}; accept lengths {', '.join(f'{a:g}' for a in accept_lens)}",
+             f"auto's settings: the policy's defaults, the backend's row of runtime/core/thresholds.py, then {changes}",
+             f"closed loop, {tree.warmup_s:g} s warm-up + {tree.window_s:g} s window of simulated time per point",
+             "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
+    for c in concurrencies:
+        tree_on = tok_s(tree, c, "on")
+        cells = [str(c), f"{tok_s(tree, c, 'nospec'):.1f}", f"{tree_on:.1f}"]
+        for preset in chains:
+            auto = tok_s(preset, c, "auto", changes)
+            cells += [f"{tok_s(preset, c, 'on'):.1f}", f"{auto:.1f}", f"{auto / tree_on:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--accept-lens", default="1.6,2.02,2.4,2.8",
+                    help="chain accept lengths at 3 steps, bonus token included (default 1.6,2.02,2.4,2.8)")
+    ap.add_argument("--concurrency", default=",".join(map(str, CONCURRENCIES)))
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                    help="a policy setting for auto, e.g. --set min_accept=0.5 (repeatable)")
+    ns = ap.parse_args(argv)
+    try:
+        accept_lens = [float(a) for a in ns.accept_lens.split(",")]
+        concurrencies = tuple(int(c) for c in ns.concurrency.split(","))
+        changes = {k: float(v) for k, v in (pair.split("=", 1) for pair in ns.settings)}
+    except ValueError as exc:
+        ap.error(f"not a number list or KEY=VALUE: {exc}")
+    if any(not 1.0 <= a <= 4.0 for a in accept_lens):
+        ap.error("an accept length at 3 steps lies between 1 and 4")
+    start = time.monotonic()
+    print(table(accept_lens, concurrencies, changes))
+    print(f"\n({time.monotonic() - start:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
