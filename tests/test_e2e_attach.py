@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from headless_helpers import Headless, pid_alive, wait_for
 
 from specctl.runtime.probes.server_info import prefill_graphs

@@ -7,8 +7,9 @@ shows exactly what the operator saw live.
 from __future__ import annotations
 
 import pwd
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import RichLog

@@ -16,11 +16,10 @@ import sys
 import time
 from typing import Any
 
-from specctl.runtime.supervisor.config import ConfigError, SupervisorConfig
-from specctl.runtime.control.hub import Subscription
-from specctl.runtime.supervisor.lifecycle import Supervisor
-
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from specctl.runtime.control.hub import Subscription
+from specctl.runtime.supervisor.config import ConfigError, SupervisorConfig
+from specctl.runtime.supervisor.lifecycle import Supervisor
 
 
 def run_headless(args: argparse.Namespace) -> int:

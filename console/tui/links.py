@@ -13,8 +13,9 @@ import asyncio
 import os
 from abc import ABC, abstractmethod
 from bisect import bisect_right
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from specctl.runtime.core.errors import UNAVAILABLE, CommandError
 from specctl.runtime.supervisor.journal import read_journal
@@ -147,7 +148,7 @@ class SocketLink(Link):
         try:
             async for record in self._stream.subscribe():
                 yield record
-        except (ControlError, ProtocolError, OSError, RuntimeError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, ControlError, ProtocolError, OSError, RuntimeError) as exc:
             raise LinkError(UNAVAILABLE, f"lost the supervisor: {exc}") from None
         raise LinkError(UNAVAILABLE, "the supervisor went away")
 

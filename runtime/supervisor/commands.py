@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from specctl.runtime.core import records
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.policy import MODES, PolicySettings, SettingsError
-from specctl.runtime.probes.sglang_client import ServerUnreachable
 from specctl.runtime.core.thresholds import attention_backend, for_backend, unset_groups
+from specctl.runtime.probes.sglang_client import ServerUnreachable
 
 if TYPE_CHECKING:
     from specctl.runtime.supervisor.lifecycle import Supervisor
@@ -29,7 +29,7 @@ SERVER_ACTIONS = ("restart", "stop", "start")
 class CommandHandler:
     """Turns commands into /set_internal_state calls and server actions."""
 
-    def __init__(self, sup: "Supervisor") -> None:
+    def __init__(self, sup: Supervisor) -> None:
         self.sup = sup
         self.desired: dict[str, Any] = dict(sup.config.settings)  # survives server restarts
         self._lock = asyncio.Lock()

@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 from specctl.runtime.core import records
 from specctl.runtime.core.records import dumps

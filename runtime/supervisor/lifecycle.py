@@ -14,16 +14,16 @@ import logging
 from collections import deque
 from typing import Any
 
+from specctl.runtime.control.hub import Hub
 from specctl.runtime.core import records
+from specctl.runtime.probes.gpus import GpuSource, NvmlUnavailable, open_gpu_source
+from specctl.runtime.probes.procs import ProcSampler, listening_pid
+from specctl.runtime.probes.server_info import EAGER_PREFILL_WHY, is_simulator, prefill_graphs, public_spec, spec_state
+from specctl.runtime.probes.sglang_client import ServerUnreachable, SGLangClient
 from specctl.runtime.supervisor.backends import AttachBackend, Backend, BackendError, SimBackend
 from specctl.runtime.supervisor.commands import CommandHandler
 from specctl.runtime.supervisor.config import SupervisorConfig
-from specctl.runtime.probes.gpus import GpuSource, NvmlUnavailable, open_gpu_source
-from specctl.runtime.control.hub import Hub
 from specctl.runtime.supervisor.journal import Journal
-from specctl.runtime.probes.procs import ProcSampler, listening_pid
-from specctl.runtime.probes.server_info import EAGER_PREFILL_WHY, is_simulator, prefill_graphs, public_spec, spec_state
-from specctl.runtime.probes.sglang_client import SGLangClient, ServerUnreachable
 
 log = logging.getLogger(__name__)
 RECENT = 200

@@ -6,10 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tui_helpers import replay_app, settle
 
 from specctl.widgets import event_log
-
-from tui_helpers import replay_app, settle
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from headless_helpers import wait_for
 
 

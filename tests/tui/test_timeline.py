@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from specctl.console.tui.links import RESET
 from specctl.console.tui.model.charts import build_charts, off_spans
-from specctl.console.tui.screens.dashboard import banner_state
 from specctl.console.tui.model.timeline import Point, Timeline
+from specctl.console.tui.screens.dashboard import banner_state
 from specctl.runtime.core import records
 
 T = 1764400000.0

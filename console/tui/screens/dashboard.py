@@ -16,15 +16,14 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from specctl.console.tui.model.charts import build_charts
+from specctl.console.tui.model.timeline import Timeline, num, obj, text
 from specctl.widgets.banner import BannerState, SpecBanner
 from specctl.widgets.controls import ControlBar
 from specctl.widgets.event_log import EventLog
 from specctl.widgets.gpu_panel import GpuPanel
 from specctl.widgets.startup import StartupProgress
 from specctl.widgets.timechart import TimeChart
-
-from specctl.console.tui.model.charts import build_charts
-from specctl.console.tui.model.timeline import Timeline, num, obj, text
 
 COMPACT_WIDTH = 100  # below this many columns: one line per GPU
 PANEL_WIDTH, PANEL_HEIGHT, MAX_COLUMNS = 40, 7, 4
