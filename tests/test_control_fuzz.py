@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_standin import ServerThread
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from support.control_standin import ServerThread
 
 CODES = {"bad_request", "unknown_command", "invalid_value", "unavailable", "internal"}
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_standin import StandInTarget
 
 from specctl import PROTOCOL, __version__
 from specctl.runtime.control.server import MAX_LINE, ControlServer, ControlSocketError, SocketInUse, peer_allowed
 from specctl.runtime.core import records
+
+from support.control_standin import StandInTarget
 
 CODES = {"bad_request", "unknown_command", "invalid_value", "unavailable", "internal"}
 GUARD = 20.0  # seconds before a hung test fails instead of hanging

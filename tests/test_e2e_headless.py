@@ -12,9 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from headless_helpers import Headless, pid_alive, wait_for
 
 from specctl.runtime.supervisor.journal import read_journal
+
+from support.headless import Headless, pid_alive, wait_for
 
 
 @pytest.fixture

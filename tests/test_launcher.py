@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest_sglang import SglangSource, class_fields
 
 from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.sglang_plugin.plugin import settings_from_env
 from specctl.runtime.supervisor import launcher
 from specctl.runtime.supervisor.launcher import StartupProgress, build_command, launch_env
+
+from support.sglang_source import SglangSource, class_fields
 
 
 def command(**overrides) -> list[str]:

@@ -20,14 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_sglang import (
-    SglangSource,
-    attribute_names,
-    class_fields,
-    find_definition,
-    parameter_names,
-    required_parameter_names,
-)
 
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.policy import PolicySettings
@@ -35,6 +27,15 @@ from specctl.runtime.probes.server_info import PREFILL_GRAPH_ARGS
 from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off, plugin
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.params import SpecctlParams
+
+from support.sglang_source import (
+    SglangSource,
+    attribute_names,
+    class_fields,
+    find_definition,
+    parameter_names,
+    required_parameter_names,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = PolicySettings(steps=3, off_at=8, on_at=4, dwell=0)

@@ -11,11 +11,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from headless_helpers import pid_alive
 
 from specctl.runtime.core.thresholds import BY_BACKEND
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.lifecycle import Supervisor
+
+from support.headless import pid_alive
 
 STANDIN = Path(__file__).parent / "standin_sglang"
 

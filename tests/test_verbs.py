@@ -16,7 +16,7 @@ import pytest
 
 from specctl.console.cli.verbs import UsageError, parse_pairs, summary
 
-STANDIN = Path(__file__).with_name("control_standin.py")
+STANDIN = Path(__file__).parent / "support" / "control_standin.py"
 GUARD = 60
 
 

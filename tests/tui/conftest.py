@@ -6,9 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tui_helpers import replay_app, settle
 
 from specctl.widgets import event_log
+
+from support.tui import replay_app, settle
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from textual.command import CommandList
 from textual.pilot import Pilot
-from tui_helpers import until
 
 from specctl.console.tui.app import SpecctlApp
 from specctl.console.tui.links import LocalLink
@@ -29,6 +28,8 @@ from specctl.runtime.supervisor.journal import read_journal
 from specctl.runtime.supervisor.lifecycle import Supervisor
 from specctl.widgets.banner import SpecBanner
 from specctl.widgets.event_log import EventLog
+
+from support.tui import until
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-from tui_helpers import FIXTURES, until
 
 from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_USAGE
 from specctl.console.cli.main import build_parser
@@ -17,6 +16,8 @@ from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.journal import read_journal
 from specctl.runtime.supervisor.lifecycle import Supervisor
 from specctl.widgets.banner import SpecBanner
+
+from support.tui import FIXTURES, until
 
 
 def banner(app: SpecctlApp) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import Button
-from tui_helpers import FIXTURES, T0
 
 from specctl.console.tui.app import SpecctlApp
 from specctl.console.tui.links import LinkError, ReplayLink
@@ -12,6 +11,8 @@ from specctl.runtime.core import records
 from specctl.widgets.banner import SpecBanner
 from specctl.widgets.event_log import EventLog
 from specctl.widgets.gpu_panel import GpuPanel
+
+from support.tui import FIXTURES, T0
 
 
 def banner(app) -> str:

@@ -6,7 +6,7 @@ runtime/supervisor.py exists: ping, status, mode, set and server, each journaled
 as a ``command`` record, and ``boom`` to prove that an unexpected exception in
 the target stays an ``internal`` answer.
 
-Run it as a process for CLI tests: ``python tests/control_standin.py SOCKET``
+Run it as a process for CLI tests: ``python tests/support/control_standin.py SOCKET``
 prints ``ready`` once the socket listens and serves until SIGTERM.
 """
 
