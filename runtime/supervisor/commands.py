@@ -10,7 +10,8 @@ reported, not hidden.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from specctl.runtime.core import records
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
@@ -18,20 +19,51 @@ from specctl.runtime.core.policy import MODES, PolicySettings, SettingsError
 from specctl.runtime.core.thresholds import attention_backend, for_backend, unset_groups
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 
-if TYPE_CHECKING:
-    from specctl.runtime.supervisor.lifecycle import Supervisor
-
 COMMANDS = ("ping", "status", "mode", "set", "server")
 JOURNALED = ("mode", "set", "server")
 SERVER_ACTIONS = ("restart", "stop", "start")
 
 
+class SettingsClient(Protocol):
+    """The one call the commands make to the model server (probes.sglang_client.SGLangClient)."""
+
+    async def set_internal_state(self, server_args: dict[str, int | float]) -> list[bool]: ...
+
+
+class SupervisorPort(Protocol):
+    """What the commands need from the supervisor, and no more (lifecycle.Supervisor provides it).
+
+    Narrow so that the commands see neither the supervisor's internals nor its module:
+    lifecycle imports this one, never the other way round.
+    """
+
+    @property
+    def state(self) -> str: ...  # the server's health state (health.ServerHealth)
+
+    @property
+    def latest_sample(self) -> dict[str, Any] | None: ...
+
+    @property
+    def owns_server(self) -> bool: ...  # False for --attach: specctl neither starts nor stops it
+
+    @property
+    def server_client(self) -> SettingsClient | None: ...  # None while no server runs
+
+    def emit(self, record: dict[str, Any]) -> None: ...
+
+    async def poll_now(self, timeout: float = 5.0) -> None: ...
+
+    async def stop_server(self) -> None: ...
+
+    async def start_server(self) -> None: ...
+
+
 class CommandHandler:
     """Turns commands into /set_internal_state calls and server actions."""
 
-    def __init__(self, sup: Supervisor) -> None:
+    def __init__(self, sup: SupervisorPort, settings: Mapping[str, Any]) -> None:
         self.sup = sup
-        self.desired: dict[str, Any] = dict(sup.config.settings)  # survives server restarts
+        self.desired: dict[str, Any] = dict(settings)  # survives server restarts
         self._lock = asyncio.Lock()
 
     async def execute(self, cmd: str, args: dict[str, Any], uid: int | None) -> dict[str, Any]:
@@ -77,7 +109,7 @@ class CommandHandler:
             new = current.with_changes(changes)
         except SettingsError as exc:
             raise CommandError(INVALID_VALUE, str(exc), field=exc.field) from None
-        client = self.sup._client
+        client = self.sup.server_client
         if client is None:
             raise CommandError(UNAVAILABLE, "the model server is not running")
         try:
@@ -108,7 +140,7 @@ class CommandHandler:
 
     async def push_desired(self) -> None:
         """After a (re)start, give the server what operators asked for, so nothing is lost."""
-        client = self.sup._client
+        client = self.sup.server_client
         if not self.desired or client is None:
             return
         try:
@@ -127,7 +159,7 @@ class CommandHandler:
         """
         backend = attention_backend(info)
         pair = unset_groups(for_backend(backend) or {}, self.desired)
-        client = self.sup._client
+        client = self.sup.server_client
         if not pair or client is None:
             return False
         try:
@@ -145,7 +177,7 @@ class CommandHandler:
         if action not in SERVER_ACTIONS:
             raise CommandError(INVALID_VALUE, f"action must be one of {', '.join(SERVER_ACTIONS)}, got {action!r}",
                                field="action")
-        if not self.sup.backend.owns_process:
+        if not self.sup.owns_server:
             raise CommandError(INVALID_VALUE, "this server was started elsewhere (--attach); "
                                               "specctl does not start or stop it", field="action")
         if action == "start" and self.sup.state not in ("stopped", "restarting"):
