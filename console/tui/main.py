@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_USAGE
 from specctl.console.tui.links import MAX_SPEED, MIN_SPEED, Link, LinkError, ReplayLink, SocketLink
-from specctl.runtime.supervisor.journal import read_journal
+from specctl.runtime.supervisor.journal import read_records
 
 
 def run_tui(args: argparse.Namespace) -> int:
@@ -57,7 +57,7 @@ def run_replay(args: argparse.Namespace) -> int:
 def _journal_problem(path: Path) -> str:
     """Why ``path`` cannot be replayed, or "": checked here so that a wrong file is a message, not an empty screen."""
     try:
-        if any(isinstance(r.get("t"), (int, float)) for r in read_journal(path)):
+        if next(read_records(path), None) is not None:
             return ""
     except OSError as exc:
         return f"cannot read {path}: {exc.strerror or exc}"

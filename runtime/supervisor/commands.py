@@ -41,7 +41,7 @@ class SupervisorPort(Protocol):
     def state(self) -> str: ...  # the server's health state (health.ServerHealth)
 
     @property
-    def latest_sample(self) -> dict[str, Any] | None: ...
+    def latest_sample(self) -> records.Sample | None: ...
 
     @property
     def owns_server(self) -> bool: ...  # False for --attach: specctl neither starts nor stops it
@@ -49,7 +49,7 @@ class SupervisorPort(Protocol):
     @property
     def server_client(self) -> SettingsClient | None: ...  # None while no server runs
 
-    def emit(self, record: dict[str, Any]) -> None: ...
+    def emit(self, record: records.Record) -> None: ...
 
     async def poll_now(self, timeout: float = 5.0) -> None: ...
 
@@ -121,15 +121,18 @@ class CommandHandler:
                                               "nothing changed")
         applied = {k: getattr(new, k) for k in changes}
         self.desired.update(applied)
-        self.sup.emit(records.event("settings", changes=applied, settings=new.as_dict()))
+        self.sup.emit(records.event(records.SETTINGS, changes=applied, settings=new.as_dict()))
         await self.sup.poll_now()
-        spec = (self.sup.latest_sample or {}).get("spec") or {}
+        spec = self._latest_spec() or {}
         return {"settings": spec.get("settings") or new.as_dict()}  # the server's word, once it has read back
+
+    def _latest_spec(self) -> records.Spec | None:
+        sample = self.sup.latest_sample
+        return None if sample is None else sample["spec"]
 
     def _current(self) -> PolicySettings:
         """The server's settings as last read; refuses when the server cannot be asked."""
-        sample = self.sup.latest_sample or {}
-        spec = sample.get("spec")
+        spec = self._latest_spec()
         if not spec or not isinstance(spec.get("settings"), dict):
             raise CommandError(UNAVAILABLE, "the model server's policy state is not known yet "
                                             f"(server {self.sup.state}); try again when it is ready")
@@ -147,9 +150,9 @@ class CommandHandler:
             wire = PolicySettings().with_changes(self.desired).to_wire(self.desired.keys())
             ok = await client.set_internal_state(wire)
         except (SettingsError, ServerUnreachable) as exc:
-            self.sup.emit(records.event("settings_restore_failed", error=str(exc)))
+            self.sup.emit(records.event(records.SETTINGS_RESTORE_FAILED, error=str(exc)))
             return
-        self.sup.emit(records.event("settings_restored", ok=bool(ok) and all(ok), changes=self.desired))
+        self.sup.emit(records.event(records.SETTINGS_RESTORED, ok=bool(ok) and all(ok), changes=self.desired))
 
     async def adopt_backend_thresholds(self, info: dict[str, Any] | None) -> bool:
         """Once per server start: thresholds measured for its attention backend.
@@ -166,10 +169,10 @@ class CommandHandler:
             wire = PolicySettings().with_changes({**self.desired, **pair}).to_wire(pair.keys())
             ok = await client.set_internal_state(wire)
         except (SettingsError, ServerUnreachable) as exc:
-            self.sup.emit(records.event("backend_thresholds_failed", backend=backend, error=str(exc)))
+            self.sup.emit(records.event(records.BACKEND_THRESHOLDS_FAILED, backend=backend, error=str(exc)))
             return False
         applied = bool(ok) and all(ok)
-        self.sup.emit(records.event("backend_thresholds", backend=backend, changes=pair, ok=applied))
+        self.sup.emit(records.event(records.BACKEND_THRESHOLDS, backend=backend, changes=pair, ok=applied))
         return applied
 
     async def _cmd_server(self, args: dict[str, Any]) -> dict[str, Any]:

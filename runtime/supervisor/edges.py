@@ -37,16 +37,16 @@ class GpuFaults:
     def __init__(self) -> None:
         self._failed: set[Any] = set()  # indexes said failed
 
-    def changes(self, gpus: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        said = []
+    def changes(self, gpus: Iterable[records.Gpu]) -> list[records.Event]:
+        said: list[records.Event] = []
         for gpu in gpus:
             index, state = gpu.get("index"), gpu.get("state")
             if state == "failed" and index not in self._failed:
                 self._failed.add(index)
-                said.append(records.event("gpu_failed", index=index, error=gpu.get("error")))
+                said.append(records.event(records.GPU_FAILED, index=index, error=gpu.get("error")))
             elif state == "ok" and index in self._failed:
                 self._failed.discard(index)
-                said.append(records.event("gpu_recovered", index=index))
+                said.append(records.event(records.GPU_RECOVERED, index=index))
         return said
 
     def forget(self) -> None:
@@ -69,12 +69,12 @@ class SwitchCursor:
         """A server we launched has made no switch yet; one we attached to may have made many."""
         self._last = 0 if owns_process else None
 
-    def new(self, switches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def new(self, switches: list[dict[str, Any]]) -> list[records.Event]:
         newest = max((s.get("seq", 0) for s in switches), default=0)
         if self._last is None or newest < self._last:  # attached late, or the server restarted
             self._last = newest
             return []
         last, self._last = self._last, newest
-        return [records.event("spec_switch", on=sw.get("on"), reason=sw.get("reason"),
+        return [records.event(records.SPEC_SWITCH, on=sw.get("on"), reason=sw.get("reason"),
                               batch_size=sw.get("batch_size"), step=sw.get("step"))
                 for sw in switches if sw.get("seq", 0) > last]

@@ -11,8 +11,6 @@ without a server or an event loop.
 
 from __future__ import annotations
 
-from typing import Any
-
 from specctl.runtime.core import records
 
 
@@ -42,17 +40,17 @@ class ServerHealth:
         self._attempt = 0
         self._restart_at = None
 
-    def start_failed(self, error: str, retry: bool, now: float) -> list[dict[str, Any]]:
+    def start_failed(self, error: str, retry: bool, now: float) -> list[records.Event]:
         """The server could not be started: retried after the backoff, or stopped until asked again."""
         self.error = error
-        said = [records.event("server_start_failed", error=error, retry=retry)]
+        said: list[records.Event] = [records.event(records.SERVER_START_FAILED, error=error, retry=retry)]
         if retry:
             said.append(self.exited(None, now))
         else:  # stopped until an operator fixes it and says `specctl server start`
             self.state, self._restart_at = "stopped", None
         return said
 
-    def exited(self, returncode: int | None, now: float) -> dict[str, Any]:
+    def exited(self, returncode: int | None, now: float) -> records.Event:
         """The server is gone: a restart is due after the backoff."""
         self._attempt += 1
         first, cap = self.backoff
@@ -60,7 +58,7 @@ class ServerHealth:
         self.state = "restarting"
         self._restart_at = now + delay
         self.restarts += 1
-        return records.event("server_restart", attempt=self._attempt, delay_s=delay, returncode=returncode)
+        return records.event(records.SERVER_RESTART, attempt=self._attempt, delay_s=delay, returncode=returncode)
 
     def restart_due(self, now: float) -> bool:
         return self.state == "restarting" and self._restart_at is not None and now >= self._restart_at
@@ -74,7 +72,7 @@ class ServerHealth:
         """A request to the server failed; the error is shown until it answers again."""
         self.error = error
 
-    def answered(self, healthy: bool, *, attached: bool, url: str | None) -> dict[str, Any] | None:
+    def answered(self, healthy: bool, *, attached: bool, url: str | None) -> records.Event | None:
         """A health check's outcome: the event when it changes the state, else None.
 
         A server we launched may take minutes to start, so only a ready one (or one
@@ -84,8 +82,8 @@ class ServerHealth:
             self.state = "ready"
             self.error = None
             self._attempt = 0
-            return records.event("server_ready", url=url)
+            return records.event(records.SERVER_READY, url=url)
         if not healthy and (self.state == "ready" or (self.state == "starting" and attached)):
             self.state = "unreachable"
-            return records.event("server_unreachable", error=self.error)
+            return records.event(records.SERVER_UNREACHABLE, error=self.error)
         return None

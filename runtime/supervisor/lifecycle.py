@@ -37,8 +37,8 @@ class Supervisor:
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
         self.hub = Hub()
-        self.latest_sample: dict[str, Any] | None = None
-        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
+        self.latest_sample: records.Sample | None = None
+        self.recent: deque[records.Record] = deque(maxlen=RECENT)
         self.backend: Backend = make_backend(config)
         self.sim = self.backend.sim
         self.health = ServerHealth(config.restart_backoff)
@@ -98,7 +98,7 @@ class Supervisor:
                 await self.stop()
                 raise
         self._announced = True
-        self.emit(records.event("supervisor_start", backend=self.config.backend, sim=self.sim))
+        self.emit(records.event(records.SUPERVISOR_START, backend=self.config.backend, sim=self.sim))
         await self._start_backend()
         self._task = asyncio.create_task(self._loop(), name="specctl-supervisor")
 
@@ -120,13 +120,13 @@ class Supervisor:
         self._client = self._gpus = None
         if not self._announced or (self._journal is None and not self.hub.subscribers):
             return  # never started, or nobody to tell (or stopped already)
-        self.emit(records.event("supervisor_stop"))
+        self.emit(records.event(records.SUPERVISOR_STOP))
         if self._journal is not None:
             self._journal.close()
             self._journal = None
         self.hub.close()
 
-    def emit(self, record: dict[str, Any]) -> None:
+    def emit(self, record: records.Record) -> None:
         """Journal first (never dropped), then everyone listening."""
         gap = self._journal.append(record) if self._journal is not None else None
         if gap is not None:  # written before the record: the console hears of it too
@@ -155,7 +155,7 @@ class Supervisor:
                 self.emit(said)
             return
         await self._reset_clients()
-        self.emit(records.event("server_start", pid=self.backend.pid, url=self.backend.url))
+        self.emit(records.event(records.SERVER_START, pid=self.backend.pid, url=self.backend.url))
 
     async def _reset_clients(self) -> None:
         if self._client is not None:
@@ -180,7 +180,7 @@ class Supervisor:
         try:
             return await open_gpu_source(kind, self._client)
         except NvmlUnavailable as exc:
-            self.emit(records.event("gpu_unavailable", error=str(exc)))
+            self.emit(records.event(records.GPU_UNAVAILABLE, error=str(exc)))
             return None
 
     async def stop_server(self) -> None:
@@ -188,7 +188,7 @@ class Supervisor:
         async with self._busy:
             await self.backend.stop()
             self.health.stopped()
-            self.emit(records.event("server_stop", pid=self.backend.pid))
+            self.emit(records.event(records.SERVER_STOP, pid=self.backend.pid))
         await self.poll_now()
 
     async def start_server(self) -> None:
@@ -283,7 +283,7 @@ class Supervisor:
             return
         code = self.backend.returncode()
         if code is not None:
-            self.emit(records.event("server_exit", pid=self.backend.pid, returncode=code))
+            self.emit(records.event(records.SERVER_EXIT, pid=self.backend.pid, returncode=code))
             await self.backend.stop()  # the leader died: stop what is left of its group (ranks)
             self.emit(self.health.exited(code, asyncio.get_running_loop().time()))
 
@@ -299,7 +299,7 @@ class Supervisor:
         """Say once per server when its "off" is SGLang's slow steps-0 state rather than fast off."""
         off = spec.get("off_state")
         if isinstance(off, dict) and off.get("fast") is False and self._slow_off.first():
-            self.emit(records.event("slow_off_state", why=off.get("why_not")))
+            self.emit(records.event(records.SLOW_OFF_STATE, why=off.get("why_not")))
 
     async def _note_simulator(self, info: dict[str, Any] | None) -> None:
         """An attached server that is specctl's simulator (its /server_info says so): from then on every sample
@@ -308,7 +308,7 @@ class Supervisor:
         if self.sim or not is_simulator(info):
             return
         self.sim = True
-        self.emit(records.event("attached_simulator", url=self.backend.url))
+        self.emit(records.event(records.ATTACHED_SIMULATOR, url=self.backend.url))
         if self.config.gpu_source == "auto":
             if self._gpus is not None:
                 await self._gpus.aclose()
@@ -317,16 +317,16 @@ class Supervisor:
     def _note_eager_prefill(self, info: dict[str, Any] | None) -> None:
         """Say once per server when it runs its prefills eagerly: there the off state costs more (run 10)."""
         if prefill_graphs(info) is False and self._eager_prefill.first():
-            self.emit(records.event("eager_prefill", why=EAGER_PREFILL_WHY))
+            self.emit(records.event(records.EAGER_PREFILL, why=EAGER_PREFILL_WHY))
 
     def _publish_log(self) -> None:
         lines = self.backend.take_log()
         if lines:
-            self.emit(records.event("server_log", lines=lines))
+            self.emit(records.event(records.SERVER_LOG, lines=lines))
 
     async def _sample(self, metrics: Any, info: dict[str, Any] | None,
-                      spec: dict[str, Any] | None) -> dict[str, Any]:
-        gpus: list[dict[str, Any]] = []
+                      spec: dict[str, Any] | None) -> records.Sample:
+        gpus: list[records.Gpu] = []
         if self._gpus is not None:
             try:
                 gpus = await self._gpus.sample()
@@ -340,7 +340,7 @@ class Supervisor:
         self.latest_sample = sample
         return sample
 
-    def _server_fields(self, m: Any, info: dict[str, Any] | None) -> dict[str, Any]:
+    def _server_fields(self, m: Any, info: dict[str, Any] | None) -> records.Server:
         uptime = round(asyncio.get_running_loop().time() - self._started_at, 3)
         return {
             "state": self.state, "url": self.backend.url, "sim": self.sim,
@@ -357,7 +357,7 @@ class Supervisor:
             "uptime_s": uptime,
         }
 
-    def _progress(self, uptime: float) -> dict[str, Any] | None:
+    def _progress(self, uptime: float) -> records.Progress | None:
         """Start-up phase from the server's log, while it starts."""
         progress = self.backend.progress
         if self.state != "starting" or progress is None:
