@@ -7,7 +7,7 @@ auto`` puts it back, so every try is a real change.
 
 It runs against a real headless supervisor on the embedded simulator
 (``specctl run --headless``); where runtime/supervisor.py does not exist yet it
-falls back to the stand-in target of tests/control_standin.py and says so.
+falls back to the stand-in target of tests/support/control_standin.py and says so.
 
     python bench/control_roundtrip.py [--tries 200]
 """
@@ -40,9 +40,9 @@ def start_target(path: Path, stand_in: bool) -> tuple[subprocess.Popen[bytes], s
                "--sim-load", "steady:c=8"]
         name = "real supervisor (specctl run --headless, simulator, steady:c=8)"
     else:
-        cmd = [sys.executable, str(ROOT / "tests" / "control_standin.py"), str(path)]
+        cmd = [sys.executable, str(ROOT / "tests" / "support" / "control_standin.py"), str(path)]
         why = "as asked" if stand_in else "runtime/supervisor.py does not exist yet"
-        name = f"STAND-IN target from tests/control_standin.py ({why})"
+        name = f"STAND-IN target from tests/support/control_standin.py ({why})"
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), name
 
 

@@ -23,9 +23,9 @@ import time
 from typing import Any
 
 from specctl.runtime.core.policy import SettingsError
+from specctl.runtime.core.thresholds import for_backend, unset_groups
 from specctl.runtime.sim.offline import PointResult, Server, run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
-from specctl.runtime.core.thresholds import for_backend, unset_groups
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GOAL = 0.95

@@ -1,16 +1,57 @@
-"""Fixtures shared across test modules."""
+"""Fixtures shared across test modules, and the ``online`` marker.
+
+``online`` marks the tests that read SGLang's release wheels (every test that
+takes the ``sglang_source`` fixture). What a run does with them:
+
+- by default, a test whose wheel is already in the cache runs (it needs no
+  network); one whose wheel is not there is skipped, saying how to fetch it.
+  So a plain ``pytest`` needs nothing but the machine.
+- ``--online`` (or ``SPECCTL_ONLINE=1``, which .ci/run sets) downloads a
+  missing wheel once, so every ``online`` test runs.
+- ``-m "not online"`` leaves them all out; ``-m online`` runs only them.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-# The SGLang-source fixture (sglang_source) and its helpers, for the plugin's contract tests.
-pytest_plugins = ["conftest_sglang"]
+from specctl.runtime.sglang_plugin.compat import RELEASES
+
+from support.sglang_source import SglangSource, cached_wheel, download_wheel, wheel_cache
+
+ONLINE_ENV = "SPECCTL_ONLINE"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--online", action="store_true", default=os.environ.get(ONLINE_ENV) == "1",
+                     help=f"download what 'online' tests need (SGLang wheels) when it is not cached "
+                          f"(also {ONLINE_ENV}=1)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that reads a wheel is ``online``: marked by the fixture it takes, so none is missed."""
+    for item in items:
+        if "sglang_source" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.online)
+
+
+@pytest.fixture(scope="session", params=sorted(RELEASES))
+def sglang_source(request: pytest.FixtureRequest) -> SglangSource:
+    """One supported release's source, read from its wheel: each test runs once per release."""
+    release = RELEASES[request.param]
+    wheel = cached_wheel(release.version)
+    if wheel is None:
+        if not request.config.getoption("online"):
+            pytest.skip(f"SGLang {release.version}'s wheel is not in {wheel_cache()}; "
+                        f"--online or {ONLINE_ENV}=1 downloads it")
+        wheel = download_wheel(release.version)
+    return SglangSource(release, wheel)
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ import logging
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -144,7 +145,8 @@ def test_report_compares_the_off_server_with_no_spec_per_load_shape(tmp_path: Pa
 def test_resume_compares_proposals_after_resuming_with_the_always_on_run(tmp_path: Path) -> None:
     trace = tmp_path / "drafts.jsonl.1"
     lines = [{"rid": "on:0", "len": n, "draft": [1, n, n, n]} for n in (10, 11, 12)]
-    lines += [{"rid": "cold:0", "len": 11, "draft": [1, 0, 0, 0]}, {"rid": "cold:0", "len": 12, "draft": [1, 12, 12, 12]}]
+    lines += [{"rid": "cold:0", "len": 11, "draft": [1, 0, 0, 0]},
+              {"rid": "cold:0", "len": 12, "draft": [1, 12, 12, 12]}]
     trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
     done = tool(str(GPU / "resume.py"), "on", str(trace))
     assert done.returncode == 0, done.stderr
@@ -316,7 +318,8 @@ def test_report_matches_turns_on_the_turn_just_before_them(tmp_path: Path) -> No
     rows = [line for line in done.stdout.splitlines() if line.startswith("| pair.csv |")]
     # the first turn follows nothing; after another server's turn off read 900 and 800 against 1,000,
     # after its own 1,100 against 1,200
-    assert rows == ["| pair.csv | 128 | other | off | 1 / 2 | 0.850 |", "| pair.csv | 128 | own | off | 1 / 1 | 0.917 |"]
+    assert rows == ["| pair.csv | 128 | other | off | 1 / 2 | 0.850 |",
+                    "| pair.csv | 128 | own | off | 1 / 1 | 0.917 |"]
 
 
 def test_report_tells_the_servers_role_from_its_start_position(tmp_path: Path) -> None:
@@ -390,7 +393,8 @@ def test_rank_switches_compares_every_ranks_switches_step_by_step(tmp_path: Path
     assert "every rank (2) switched at the same steps, 2 switches" in done.stdout
 
     late = tmp_path / "late.log"
-    late.write_text(agree.read_text().replace("TP1] specctl: switch 2 at step 900", "TP1] specctl: switch 2 at step 901"))
+    late.write_text(agree.read_text().replace("TP1] specctl: switch 2 at step 900",
+                                              "TP1] specctl: switch 2 at step 901"))
     done = tool(str(GPU / "rank_switches.py"), str(late))
     assert done.returncode == 1
     assert "ranks DISAGREE: switch 2: TP0 at step 900 (on, quiet), TP1 at step 901 (on, quiet)" in done.stdout

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
 
-from control_standin import ServerThread, StandInTarget
 from specctl import PROTOCOL
-from specctl.runtime.core import records
-from specctl.runtime.control.server import ControlServer
 from specctl.runtime.control.client import ControlClient, ControlError, NoSupervisor, ProtocolError, call
+from specctl.runtime.control.server import ControlServer
+from specctl.runtime.core import records
+
+from support.control_standin import ServerThread, StandInTarget
 
 GUARD = 20.0
 

@@ -6,14 +6,15 @@ import json
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from control_standin import ServerThread
+from support.control_standin import ServerThread
 
 CODES = {"bad_request", "unknown_command", "invalid_value", "unavailable", "internal"}
 

@@ -11,15 +11,17 @@ import json
 import os
 import socket
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 
-from control_standin import StandInTarget
 from specctl import PROTOCOL, __version__
-from specctl.runtime.core import records
 from specctl.runtime.control.server import MAX_LINE, ControlServer, ControlSocketError, SocketInUse, peer_allowed
+from specctl.runtime.core import records
+
+from support.control_standin import StandInTarget
 
 CODES = {"bad_request", "unknown_command", "invalid_value", "unavailable", "internal"}
 GUARD = 20.0  # seconds before a hung test fails instead of hanging
@@ -41,7 +43,7 @@ class Peer:
         self.reader, self.writer = reader, writer
 
     @classmethod
-    async def open(cls, path: Path) -> "Peer":
+    async def open(cls, path: Path) -> Peer:
         reader, writer = await asyncio.open_unix_connection(str(path), limit=4 * MAX_LINE)
         return cls(reader, writer)
 

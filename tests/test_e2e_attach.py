@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from headless_helpers import Headless, pid_alive, wait_for
-
 from specctl.runtime.probes.server_info import prefill_graphs
+
+from support.headless import Headless, pid_alive, wait_for
 
 
 def start_sim(tmp: Path, port: int = 0, *extra: str) -> tuple[subprocess.Popen[bytes], str]:

@@ -15,7 +15,7 @@ import pytest
 
 from specctl.runtime.supervisor.journal import read_journal
 
-from headless_helpers import Headless, pid_alive, wait_for
+from support.headless import Headless, pid_alive, wait_for
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_kill_9_of_the_supervisor_leaves_a_readable_journal_and_no_orphans(tmp_p
     wait_for(lambda: len(h.records("sample")) > 10, "a few samples")
     h.proc.kill()
     h.proc.wait()
-    complete = [line for line in h.journal.read_bytes().split(b"\n")[:-1]]
+    complete = h.journal.read_bytes().split(b"\n")[:-1]
     recs = list(read_journal(h.journal))
     assert len(recs) == len(complete) and all(json.loads(c) == r for c, r in zip(complete, recs))
     wait_for(lambda: not pid_alive(pid), "the simulator to follow its supervisor")
@@ -166,7 +166,7 @@ def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
     third = wait_for(lambda: sup.status()["server"]["state"] == "ready" and sup.status()["server"]["pid"],
                      "the server restarted")
     assert third not in (first, second) and not pid_alive(second)
-    assert len([r for r in sup.records("event", "server_start")]) == 3, "a refused start starts nothing"
+    assert len(list(sup.records("event", "server_start"))) == 3, "a refused start starts nothing"
 
 
 def test_a_gpu_that_fails_then_recovers_is_journalled_once_each_way(sup: Headless) -> None:

@@ -46,7 +46,8 @@ def test_lines_with_numbers_no_float_holds_are_skipped_as_corrupt(tmp_path: Path
 def test_a_writer_killed_mid_stream_leaves_every_complete_line(tmp_path: Path) -> None:
     """kill -9 a real writer process while it writes; every complete line reads back."""
     path = tmp_path / "run.jsonl"
-    code = ("import sys\nfrom specctl.runtime.supervisor.journal import Journal\nfrom specctl.runtime.core import records\n"
+    code = ("import sys\nfrom specctl.runtime.supervisor.journal import Journal\n"
+            "from specctl.runtime.core import records\n"
             "j = Journal(sys.argv[1])\ni = 0\nwhile True:\n    j.write(records.event('x', i=i, pad='p' * 500))\n"
             "    i += 1\n    if i == 200: print('go', flush=True)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest_sglang import SglangSource, class_fields
 
-from specctl.runtime.supervisor import launcher
-from specctl.runtime.supervisor.launcher import StartupProgress, build_command, launch_env
 from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.sglang_plugin.plugin import settings_from_env
+from specctl.runtime.supervisor import launcher
+from specctl.runtime.supervisor.launcher import StartupProgress, build_command, launch_env
+
+from support.sglang_source import SglangSource, class_fields
 
 
 def command(**overrides) -> list[str]:
@@ -168,7 +169,8 @@ def test_log_markers_are_sglangs_own(sglang_source: SglangSource) -> None:
     assert 'f"Memory pool end. "' in srt("mem_cache/kv_cache_configurator.py")
     setup = srt("model_executor/model_runner_components/cuda_graph_setup.py")
     assert " begin. " in setup and ('CUDA graph begin. "' in setup or '"cuda": "CUDA graph"' in setup)
-    assert 'f"Capturing batches ({bs=} {avail_mem=:.2f} GB)"' in srt("model_executor/runner/decode_cuda_graph_runner.py")
+    runner = srt("model_executor/runner/decode_cuda_graph_runner.py")
+    assert 'f"Capturing batches ({bs=} {avail_mem=:.2f} GB)"' in runner
     assert f'logger.info("{launcher._READY}")' in srt("entrypoints/http_server.py")
 
 

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest_sglang import (
+
+from specctl.runtime.core.adaptive_config import write_config
+from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.probes.server_info import PREFILL_GRAPH_ARGS
+from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off, plugin
+from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
+from specctl.runtime.sglang_plugin.params import SpecctlParams
+
+from support.sglang_source import (
     SglangSource,
     attribute_names,
     class_fields,
@@ -28,13 +36,6 @@ from conftest_sglang import (
     parameter_names,
     required_parameter_names,
 )
-
-from specctl.runtime.core.policy import PolicySettings
-from specctl.runtime.probes.server_info import PREFILL_GRAPH_ARGS
-from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off, plugin
-from specctl.runtime.core.adaptive_config import write_config
-from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
-from specctl.runtime.sglang_plugin.params import SpecctlParams
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = PolicySettings(steps=3, off_at=8, on_at=4, dwell=0)
@@ -159,7 +160,8 @@ def test_the_war_barrier_reads_the_names_fast_off_hands_over(sglang_source: Sgla
 def test_the_replacement_has_sglangs_constructor_and_methods(sglang_source: SglangSource) -> None:
     cls = sglang_source.locate(compat.PARAMS_CLASS).node
     assert isinstance(cls, ast.ClassDef)
-    public = [n for n in cls.body if isinstance(n, ast.FunctionDef) and (n.name == "__init__" or not n.name.startswith("_"))]
+    public = [n for n in cls.body
+              if isinstance(n, ast.FunctionDef) and (n.name == "__init__" or not n.name.startswith("_"))]
     assert {n.name for n in public} >= {"__init__", "candidate_steps", "get_steps_for_batch", "on_verify_complete"}
     for fn in public:
         ours = getattr(plugin.SglangParams, fn.name)
@@ -520,7 +522,8 @@ def test_start_up_check_accepts_what_the_launcher_starts(hooked, sglang_source: 
         ({"speculative_adaptive": False}, "--speculative-adaptive is required"),
         ({"speculative_adaptive_config": None}, "--speculative-adaptive-config is required"),
         ({"no_off_state": True}, "must list candidate step 0"),
-        ({"sglang_reason": "enable_pdmux=True is not supported"}, "SGLang refuses adaptive speculation here: enable_pdmux"),
+        ({"sglang_reason": "enable_pdmux=True is not supported"},
+         "SGLang refuses adaptive speculation here: enable_pdmux"),
         ({"settings_steps": 5}, "the settings' steps (5) must be a candidate of --speculative-adaptive-config [0, 3]"),
     ],
 )
@@ -670,7 +673,8 @@ def test_the_alloc_hook_leaves_what_sglangs_function_does(sglang_source: SglangS
     def run(call: Any) -> list[int]:
         reqs = [types.SimpleNamespace(kv=types.SimpleNamespace(kv_allocated_len=n)) for n in (3, 10, 7)]
         tree_cache = types.SimpleNamespace(token_to_kv_pool_allocator=types.SimpleNamespace(page_size=1))
-        call(tree_cache, types.SimpleNamespace(req_to_token="to_token"), reqs=reqs, req_pool_indices="idx", cur_kv_lens="cur",
+        call(tree_cache, types.SimpleNamespace(req_to_token="to_token"), reqs=reqs, req_pool_indices="idx",
+             cur_kv_lens="cur",
              cur_kv_lens_cpu=CpuInts([3, 10, 7]), nxt_kv_lens="nxt", nxt_kv_lens_cpu=CpuInts([8, 9, 12]),
              num_needed_tokens=needed, batch=None)
         return [r.kv.kv_allocated_len for r in reqs]

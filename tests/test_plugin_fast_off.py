@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.sglang_plugin import compat, draft_prefill, draft_warmth, fast_off
 from specctl.runtime.sglang_plugin import params as params_module
-from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.compat import RELEASES
 from specctl.runtime.sglang_plugin.params import SpecctlParams
 

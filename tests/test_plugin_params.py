@@ -12,8 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specctl.runtime.core.policy import PolicySettings, SettingsError
-from specctl.runtime.sglang_plugin import params as params_module
 from specctl.runtime.core.adaptive_config import (
     bucket_sizes,
     build_config,
@@ -21,6 +19,8 @@ from specctl.runtime.core.adaptive_config import (
     read_candidate_steps,
     write_config,
 )
+from specctl.runtime.core.policy import PolicySettings, SettingsError
+from specctl.runtime.sglang_plugin import params as params_module
 from specctl.runtime.sglang_plugin.compat import SpecctlPluginError, release_for
 from specctl.runtime.sglang_plugin.params import SpecctlParams, active
 from specctl.runtime.sglang_plugin.plugin import load, settings_from_env
@@ -221,7 +221,8 @@ multiprocess.MultiProcessCollector(registry)
 print(generate_latest(registry).decode())
 """
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
-    samples = {line.split()[0]: float(line.split()[1]) for line in out.stdout.splitlines() if line.startswith("specctl:")}
+    samples = {line.split()[0]: float(line.split()[1])
+               for line in out.stdout.splitlines() if line.startswith("specctl:")}
     assert samples == {"specctl:spec_on": 0.0, "specctl:spec_steps": 0.0, "specctl:spec_switches_total": 5.0}
 
 

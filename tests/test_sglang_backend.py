@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from specctl.runtime.core.thresholds import BY_BACKEND
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.lifecycle import Supervisor
-from specctl.runtime.core.thresholds import BY_BACKEND
 
-from headless_helpers import pid_alive
+from support.headless import pid_alive
 
 STANDIN = Path(__file__).parent / "standin_sglang"
 

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from specctl.runtime.probes.metrics import MetricsError, ServerMetrics
-from specctl.runtime.probes.sglang_client import RequestRejected, SGLangClient, ServerUnreachable
+from specctl.runtime.probes.sglang_client import RequestRejected, ServerUnreachable, SGLangClient
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -209,7 +209,8 @@ async def test_garbage_json_is_unreachable(server: FakeServer, client: SGLangCli
         ("/sim/gpus", [1, 2]),
     ],
 )
-async def test_wrong_json_shape_is_unreachable(server: FakeServer, client: SGLangClient, path: str, payload: Any) -> None:
+async def test_wrong_json_shape_is_unreachable(server: FakeServer, client: SGLangClient, path: str,
+                                               payload: Any) -> None:
     server.routes[path] = _const(web.json_response(payload))
     calls = {
         "/server_info": client.server_info,

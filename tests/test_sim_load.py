@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specctl.runtime.sim.load import LoadDriver, parse_load
 from specctl.runtime.sim.presets import get_preset

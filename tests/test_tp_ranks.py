@@ -16,13 +16,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import random
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from types import SimpleNamespace
-
+from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.sglang_plugin import draft_warmth
-from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.sglang_plugin.params import SpecctlParams
 
 RANKS = 4

@@ -9,14 +9,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from specctl.console.cli.verbs import UsageError, parse_pairs, summary
 
-STANDIN = Path(__file__).with_name("control_standin.py")
+STANDIN = Path(__file__).parent / "support" / "control_standin.py"
 GUARD = 60
 
 

@@ -7,25 +7,28 @@ shows exactly what the operator saw live.
 from __future__ import annotations
 
 import pwd
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import RichLog
 
+from specctl.runtime.core import records as ev  # the event names (`records` is a parameter below)
 from specctl.widgets.banner import clock
 
 _SKIP = {"v", "t", "kind", "event", "cmd", "ok", "uid", "args", "sim"}
-_EVENTS = {"server_start": ("START", "plain"), "server_ready": ("READY", "good"), "server_exit": ("EXIT", "bad"),
-           "server_restart": ("RESTART", "warn"), "server_unreachable": ("UNREACH", "bad"),
-           "gpu_failed": ("GPU", "bad"), "gpu_recovered": ("GPU", "good"), "settings": ("SETTINGS", "plain"),
-           "supervisor_start": ("SUPERV", "plain"), "supervisor_stop": ("SUPERV", "plain"),
-           "server_start_failed": ("FAILED", "bad"), "server_stop": ("STOP", "warn"),
-           "gpu_unavailable": ("GPU", "warn"), "settings_restored": ("SETTINGS", "plain"),
-           "settings_restore_failed": ("SETTINGS", "bad"), "slow_off_state": ("SLOW OFF", "bad"),
-           "eager_prefill": ("EAGER", "warn"), "journal_gap": ("JOURNAL", "bad"),
-           "attached_simulator": ("SIM", "warn"), "backend_thresholds": ("SETTINGS", "plain"),
-           "backend_thresholds_failed": ("SETTINGS", "bad")}
+_EVENTS = {ev.SERVER_START: ("START", "plain"), ev.SERVER_READY: ("READY", "good"),
+           ev.SERVER_EXIT: ("EXIT", "bad"), ev.SERVER_RESTART: ("RESTART", "warn"),
+           ev.SERVER_UNREACHABLE: ("UNREACH", "bad"), ev.GPU_FAILED: ("GPU", "bad"),
+           ev.GPU_RECOVERED: ("GPU", "good"), ev.SETTINGS: ("SETTINGS", "plain"),
+           ev.SUPERVISOR_START: ("SUPERV", "plain"), ev.SUPERVISOR_STOP: ("SUPERV", "plain"),
+           ev.SERVER_START_FAILED: ("FAILED", "bad"), ev.SERVER_STOP: ("STOP", "warn"),
+           ev.GPU_UNAVAILABLE: ("GPU", "warn"), ev.SETTINGS_RESTORED: ("SETTINGS", "plain"),
+           ev.SETTINGS_RESTORE_FAILED: ("SETTINGS", "bad"), ev.SLOW_OFF_STATE: ("SLOW OFF", "bad"),
+           ev.EAGER_PREFILL: ("EAGER", "warn"), ev.JOURNAL_GAP: ("JOURNAL", "bad"),
+           ev.ATTACHED_SIMULATOR: ("SIM", "warn"), ev.BACKEND_THRESHOLDS: ("SETTINGS", "plain"),
+           ev.BACKEND_THRESHOLDS_FAILED: ("SETTINGS", "bad")}
 
 
 def describe(record: dict[str, Any]) -> tuple[str, str, str]:
@@ -33,12 +36,12 @@ def describe(record: dict[str, Any]) -> tuple[str, str, str]:
     if record.get("kind") == "command":
         return _command(record)
     name = str(record.get("event"))
-    if name == "spec_switch":
+    if name == ev.SPEC_SWITCH:
         on = bool(record.get("on"))
         text = f"speculation {'ON' if on else 'OFF'} ({record.get('reason')}, batch {record.get('batch_size')})"
         return "SWITCH", text, "good" if on else "bad"
     tag, tone = _EVENTS.get(name, (name.upper()[:8], "plain"))
-    if name == "settings" and isinstance(record.get("changes"), dict) and record["changes"]:
+    if name == ev.SETTINGS and isinstance(record.get("changes"), dict) and record["changes"]:
         # what changed, not the whole set after it as well: the journal keeps both
         return tag, _fields({"event": name, **record["changes"]}), tone
     return tag, _fields(record), tone
@@ -107,7 +110,7 @@ class EventLog(RichLog):
         if clear:
             self.clear()
         for record in records:
-            if record.get("event") == "server_log":  # the server's own log: one line each, dimmed
+            if record.get("event") == ev.SERVER_LOG:  # the server's own log: one line each, dimmed
                 lines = record.get("lines")
                 for text in lines if isinstance(lines, list) else [lines]:
                     self.write(self._stamped(record, "LOG", "time", str(text)))

@@ -7,12 +7,12 @@ None and shows as a dash and an empty bar, never as a made-up number.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
+
+from specctl.runtime.core.records import Gpu
 
 GIB = 1024**3
 BAR_FULL, BAR_EMPTY = "█", "░"
@@ -31,12 +31,6 @@ def fraction(value: float | None, total: float | None) -> float | None:
     if value is None or not total:
         return None
     return min(max(value / total, 0.0), 1.0)
-
-
-def _num(gpu: dict[str, Any], key: str) -> float | None:
-    """A numeric field, or None when it is missing or not a number (a record from an odd journal)."""
-    value = gpu.get(key)
-    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
 
 
 def _fmt(value: float | None, spec: str = ".0f") -> str:
@@ -67,10 +61,10 @@ class GpuPanel(Widget):
     COMPONENT_CLASSES = {"gpu-panel--label", "gpu-panel--util", "gpu-panel--low", "gpu-panel--mid",
                          "gpu-panel--high", "gpu-panel--empty", "gpu-panel--dead"}
 
-    gpu: reactive[dict[str, Any] | None] = reactive(None)
+    gpu: reactive[Gpu | None] = reactive(None)
     compact: reactive[bool] = reactive(False, toggle_class="-compact")
 
-    def watch_gpu(self, gpu: dict[str, Any] | None) -> None:
+    def watch_gpu(self, gpu: Gpu | None) -> None:
         gpu = gpu or {}
         self.border_title = f"GPU {gpu.get('index', '?')} · {short_name(gpu.get('name'))}"
         self.set_class(gpu.get("state") in DEAD_STATES, "-dead")
@@ -94,11 +88,11 @@ class GpuPanel(Widget):
         filled = 0 if frac is None else round(frac * width)
         return Text.assemble((BAR_FULL * filled, style), (BAR_EMPTY * (width - filled), self._style("empty")))
 
-    def _metrics(self, gpu: dict[str, Any]) -> list[tuple[str, float | None, Style, str]]:
+    def _metrics(self, gpu: Gpu) -> list[tuple[str, float | None, Style, str]]:
         """(label, fraction, bar style, numbers) for each barred metric, in display order."""
-        util, temp = _num(gpu, "util"), _num(gpu, "temp_c")
-        used, total = _num(gpu, "mem_used"), _num(gpu, "mem_total")
-        watts, limit = _num(gpu, "power_w"), _num(gpu, "power_limit_w")
+        util, temp = gpu.get("util"), gpu.get("temp_c")
+        used, total = gpu.get("mem_used"), gpu.get("mem_total")
+        watts, limit = gpu.get("power_w"), gpu.get("power_limit_w")
         mem, power = fraction(used, total), fraction(watts, limit)
         util_frac = None if util is None else min(max(util / 100.0, 0.0), 1.0)
         temp_frac = None if temp is None else min(max(temp / 100.0, 0.0), 1.0)
@@ -111,20 +105,20 @@ class GpuPanel(Widget):
             ("temp", temp_frac, self._level(temp_frac, 0.8, 0.88), f"{_fmt(temp)}°C"),
         ]
 
-    def _render_full(self, gpu: dict[str, Any]) -> Text:
+    def _render_full(self, gpu: Gpu) -> Text:
         width = max(self.content_region.width, 20)
         bar_width = max(width - 6 - 12, 4)
         label = self._style("label")
         lines = [Text.assemble((f"{name:<6}", label), self._bar(frac, bar_width, style), f" {numbers:>11}")
                  for name, frac, style, numbers in self._metrics(gpu)]
-        lines.append(Text.assemble(("SM    ", label), f"{_fmt(_num(gpu, 'sm_clock_mhz'))} MHz"))
+        lines.append(Text.assemble(("SM    ", label), f"{_fmt(gpu.get('sm_clock_mhz'))} MHz"))
         return Text("\n").join(lines)
 
-    def _render_line(self, gpu: dict[str, Any]) -> Text:
+    def _render_line(self, gpu: Gpu) -> Text:
         width = max(self.content_region.width, 40)
         util, mem, power, temp = self._metrics(gpu)
         head = f"{gpu.get('index', '?')} {short_name(gpu.get('name'))[:6]:<6} "
-        tail = f" {temp[3]:>5} {_fmt(_num(gpu, 'sm_clock_mhz'))}MHz"
+        tail = f" {temp[3]:>5} {_fmt(gpu.get('sm_clock_mhz'))}MHz"
         texts = [f" {util[3]:>4} ", f" {mem[3]:>8} ", f" {power[3]:>9}"]
         bar_width = max((width - len(head) - len(tail) - sum(len(t) for t in texts)) // 3, 2)
         line = Text(head, style=self._style("label"))
@@ -134,7 +128,7 @@ class GpuPanel(Widget):
         line.append(tail)
         return line
 
-    def _render_dead(self, gpu: dict[str, Any]) -> Text:
+    def _render_dead(self, gpu: Gpu) -> Text:
         state = str(gpu.get("state")).upper()
         style = self._style("dead" if gpu.get("state") in DEAD_STATES else "empty")
         error = gpu.get("error") or ""

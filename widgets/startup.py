@@ -6,12 +6,12 @@ Shown only while a sample says the server is ``starting`` with a
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Label, ProgressBar
+
+from specctl.runtime.core.records import Progress
 
 PHASES = {"weights": "loading weights", "kv_cache": "allocating KV cache",
           "cuda_graphs": "capturing CUDA graphs", "ready": "ready"}
@@ -33,24 +33,20 @@ class StartupProgress(Widget):
     }
     """
 
-    progress: reactive[dict[str, Any] | None] = reactive(None)
+    progress: reactive[Progress | None] = reactive(None)
 
     def compose(self) -> ComposeResult:
         yield Label("starting", id="startup-phase")
         yield ProgressBar(total=100, show_eta=False)
         yield Label("", id="startup-elapsed")
 
-    def watch_progress(self, progress: dict[str, Any] | None) -> None:
+    def watch_progress(self, progress: Progress | None) -> None:
         self.set_class(progress is not None, "-shown")
         if progress is None or not self.is_mounted:
             return
         phase = PHASES.get(str(progress.get("phase")), str(progress.get("phase")))
         self.query_one("#startup-phase", Label).update(f"Starting server: {phase}")
-        fraction, elapsed = _num(progress.get("fraction")), _num(progress.get("elapsed_s"))
+        fraction, elapsed = progress.get("fraction"), progress.get("elapsed_s")
         bar = self.query_one(ProgressBar)
         bar.update(total=None if fraction is None else 100, progress=100 * (fraction or 0.0))
         self.query_one("#startup-elapsed", Label).update("" if elapsed is None else f"  {elapsed:.1f} s")
-
-
-def _num(value: Any) -> float | None:
-    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)

@@ -89,7 +89,7 @@ class TimeChart(Widget):
         plot = _Plot(width - _AXIS, height - 1, data)
         return Text("\n").join([title, *self._rows(plot)])
 
-    def _rows(self, plot: "_Plot") -> list[Text]:
+    def _rows(self, plot: _Plot) -> list[Text]:
         """One Text per plot row, appending runs of equal style (cells one by one cost 10x)."""
         kinds = {1: self._style("series-1"), 2: self._style("series-2"), -1: self._style("threshold-off"),
                  -2: self._style("threshold-on"), 0: Style()}

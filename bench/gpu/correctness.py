@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ctl  # noqa: E402
+import ctl
 
 
 def prompts(n: int, seed: int) -> list[dict[str, Any]]:

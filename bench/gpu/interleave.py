@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
-import json
 import os
 import random
 import statistics
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_spec import Http, scrape  # noqa: E402
+from bench_spec import Http, scrape
 
 DECODE = "sglang:realtime_tokens_total:decode"
 # Each gauge under SGLang's name, then the name the simulator (or the specctl plugin) uses.
@@ -118,7 +117,7 @@ async def switch(template: str, mode: str, timeout: float) -> int:
                                                  stderr=asyncio.subprocess.STDOUT)
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         proc.kill()
         await proc.wait()
         print(f"[interleave] switch to {mode} timed out: {cmd}", flush=True)

@@ -43,7 +43,8 @@ def load(paths: list[str]) -> dict[str, dict[int, dict[int, list[int]]]]:
     return runs
 
 
-def agreement(ref: dict[int, dict[int, list[int]]], run: dict[int, dict[int, list[int]]]) -> dict[tuple[int, int], list[int]]:
+def agreement(ref: dict[int, dict[int, list[int]]],
+              run: dict[int, dict[int, list[int]]]) -> dict[tuple[int, int], list[int]]:
     """(bucket) -> [tokens equal, tokens compared], by drafting verifies since resuming."""
     out: dict[tuple[int, int], list[int]] = {b: [0, 0] for b in BUCKETS}
     for index, verifies in run.items():

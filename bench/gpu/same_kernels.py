@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cpu_ops import load  # noqa: E402
+from cpu_ops import load
 
 Key = tuple[str, str, str]
 

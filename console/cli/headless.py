@@ -16,11 +16,11 @@ import sys
 import time
 from typing import Any
 
-from specctl.runtime.supervisor.config import ConfigError, SupervisorConfig
-from specctl.runtime.control.hub import Subscription
-from specctl.runtime.supervisor.lifecycle import Supervisor
-
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from specctl.runtime.control.hub import Subscription
+from specctl.runtime.core import records
+from specctl.runtime.supervisor.config import ConfigError, SupervisorConfig
+from specctl.runtime.supervisor.lifecycle import Supervisor
 
 
 def run_headless(args: argparse.Namespace) -> int:
@@ -60,7 +60,7 @@ async def _main(config: SupervisorConfig) -> int:
     return EXIT_OK
 
 
-QUIET = ("server_log", "supervisor_stop")
+QUIET = (records.SERVER_LOG, records.SUPERVISOR_STOP)
 
 
 async def _print_events(events: Subscription) -> None:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import fields
-from typing import Sequence
 
 from specctl import __version__
 from specctl.runtime.core.policy import PolicySettings
-
-from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
 
 def _add_server_args(p: argparse.ArgumentParser) -> None:
@@ -31,8 +29,8 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sim-preset", help="simulator preset (default h200-llama8b)")
     g.add_argument("--sim-gpus", type=int, default=None, help="simulated GPUs (default: the preset's)")
     g.add_argument("--sim-load",
-                   help="simulator load: idle, steady:c=N, ramp:from=A,to=B,period=S, bursts[:low=A,high=B,period=S,duty=F] "
-                        "(default bursts)")
+                   help="simulator load: idle, steady:c=N, ramp:from=A,to=B,period=S, "
+                        "bursts[:low=A,high=B,period=S,duty=F] (default bursts)")
     g.add_argument("--interval", type=float, help="seconds between samples (default 0.5)")
     g.add_argument("--socket", help="control socket path (default $XDG_RUNTIME_DIR/specctl.sock)")
     g.add_argument("--log", metavar="FILE.jsonl", help="journal file (JSONL)")

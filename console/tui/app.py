@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+from collections.abc import Iterable
 from contextlib import suppress
-from typing import Any, Iterable
+from typing import Any
 
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -23,17 +24,16 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.worker import WorkerCancelled, WorkerFailed
 
-from specctl.themes.console_themes import DEFAULT_THEME, HIGH_CONTRAST, THEMES
-
 from specctl.console.cli.headless import stop_signals
 from specctl.console.tui.links import Link, LinkError, ReplayLink
+from specctl.console.tui.messages import LinkChanged, LogArrived, SampleArrived
+from specctl.console.tui.model.timeline import Timeline
+from specctl.console.tui.prefs import save_prefs
 from specctl.console.tui.screens.confirm import ConfirmScreen
 from specctl.console.tui.screens.dashboard import Dashboard
 from specctl.console.tui.screens.help import HelpScreen, key_rows
-from specctl.console.tui.messages import LinkChanged, LogArrived, SampleArrived
-from specctl.console.tui.prefs import save_prefs
 from specctl.console.tui.screens.thresholds import ThresholdsScreen
-from specctl.console.tui.model.timeline import Timeline
+from specctl.themes.console_themes import DEFAULT_THEME, HIGH_CONTRAST, THEMES
 
 CONTROL_ACTIONS = {"force_on", "force_off", "auto", "thresholds", "server"}
 SERVER_QUESTIONS = {  # what each server action does to the requests in flight, asked before it is done
@@ -72,8 +72,8 @@ class SpecctlApp(App[int]):
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
     ]
-    APPLIES = {**{a: "live" for a in CONTROL_ACTIONS},
-               **{a: "replay only" for a in REPLAY_ACTIONS}}
+    APPLIES = {**dict.fromkeys(CONTROL_ACTIONS, "live"),
+               **dict.fromkeys(REPLAY_ACTIONS, "replay only")}
     DETAILS = {
         "force_on": "Force speculation on (mode on)",
         "force_off": "Force speculation off (mode off)",

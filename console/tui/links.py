@@ -13,11 +13,13 @@ import asyncio
 import os
 from abc import ABC, abstractmethod
 from bisect import bisect_right
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from specctl.runtime.core.errors import UNAVAILABLE, CommandError
-from specctl.runtime.supervisor.journal import read_journal
+from specctl.runtime.core.records import parse
+from specctl.runtime.supervisor.journal import read_records
 
 RESET = "reset"  # a record kind that only links make: forget what was shown, a replay seeked back
 
@@ -142,12 +144,13 @@ class SocketLink(Link):
         from specctl.runtime.control.client import ControlError, ProtocolError
 
         status = await self.request("status")
-        if status.get("sample"):
-            yield status["sample"]
+        if sample := parse(status.get("sample")):  # from another process: typed here, skipped if odd
+            yield sample
         try:
-            async for record in self._stream.subscribe():
-                yield record
-        except (ControlError, ProtocolError, OSError, RuntimeError, asyncio.TimeoutError) as exc:
+            async for raw in self._stream.subscribe():
+                if record := parse(raw):
+                    yield record
+        except (TimeoutError, ControlError, ProtocolError, OSError, RuntimeError) as exc:
             raise LinkError(UNAVAILABLE, f"lost the supervisor: {exc}") from None
         raise LinkError(UNAVAILABLE, "the supervisor went away")
 
@@ -201,8 +204,7 @@ class ReplayLink(Link):
 
     async def open(self) -> None:
         """Read the whole journal off the event loop, in a thread."""
-        records = await asyncio.to_thread(lambda: list(read_journal(self.path)))
-        timed = [r for r in records if isinstance(r.get("t"), (int, float))]
+        timed = await asyncio.to_thread(lambda: list(read_records(self.path)))  # each has a numeric t
         self._records = sorted(timed, key=lambda r: float(r["t"]))  # stable: equal times keep file order
         self._times = [float(r["t"]) for r in self._records]
         self._position = self.start

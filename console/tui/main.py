@@ -11,10 +11,9 @@ import asyncio
 import sys
 from pathlib import Path
 
-from specctl.runtime.supervisor.journal import read_journal
-
 from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_USAGE
 from specctl.console.tui.links import MAX_SPEED, MIN_SPEED, Link, LinkError, ReplayLink, SocketLink
+from specctl.runtime.supervisor.journal import read_records
 
 
 def run_tui(args: argparse.Namespace) -> int:
@@ -26,9 +25,9 @@ def run_tui(args: argparse.Namespace) -> int:
             print(f"specctl: {problem}", file=sys.stderr)  # it names the path and how to start one
             return EXIT_NO_SUPERVISOR
     else:
+        from specctl.console.tui.links import LocalLink
         from specctl.runtime.supervisor.config import ConfigError, SupervisorConfig
         from specctl.runtime.supervisor.lifecycle import Supervisor
-        from specctl.console.tui.links import LocalLink
 
         try:
             config = SupervisorConfig.from_args(args)
@@ -58,7 +57,7 @@ def run_replay(args: argparse.Namespace) -> int:
 def _journal_problem(path: Path) -> str:
     """Why ``path`` cannot be replayed, or "": checked here so that a wrong file is a message, not an empty screen."""
     try:
-        if any(isinstance(r.get("t"), (int, float)) for r in read_journal(path)):
+        if next(read_records(path), None) is not None:
             return ""
     except OSError as exc:
         return f"cannot read {path}: {exc.strerror or exc}"

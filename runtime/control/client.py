@@ -13,8 +13,9 @@ import itertools
 import json
 import os
 from collections import deque
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from specctl import PROTOCOL
 
@@ -57,7 +58,7 @@ class ControlClient:
         self._ids = itertools.count(1)
         self._records: deque[dict[str, Any]] = deque()
 
-    async def __aenter__(self) -> "ControlClient":
+    async def __aenter__(self) -> ControlClient:
         await self.connect()
         return self
 
@@ -69,7 +70,7 @@ class ControlClient:
         try:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_unix_connection(str(self.path), limit=_READ_LIMIT), self.timeout)
-        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError, asyncio.TimeoutError):
+        except (TimeoutError, FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             raise NoSupervisor(no_supervisor_message(self.path)) from None
         except PermissionError:
             raise NoSupervisor(f"cannot open {self.path}: permission denied (a supervisor of "
@@ -121,7 +122,7 @@ class ControlClient:
         self._writer.close()
         try:
             await asyncio.wait_for(self._writer.wait_closed(), self.timeout)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             pass
         self._writer = None
 
@@ -131,7 +132,7 @@ class ControlClient:
         self._writer.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
         try:
             await asyncio.wait_for(self._writer.drain(), self.timeout)
-        except (ConnectionError, asyncio.TimeoutError):
+        except (TimeoutError, ConnectionError):
             raise NoSupervisor(f"the supervisor at {self.path} stopped listening") from None
 
     async def _answer(self, req_id: int, timeout: float) -> dict[str, Any]:
@@ -157,7 +158,7 @@ class ControlClient:
         assert self._reader is not None
         try:
             line = await asyncio.wait_for(self._reader.readline(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise NoSupervisor(f"the supervisor at {self.path} did not answer within {timeout:g} s") from None
         except ConnectionError:
             raise NoSupervisor(f"lost the connection to the supervisor at {self.path}") from None

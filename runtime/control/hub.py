@@ -9,13 +9,14 @@ and counted, and the reader sees the count on its next record.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 
 class Subscription:
     """One reader's queue; iterate it with ``async for``; ``close()`` when done."""
 
-    def __init__(self, hub: "Hub", maxsize: int) -> None:
+    def __init__(self, hub: Hub, maxsize: int) -> None:
         self._hub = hub
         self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize)
         self.dropped = 0

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specctl import PROTOCOL, __version__
-from specctl.runtime.core.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAVAILABLE, CommandError
-from specctl.runtime.core import records
 from specctl.runtime.control.hub import Hub, Subscription
+from specctl.runtime.core import records
+from specctl.runtime.core.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAVAILABLE, CommandError
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def peer_allowed(uid: int, owner: int) -> bool:
 class _Connection:
     """One client: reads requests in order, answers them, and streams records once subscribed."""
 
-    def __init__(self, server: "ControlServer", reader: asyncio.StreamReader,
+    def __init__(self, server: ControlServer, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, uid: int) -> None:
         self._server = server
         self._lines = _LineReader(reader, server.idle_timeout, server.line_timeout)
@@ -304,7 +304,7 @@ class _Connection:
         self._writer.write(data)
         try:
             await asyncio.wait_for(self._writer.drain(), self._server.write_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._writer.transport.abort()
             raise _Dropped from None
 
@@ -362,7 +362,7 @@ class ControlServer:
         except (ConnectionRefusedError, FileNotFoundError):
             self.path.unlink(missing_ok=True)
             return
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             raise SocketInUse(f"{self.path} exists and could not be probed ({e!r}); remove it if no "
                               f"supervisor runs") from None
         writer.close()

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 # Bucket keys: SGLang routes a batch to the largest key <= its (padded) size,
 # so "1" alone would cover everything; one key per power of two up to the

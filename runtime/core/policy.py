@@ -17,8 +17,11 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
+
+from specctl.runtime.core.wire import WIRE_PREFIX
 
 Mode = Literal["auto", "on", "off"]
 MODES: tuple[Mode, ...] = ("auto", "on", "off")
@@ -28,7 +31,6 @@ REASONS = ("load", "quiet", "low_accept", "probe", "forced")
 # SGLang's /set_internal_state takes numbers only, so the mode travels as one.
 MODE_CODES: dict[Mode, int] = {"auto": 0, "on": 1, "off": 2}
 CODE_MODES: dict[int, Mode] = {v: k for k, v in MODE_CODES.items()}
-from specctl.runtime.core.wire import WIRE_PREFIX
 RECENT_SWITCHES = 64
 # Off for low acceptance, auto comes back ("quiet") once the batch is small enough
 # that the floor sits this far under the acceptance that switched it off: the
@@ -74,7 +76,7 @@ class PolicySettings:
     def __post_init__(self) -> None:
         _validate(self)
 
-    def with_changes(self, changes: Mapping[str, Any]) -> "PolicySettings":
+    def with_changes(self, changes: Mapping[str, Any]) -> PolicySettings:
         """A new, validated settings object; raises SettingsError and changes nothing on bad input."""
         return replace(self, **check_fields(changes))
 
@@ -140,8 +142,8 @@ def _coerce(key: str, value: Any) -> Any:
 
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}")  # longer is no setting, and int() refuses past 4300 digits
-_FLOAT_TEXT = re.compile(r"[+-]?([0-9]{1,30}\.?[0-9]{0,30}|\.[0-9]{1,30})([eE][+-]?[0-9]{1,5})?|[+-]?(nan|inf|infinity)",
-                         re.IGNORECASE)
+_FLOAT_TEXT = re.compile(
+    r"[+-]?([0-9]{1,30}\.?[0-9]{0,30}|\.[0-9]{1,30})([eE][+-]?[0-9]{1,5})?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
 
 
 def _parse_number(key: str, text: str) -> int | float:

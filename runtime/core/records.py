@@ -1,9 +1,13 @@
-"""The journal's record shapes: one JSON object per line, ``v`` and ``t`` first.
+"""The records, defined once: one JSON object per line, ``v`` and ``t`` first.
 
-A *record* is a plain dict; the same dicts travel through the hub, the control
-socket's ``subscribe`` stream, the journal and the console, so every consumer
-sees exactly what was written. A field that could not be read is ``None``
-(JSON ``null``), never a made-up number.
+A *record* is a plain dict, typed here as a TypedDict (:data:`Sample`,
+:data:`Event`, :data:`Command`); the same dicts travel through the hub, the
+control socket's ``subscribe`` stream, the journal and the console, so every
+consumer sees exactly what was written. A field that could not be read is
+``None`` (JSON ``null``), never a made-up number. The supervisor builds records
+with :func:`sample`, :func:`event` (its names are :data:`EventName`, one
+constant each) and :func:`command`; a record read from outside (a journal file,
+a socket) passes :func:`parse` once, which skips what does not have the shape.
 """
 
 from __future__ import annotations
@@ -11,28 +15,322 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, TypedDict, get_args
 
 VERSION = 1
 KINDS = ("sample", "event", "command")
 
+Kind = Literal["sample", "event", "command"]
+ServerState = Literal["starting", "ready", "unreachable", "restarting", "stopped"]
+GpuState = Literal["ok", "failed", "unsupported", "unread"]
 
-def sample(server: dict[str, Any], spec: dict[str, Any] | None, gpus: list[dict[str, Any]],
-           procs: list[dict[str, Any]], *, sim: bool, t: float | None = None) -> dict[str, Any]:
+# -- the shapes (docs/architecture.md shows a line of each) --------------------
+# Nested shapes are total=False: a reader takes a field with .get(), and a journal
+# from an older writer may lack one. A field that could not be read is None.
+
+
+class Progress(TypedDict, total=False):
+    """A starting server's phase, read from its log."""
+
+    phase: str  # weights | kv_cache | cuda_graphs | ready
+    fraction: float | None
+    elapsed_s: float
+
+
+class Server(TypedDict, total=False):
+    state: str  # a ServerState; a newer writer's state is shown as it is
+    url: str | None
+    sim: bool
+    running: float | None
+    queued: float | None
+    gen_tps: float | None
+    accept_len: float | None
+    token_usage: float | None
+    decode_tokens_total: float | None
+    model: str | None
+    tp: int | None
+    prefill_graphs: bool | None
+    pid: int | None
+    restarts: int
+    error: str | None
+    progress: Progress | None
+    uptime_s: float
+
+
+class Settings(TypedDict, total=False):
+    """The policy's settings as the server reports them (policy.PolicySettings.as_dict)."""
+
+    mode: str
+    steps: int
+    off_at: int
+    on_at: int
+    min_accept: float
+    accept_slope: float
+    accept_window: int
+    probe_after: int
+    dwell: int
+    warm_below: int
+
+
+class OffState(TypedDict, total=False):
+    fast: bool | None
+    why_not: str | None
+
+
+class Spec(TypedDict, total=False):
+    """The policy's state (policy.SpecPolicy.state, as server_info.public_spec passes it on)."""
+
+    mode: str
+    on: bool
+    steps: int
+    reason: str | None
+    switches: int
+    step: int
+    last_switch_step: int | None
+    batch_size: int | None
+    accept_mean: float | None
+    verifies: int
+    steps_on: int
+    steps_off: int
+    settings: Settings
+    off_state: OffState
+
+
+class Gpu(TypedDict, total=False):
+    index: int
+    name: str | None
+    uuid: str | None
+    state: str  # a GpuState
+    error: str | None
+    util: float | None
+    mem_used: float | None
+    mem_total: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    temp_c: float | None
+    sm_clock_mhz: float | None
+
+
+class Proc(TypedDict, total=False):
+    pid: int
+    name: str | None
+    cpu_percent: float | None
+    rss: float | None
+    num_threads: int | None
+
+
+class _SampleBase(TypedDict):
+    v: int
+    t: float
+    kind: Literal["sample"]
+    server: Server
+    spec: Spec | None  # None when the server cannot be asked
+    gpus: list[Gpu]
+
+
+class Sample(_SampleBase, total=False):
+    sim: bool  # the numbers are the simulator's: never to pass for measured ones
+    procs: list[Proc]
+
+
+class _EventBase(TypedDict):
+    v: int
+    t: float
+    kind: Literal["event"]
+    event: str  # an EventName; a name a newer writer added is still a record
+
+
+class Event(_EventBase, total=False):
+    """Something that happened once; which fields it has depends on ``event`` (docs/architecture.md)."""
+
+    pid: int | None
+    url: str | None
+    error: str | None
+    retry: bool
+    returncode: int | None
+    attempt: int
+    delay_s: float
+    lines: list[str]
+    on: bool | None
+    reason: str | None
+    batch_size: int | None
+    step: int | None
+    why: str | None
+    changes: dict[str, Any]
+    settings: dict[str, Any]
+    ok: bool
+    backend: str | None
+    index: int | None
+    sim: bool
+    lost: int
+
+
+class _CommandBase(TypedDict):
+    v: int
+    t: float
+    kind: Literal["command"]
+    cmd: str
+    ok: bool
+    uid: int | None
+
+
+class Command(_CommandBase, total=False):
+    """A control command as received: applied (ok) or refused (error code and message)."""
+
+    args: dict[str, Any]
+    error: str
+    message: str
+
+
+Record = Sample | Event | Command
+
+# -- event names ----------------------------------------------------------------
+EventName = Literal[
+    "supervisor_start", "supervisor_stop", "journal_gap",
+    "server_start", "server_start_failed", "server_ready", "server_exit", "server_restart", "server_stop",
+    "server_unreachable", "server_log", "attached_simulator",
+    "spec_switch", "slow_off_state", "eager_prefill",
+    "settings", "settings_restored", "settings_restore_failed", "backend_thresholds", "backend_thresholds_failed",
+    "gpu_failed", "gpu_recovered", "gpu_unavailable",
+]
+EVENT_NAMES: tuple[EventName, ...] = get_args(EventName)
+
+SUPERVISOR_START: Final = "supervisor_start"
+SUPERVISOR_STOP: Final = "supervisor_stop"
+JOURNAL_GAP: Final = "journal_gap"
+SERVER_START: Final = "server_start"
+SERVER_START_FAILED: Final = "server_start_failed"
+SERVER_READY: Final = "server_ready"
+SERVER_EXIT: Final = "server_exit"
+SERVER_RESTART: Final = "server_restart"
+SERVER_STOP: Final = "server_stop"
+SERVER_UNREACHABLE: Final = "server_unreachable"
+SERVER_LOG: Final = "server_log"
+ATTACHED_SIMULATOR: Final = "attached_simulator"
+SPEC_SWITCH: Final = "spec_switch"
+SLOW_OFF_STATE: Final = "slow_off_state"
+EAGER_PREFILL: Final = "eager_prefill"
+SETTINGS: Final = "settings"
+SETTINGS_RESTORED: Final = "settings_restored"
+SETTINGS_RESTORE_FAILED: Final = "settings_restore_failed"
+BACKEND_THRESHOLDS: Final = "backend_thresholds"
+BACKEND_THRESHOLDS_FAILED: Final = "backend_thresholds_failed"
+GPU_FAILED: Final = "gpu_failed"
+GPU_RECOVERED: Final = "gpu_recovered"
+GPU_UNAVAILABLE: Final = "gpu_unavailable"
+
+
+# -- building records (the supervisor's side: typed by construction) -----------
+def sample(server: Server, spec: Spec | None, gpus: list[Gpu], procs: list[Proc], *, sim: bool,
+           t: float | None = None) -> Sample:
     """A periodic snapshot of everything the console shows."""
     return {"v": VERSION, "t": time.time() if t is None else t, "kind": "sample", "sim": sim,
             "server": server, "spec": spec, "gpus": gpus, "procs": procs}
 
 
-def event(name: str, t: float | None = None, **fields: Any) -> dict[str, Any]:
+def event(name: EventName, t: float | None = None, **fields: Any) -> Event:
     """Something that happened once: a switch, a server start/exit/restart, a settings change."""
-    return {"v": VERSION, "t": time.time() if t is None else t, "kind": "event", "event": name, **fields}
+    record: dict[str, Any] = {"v": VERSION, "t": time.time() if t is None else t, "kind": "event",
+                              "event": name, **fields}
+    return record  # type: ignore[return-value]  # the fields are the event's own (Event lists them)
 
 
-def command(cmd: str, ok: bool, uid: int | None, t: float | None = None, **fields: Any) -> dict[str, Any]:
+def command(cmd: str, ok: bool, uid: int | None, t: float | None = None, **fields: Any) -> Command:
     """A control command as received, with the peer's uid and whether it was applied."""
-    return {"v": VERSION, "t": time.time() if t is None else t, "kind": "command", "cmd": cmd,
-            "ok": ok, "uid": uid, **fields}
+    record: dict[str, Any] = {"v": VERSION, "t": time.time() if t is None else t, "kind": "command",
+                              "cmd": cmd, "ok": ok, "uid": uid, **fields}
+    return record  # type: ignore[return-value]
+
+
+# -- reading records (from a journal file or a socket: untrusted) -------------
+Check = Callable[[Any], bool]
+
+
+def _num(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _int(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _str(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _bool(value: Any) -> bool:
+    return value is None or isinstance(value, bool)
+
+
+def _shape(fields: Mapping[str, Check], optional: bool = False) -> Check:
+    """A dict whose known fields have their types (unknown ones pass: a newer writer may add some)."""
+    def check(value: Any) -> bool:
+        if value is None and optional:
+            return True
+        return isinstance(value, dict) and all(ok(value[k]) for k, ok in fields.items() if k in value)
+    return check
+
+
+def _list_of(item: Check) -> Check:
+    return lambda value: isinstance(value, list) and all(item(x) for x in value)
+
+
+def _any_dict(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+_PROGRESS = _shape({"phase": _str, "fraction": _num, "elapsed_s": _num}, optional=True)
+_SERVER = _shape({"state": _str, "url": _str, "sim": _bool, "running": _num, "queued": _num, "gen_tps": _num,
+                  "accept_len": _num, "token_usage": _num, "decode_tokens_total": _num, "model": _str,
+                  "tp": _int, "prefill_graphs": _bool, "pid": _int, "restarts": _int, "error": _str,
+                  "progress": _PROGRESS, "uptime_s": _num})
+_SETTINGS = _shape({"mode": _str, "steps": _num, "off_at": _num, "on_at": _num, "min_accept": _num,
+                    "accept_slope": _num, "accept_window": _num, "probe_after": _num, "dwell": _num,
+                    "warm_below": _num})
+_SPEC = _shape({"mode": _str, "on": _bool, "steps": _num, "reason": _str, "switches": _num, "step": _num,
+                "last_switch_step": _num, "batch_size": _num, "accept_mean": _num, "verifies": _num,
+                "steps_on": _num, "steps_off": _num, "settings": _SETTINGS,
+                "off_state": _shape({"fast": _bool, "why_not": _str})}, optional=True)
+_GPU = _shape({"index": _int, "name": _str, "uuid": _str, "state": _str, "error": _str, "util": _num,
+               "mem_used": _num, "mem_total": _num, "power_w": _num, "power_limit_w": _num, "temp_c": _num,
+               "sm_clock_mhz": _num})
+_PROC = _shape({"pid": _int, "name": _str, "cpu_percent": _num, "rss": _num, "num_threads": _num})
+_SAMPLE = _shape({"sim": _bool, "server": _SERVER, "spec": _SPEC, "gpus": _list_of(_GPU), "procs": _list_of(_PROC)})
+_SAMPLE_NEEDS = ("server", "spec", "gpus")
+_EVENT = _shape({"pid": _int, "url": _str, "error": _str, "retry": _bool, "returncode": _int, "attempt": _int,
+                 "delay_s": _num, "lines": _list_of(lambda x: isinstance(x, str)), "on": _bool, "reason": _str,
+                 "batch_size": _num, "step": _num, "why": _str, "changes": _any_dict, "settings": _any_dict,
+                 "ok": _bool, "backend": _str, "index": _int, "sim": _bool, "lost": _int})
+_COMMAND = _shape({"cmd": lambda x: isinstance(x, str), "ok": lambda x: isinstance(x, bool), "uid": _int,
+                   "args": _any_dict, "error": _str, "message": _str})
+
+
+def parse(raw: Any) -> Record | None:
+    """The one check between JSON from outside (a journal file, a socket) and the typed records.
+
+    Returns the record itself when it has a record's shape: a known ``kind``, a
+    numeric ``t``, and every field this module declares of its declared type
+    (``None`` where a value could not be read); else None, and the caller skips
+    it. So code that takes a :data:`Record` needs no defensive reads. Nothing is
+    copied or changed: what the writer wrote is what is shown.
+    """
+    if not isinstance(raw, dict) or not _is_time(raw.get("t")):
+        return None
+    kind = raw.get("kind")
+    if kind == "sample":
+        ok = all(k in raw for k in _SAMPLE_NEEDS) and _SAMPLE(raw)
+    elif kind == "event":
+        ok = isinstance(raw.get("event"), str) and _EVENT(raw)
+    elif kind == "command":
+        ok = all(k in raw for k in ("cmd", "ok")) and _COMMAND(raw)
+    else:
+        ok = False
+    return raw if ok else None  # type: ignore[return-value]  # checked field by field above
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def loads(text: str | bytes) -> Any:
@@ -52,6 +350,6 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def dumps(record: dict[str, Any]) -> str:
+def dumps(record: Mapping[str, Any]) -> str:
     """Compact UTF-8 JSON, one line, no trailing newline."""
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

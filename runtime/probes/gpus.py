@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
-from specctl.runtime.probes.sglang_client import SGLangClient, ServerUnreachable
+from specctl.runtime.probes.sglang_client import ServerUnreachable, SGLangClient
 
 GpuDict = dict[str, Any]
 METRIC_FIELDS = ("util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")

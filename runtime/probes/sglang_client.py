@@ -13,7 +13,6 @@ layering that tests/test_layers.py proves.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import math
@@ -112,7 +111,7 @@ class SGLangClient:
         try:
             async with self._open().request(method, url, **kwargs) as response:
                 status, body = response.status, await response.read()
-        except asyncio.TimeoutError as exc:  # before ClientError: aiohttp's timeouts are both
+        except TimeoutError as exc:  # before ClientError: aiohttp's timeouts are both
             raise ServerUnreachable(f"timed out after {self.timeout} s") from exc
         except aiohttp.ClientConnectorError as exc:
             raise ServerUnreachable(_connect_message(exc, self.base_url)) from exc

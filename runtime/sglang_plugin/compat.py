@@ -13,11 +13,16 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from specctl.runtime.core.adaptive_config import read_candidate_steps
 from specctl.runtime.core.tree_drafts import topk_refusal
+
+# SGLang's whitelist of general plugins (sglang/srt/plugins/__init__.py); unset = all load.
+# Named in the shared wire module (the launcher sets it too), re-exported beside SGLang's other names.
+from specctl.runtime.core.wire import PLUGINS_ENV as PLUGINS_ENV
 
 PARAMS_CLASS = "sglang.srt.speculative.adaptive_spec_params.AdaptiveSpeculativeParams"
 ADAPTIVE_UNSUPPORTED = "sglang.srt.speculative.adaptive_spec_params.adaptive_unsupported_reason"
@@ -26,8 +31,6 @@ HOOK_TYPE = "sglang.srt.plugins.hook_registry.HookType"
 SET_STATE_OUTPUT = "sglang.srt.managers.io_struct.SetInternalStateReqOutput"
 # prometheus_client reads this variable; SGLang sets it when --enable-metrics is on.
 PROMETHEUS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-# SGLang's whitelist of general plugins (sglang/srt/plugins/__init__.py); unset = all load.
-from specctl.runtime.core.wire import PLUGINS_ENV  # noqa: E402  (re-exported)
 
 
 class SpecctlPluginError(SystemExit):

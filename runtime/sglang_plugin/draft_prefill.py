@@ -23,8 +23,9 @@ prefill has another signature and its draft input another field.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from specctl.runtime.sglang_plugin import draft_warmth
 

@@ -67,8 +67,9 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from specctl.runtime.sglang_plugin import draft_prefill, draft_trace, draft_warmth, spec_alloc
 from specctl.runtime.sglang_plugin.compat import HookSpec, ReadDoneNames, Release, register_hook

@@ -12,7 +12,8 @@ rank writes the same values, and "mostrecent" merges them into one series.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from specctl.runtime.sglang_plugin.compat import PROMETHEUS_DIR_ENV
 from specctl.runtime.sglang_plugin.params import Observer

@@ -16,10 +16,11 @@ hooks in the same process find it.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from specctl.runtime.core.policy import PolicySettings, SettingsError, SpecPolicy, settings_from_wire
 from specctl.runtime.core.adaptive_config import read_candidate_steps
+from specctl.runtime.core.policy import PolicySettings, SettingsError, SpecPolicy, settings_from_wire
 
 # Observer of the policy's state (SpecPolicy.state()). Called only when on/off or the steps change.
 Observer = Callable[[Mapping[str, Any]], None]
@@ -29,10 +30,10 @@ Observer = Callable[[Mapping[str, Any]], None]
 # the bound keeps a batch whose result never comes from skewing it for long.
 IN_FLIGHT = 4
 
-_active: "SpecctlParams | None" = None
+_active: SpecctlParams | None = None
 
 
-def active() -> "SpecctlParams | None":
+def active() -> SpecctlParams | None:
     """The params object of this process's speculative worker, once SGLang has built it."""
     return _active
 

@@ -15,15 +15,15 @@ import functools
 import json
 import logging
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from specctl.runtime.core.policy import WIRE_PREFIX, PolicySettings, SettingsError
+from specctl.runtime.core.wire import ENABLE_ENV, SETTINGS_ENV
 from specctl.runtime.sglang_plugin import compat, fast_off
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.gauges import metrics_observer
 from specctl.runtime.sglang_plugin.params import SpecctlParams, active, observers
-
-from specctl.runtime.core.wire import ENABLE_ENV, SETTINGS_ENV  # noqa: E402  (re-exported)
 
 logger = logging.getLogger("specctl.plugin")
 

@@ -23,7 +23,8 @@ and without the hook on the same inputs); 0.5.23 does not get the hook.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 class SizedNothing:

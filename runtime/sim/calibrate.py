@@ -15,7 +15,7 @@ import argparse
 import dataclasses
 import math
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 from specctl.runtime.sim.offline import Server, run_point
 from specctl.runtime.sim.presets import PRESETS, Preset

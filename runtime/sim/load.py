@@ -18,8 +18,8 @@ when c(t) falls, requests already running finish normally.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from specctl.runtime.sim.model import SimEngine
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from specctl.runtime.core.policy import SpecPolicy
 

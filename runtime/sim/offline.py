@@ -7,8 +7,9 @@ makes the simulated numbers comparable with the measured ones.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.sim.presets import Preset

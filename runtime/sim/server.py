@@ -13,14 +13,15 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from specctl.runtime.core.policy import SettingsError, SpecPolicy, WIRE_PREFIX, settings_from_wire
+from specctl.runtime.core.policy import WIRE_PREFIX, SettingsError, SpecPolicy, settings_from_wire
 from specctl.runtime.sim.gpus import SimGpus
 from specctl.runtime.sim.load import LoadDriver, LoadSpec, parse_load
 from specctl.runtime.sim.model import SimEngine, SimRequest, tree_tokens
@@ -335,7 +336,7 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return _error(503, str(exc))
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the contract is "never a traceback"
+    except Exception as exc:
         return _error(500, f"internal error: {type(exc).__name__}")
 
 

@@ -19,8 +19,9 @@ import socket
 import sys
 import tempfile
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import psutil
 
@@ -156,7 +157,7 @@ class ProcessBackend:
             _signal_group(proc.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), self.stop_grace_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         _signal_group(proc.pid, signal.SIGKILL)
         for p in family:  # children that left the group (setsid) still get stopped

@@ -10,28 +10,60 @@ reported, not hidden.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from specctl.runtime.core import records
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.policy import MODES, PolicySettings, SettingsError
-from specctl.runtime.probes.sglang_client import ServerUnreachable
 from specctl.runtime.core.thresholds import attention_backend, for_backend, unset_groups
-
-if TYPE_CHECKING:
-    from specctl.runtime.supervisor.lifecycle import Supervisor
+from specctl.runtime.probes.sglang_client import ServerUnreachable
 
 COMMANDS = ("ping", "status", "mode", "set", "server")
 JOURNALED = ("mode", "set", "server")
 SERVER_ACTIONS = ("restart", "stop", "start")
 
 
+class SettingsClient(Protocol):
+    """The one call the commands make to the model server (probes.sglang_client.SGLangClient)."""
+
+    async def set_internal_state(self, server_args: dict[str, int | float]) -> list[bool]: ...
+
+
+class SupervisorPort(Protocol):
+    """What the commands need from the supervisor, and no more (lifecycle.Supervisor provides it).
+
+    Narrow so that the commands see neither the supervisor's internals nor its module:
+    lifecycle imports this one, never the other way round.
+    """
+
+    @property
+    def state(self) -> str: ...  # the server's health state (health.ServerHealth)
+
+    @property
+    def latest_sample(self) -> records.Sample | None: ...
+
+    @property
+    def owns_server(self) -> bool: ...  # False for --attach: specctl neither starts nor stops it
+
+    @property
+    def server_client(self) -> SettingsClient | None: ...  # None while no server runs
+
+    def emit(self, record: records.Record) -> None: ...
+
+    async def poll_now(self, timeout: float = 5.0) -> None: ...
+
+    async def stop_server(self) -> None: ...
+
+    async def start_server(self) -> None: ...
+
+
 class CommandHandler:
     """Turns commands into /set_internal_state calls and server actions."""
 
-    def __init__(self, sup: "Supervisor") -> None:
+    def __init__(self, sup: SupervisorPort, settings: Mapping[str, Any]) -> None:
         self.sup = sup
-        self.desired: dict[str, Any] = dict(sup.config.settings)  # survives server restarts
+        self.desired: dict[str, Any] = dict(settings)  # survives server restarts
         self._lock = asyncio.Lock()
 
     async def execute(self, cmd: str, args: dict[str, Any], uid: int | None) -> dict[str, Any]:
@@ -77,7 +109,7 @@ class CommandHandler:
             new = current.with_changes(changes)
         except SettingsError as exc:
             raise CommandError(INVALID_VALUE, str(exc), field=exc.field) from None
-        client = self.sup._client
+        client = self.sup.server_client
         if client is None:
             raise CommandError(UNAVAILABLE, "the model server is not running")
         try:
@@ -89,15 +121,18 @@ class CommandHandler:
                                               "nothing changed")
         applied = {k: getattr(new, k) for k in changes}
         self.desired.update(applied)
-        self.sup.emit(records.event("settings", changes=applied, settings=new.as_dict()))
+        self.sup.emit(records.event(records.SETTINGS, changes=applied, settings=new.as_dict()))
         await self.sup.poll_now()
-        spec = (self.sup.latest_sample or {}).get("spec") or {}
+        spec = self._latest_spec() or {}
         return {"settings": spec.get("settings") or new.as_dict()}  # the server's word, once it has read back
+
+    def _latest_spec(self) -> records.Spec | None:
+        sample = self.sup.latest_sample
+        return None if sample is None else sample["spec"]
 
     def _current(self) -> PolicySettings:
         """The server's settings as last read; refuses when the server cannot be asked."""
-        sample = self.sup.latest_sample or {}
-        spec = sample.get("spec")
+        spec = self._latest_spec()
         if not spec or not isinstance(spec.get("settings"), dict):
             raise CommandError(UNAVAILABLE, "the model server's policy state is not known yet "
                                             f"(server {self.sup.state}); try again when it is ready")
@@ -108,16 +143,16 @@ class CommandHandler:
 
     async def push_desired(self) -> None:
         """After a (re)start, give the server what operators asked for, so nothing is lost."""
-        client = self.sup._client
+        client = self.sup.server_client
         if not self.desired or client is None:
             return
         try:
             wire = PolicySettings().with_changes(self.desired).to_wire(self.desired.keys())
             ok = await client.set_internal_state(wire)
         except (SettingsError, ServerUnreachable) as exc:
-            self.sup.emit(records.event("settings_restore_failed", error=str(exc)))
+            self.sup.emit(records.event(records.SETTINGS_RESTORE_FAILED, error=str(exc)))
             return
-        self.sup.emit(records.event("settings_restored", ok=bool(ok) and all(ok), changes=self.desired))
+        self.sup.emit(records.event(records.SETTINGS_RESTORED, ok=bool(ok) and all(ok), changes=self.desired))
 
     async def adopt_backend_thresholds(self, info: dict[str, Any] | None) -> bool:
         """Once per server start: thresholds measured for its attention backend.
@@ -127,17 +162,17 @@ class CommandHandler:
         """
         backend = attention_backend(info)
         pair = unset_groups(for_backend(backend) or {}, self.desired)
-        client = self.sup._client
+        client = self.sup.server_client
         if not pair or client is None:
             return False
         try:
             wire = PolicySettings().with_changes({**self.desired, **pair}).to_wire(pair.keys())
             ok = await client.set_internal_state(wire)
         except (SettingsError, ServerUnreachable) as exc:
-            self.sup.emit(records.event("backend_thresholds_failed", backend=backend, error=str(exc)))
+            self.sup.emit(records.event(records.BACKEND_THRESHOLDS_FAILED, backend=backend, error=str(exc)))
             return False
         applied = bool(ok) and all(ok)
-        self.sup.emit(records.event("backend_thresholds", backend=backend, changes=pair, ok=applied))
+        self.sup.emit(records.event(records.BACKEND_THRESHOLDS, backend=backend, changes=pair, ok=applied))
         return applied
 
     async def _cmd_server(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +180,7 @@ class CommandHandler:
         if action not in SERVER_ACTIONS:
             raise CommandError(INVALID_VALUE, f"action must be one of {', '.join(SERVER_ACTIONS)}, got {action!r}",
                                field="action")
-        if not self.sup.backend.owns_process:
+        if not self.sup.owns_server:
             raise CommandError(INVALID_VALUE, "this server was started elsewhere (--attach); "
                                               "specctl does not start or stop it", field="action")
         if action == "start" and self.sup.state not in ("stopped", "restarting"):

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from specctl.runtime.supervisor import config_file, paths
 from specctl.runtime.core.policy import PolicySettings, SettingsError
 from specctl.runtime.core.tree_drafts import tree_args_problem
+from specctl.runtime.supervisor import config_file, paths
 
 BackendKind = Literal["sim", "sglang", "attach"]
 
@@ -88,7 +88,7 @@ class SupervisorConfig:
             raise ConfigError(f"--sim-load: {exc}") from None
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "SupervisorConfig":
+    def from_args(cls, args: argparse.Namespace) -> SupervisorConfig:
         """Build from the `specctl run`/`specctl tui` arguments over the config file's defaults."""
         attach = args.attach is not None  # `--attach ""` is a mistake, not a request for the simulator
         backend: BackendKind = "attach" if attach else "sglang" if args.model else "sim"

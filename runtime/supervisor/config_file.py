@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specctl.runtime.supervisor import paths
 from specctl.runtime.core.policy import PolicySettings, SettingsError
+from specctl.runtime.supervisor import paths
 
 SUPERVISOR_KEYS: dict[str, type | tuple[type, ...]] = {
     "interval": (int, float), "log": str, "log_max_mb": (int, float), "socket": str, "sim_preset": str,

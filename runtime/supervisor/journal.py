@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 from specctl.runtime.core import records
 from specctl.runtime.core.records import dumps
@@ -66,7 +67,7 @@ class Journal:
         the records lost counted; when writes work again a ``journal_gap`` record goes first, and is returned
         so the caller can tell its listeners."""
         if self.lost:
-            gap = records.event("journal_gap", lost=self.lost)
+            gap = records.event(records.JOURNAL_GAP, lost=self.lost)
             if not self._took(gap):
                 self.lost += 1  # the record itself is lost too
                 return None
@@ -133,3 +134,11 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                 continue
             if isinstance(record, dict):
                 yield record
+
+
+def read_records(path: str | os.PathLike[str]) -> Iterator[records.Record]:
+    """The journal's records, typed: lines without a record's shape are skipped (records.parse)."""
+    for raw in read_journal(path):
+        record = records.parse(raw)
+        if record is not None:
+            yield record

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.core.wire import ENABLE_ENV, PLUGINS_ENV, SETTINGS_ENV

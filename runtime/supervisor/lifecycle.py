@@ -14,16 +14,18 @@ import logging
 from collections import deque
 from typing import Any
 
+from specctl.runtime.control.hub import Hub
 from specctl.runtime.core import records
+from specctl.runtime.probes.gpus import GpuSource, NvmlUnavailable, open_gpu_source
+from specctl.runtime.probes.procs import ProcSampler, listening_pid
+from specctl.runtime.probes.server_info import EAGER_PREFILL_WHY, is_simulator, prefill_graphs, public_spec, spec_state
+from specctl.runtime.probes.sglang_client import ServerUnreachable, SGLangClient
 from specctl.runtime.supervisor.backends import AttachBackend, Backend, BackendError, SimBackend
 from specctl.runtime.supervisor.commands import CommandHandler
 from specctl.runtime.supervisor.config import SupervisorConfig
-from specctl.runtime.probes.gpus import GpuSource, NvmlUnavailable, open_gpu_source
-from specctl.runtime.control.hub import Hub
+from specctl.runtime.supervisor.edges import GpuFaults, Once, SwitchCursor
+from specctl.runtime.supervisor.health import ServerHealth
 from specctl.runtime.supervisor.journal import Journal
-from specctl.runtime.probes.procs import ProcSampler, listening_pid
-from specctl.runtime.probes.server_info import EAGER_PREFILL_WHY, is_simulator, prefill_graphs, public_spec, spec_state
-from specctl.runtime.probes.sglang_client import SGLangClient, ServerUnreachable
 
 log = logging.getLogger(__name__)
 RECENT = 200
@@ -35,13 +37,12 @@ class Supervisor:
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
         self.hub = Hub()
-        self.latest_sample: dict[str, Any] | None = None
-        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
+        self.latest_sample: records.Sample | None = None
+        self.recent: deque[records.Record] = deque(maxlen=RECENT)
         self.backend: Backend = make_backend(config)
         self.sim = self.backend.sim
-        self.state = "starting"
-        self.restarts = 0
-        self.commands = CommandHandler(self)
+        self.health = ServerHealth(config.restart_backoff)
+        self.commands = CommandHandler(self, config.settings)
         self._journal: Journal | None = None
         self._control: Any = None
         self._client: SGLangClient | None = None
@@ -52,16 +53,30 @@ class Supervisor:
         self._busy = asyncio.Lock()  # a poll and a server action never interleave
         self._polled = asyncio.Event()
         self._polls_started = self._polls_done = 0
-        self._attempt = 0
-        self._restart_at: float | None = None
-        self._last_seq: int | None = None
-        self._error: str | None = None
         self._started_at = 0.0
-        self._thresholds_checked = False
-        self._slow_off_told = False  # the slow_off_state event is said once per server start
-        self._eager_prefill_told = False  # so is eager_prefill
         self._announced = False  # supervisor_start said: only then is supervisor_stop
-        self._failed_gpus: set[Any] = set()  # indexes said failed: gpu_failed once, then gpu_recovered
+        # Said once per server start: its thresholds looked up, a slow "off", eager prefills.
+        self._thresholds_checked, self._slow_off, self._eager_prefill = Once(), Once(), Once()
+        self._switches = SwitchCursor()
+        self._gpu_faults = GpuFaults()
+
+    # -- what the commands see (commands.SupervisorPort) --------------------
+    @property
+    def state(self) -> str:
+        return self.health.state
+
+    @property
+    def restarts(self) -> int:
+        return self.health.restarts
+
+    @property
+    def owns_server(self) -> bool:
+        return self.backend.owns_process
+
+    @property
+    def server_client(self) -> SGLangClient | None:
+        """The running server's client; None while there is none."""
+        return self._client
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -83,7 +98,7 @@ class Supervisor:
                 await self.stop()
                 raise
         self._announced = True
-        self.emit(records.event("supervisor_start", backend=self.config.backend, sim=self.sim))
+        self.emit(records.event(records.SUPERVISOR_START, backend=self.config.backend, sim=self.sim))
         await self._start_backend()
         self._task = asyncio.create_task(self._loop(), name="specctl-supervisor")
 
@@ -105,13 +120,13 @@ class Supervisor:
         self._client = self._gpus = None
         if not self._announced or (self._journal is None and not self.hub.subscribers):
             return  # never started, or nobody to tell (or stopped already)
-        self.emit(records.event("supervisor_stop"))
+        self.emit(records.event(records.SUPERVISOR_STOP))
         if self._journal is not None:
             self._journal.close()
             self._journal = None
         self.hub.close()
 
-    def emit(self, record: dict[str, Any]) -> None:
+    def emit(self, record: records.Record) -> None:
         """Journal first (never dropped), then everyone listening."""
         gap = self._journal.append(record) if self._journal is not None else None
         if gap is not None:  # written before the record: the console hears of it too
@@ -127,25 +142,20 @@ class Supervisor:
 
     # -- the server process -------------------------------------------------
     async def _start_backend(self) -> None:
-        self.state = "starting"
-        self._error = None
-        self._last_seq = 0 if self.backend.owns_process else None
-        self._thresholds_checked = False
-        self._slow_off_told = self._eager_prefill_told = False
+        self.health.starting()
+        self._switches.start(self.backend.owns_process)
+        for once in (self._thresholds_checked, self._slow_off, self._eager_prefill):
+            once.reset()
         loop = asyncio.get_running_loop()
         self._started_at = loop.time()
         try:
             await self.backend.start()
         except BackendError as exc:
-            self._error = str(exc)
-            self.emit(records.event("server_start_failed", error=str(exc), retry=exc.retry))
-            if exc.retry:
-                self._schedule_restart(None)
-            else:  # stopped until an operator fixes it and says `specctl server start`
-                self.state, self._restart_at = "stopped", None
+            for said in self.health.start_failed(str(exc), exc.retry, loop.time()):
+                self.emit(said)
             return
         await self._reset_clients()
-        self.emit(records.event("server_start", pid=self.backend.pid, url=self.backend.url))
+        self.emit(records.event(records.SERVER_START, pid=self.backend.pid, url=self.backend.url))
 
     async def _reset_clients(self) -> None:
         if self._client is not None:
@@ -161,7 +171,7 @@ class Supervisor:
 
     async def _open_gpus(self) -> GpuSource | None:
         """The simulator's GPUs or NVML; without a driver the samples say so (no GPUs) and we go on."""
-        self._failed_gpus.clear()  # another source's GPU 0 is not the one that failed
+        self._gpu_faults.forget()  # another source's GPU 0 is not the one that failed
         kind = self.config.gpu_source
         if kind == "none":
             return None
@@ -170,32 +180,20 @@ class Supervisor:
         try:
             return await open_gpu_source(kind, self._client)
         except NvmlUnavailable as exc:
-            self.emit(records.event("gpu_unavailable", error=str(exc)))
+            self.emit(records.event(records.GPU_UNAVAILABLE, error=str(exc)))
             return None
-
-    def _schedule_restart(self, returncode: int | None) -> None:
-        self._attempt += 1
-        first, cap = self.config.restart_backoff
-        delay = min(cap, first * 2 ** (self._attempt - 1))
-        self.state = "restarting"
-        self._restart_at = asyncio.get_running_loop().time() + delay
-        self.restarts += 1
-        self.emit(records.event("server_restart", attempt=self._attempt, delay_s=delay,
-                                returncode=returncode))
 
     async def stop_server(self) -> None:
         """Stop the server and keep it stopped until asked to start (a command)."""
         async with self._busy:
             await self.backend.stop()
-            self.state = "stopped"
-            self._restart_at = None
-            self.emit(records.event("server_stop", pid=self.backend.pid))
+            self.health.stopped()
+            self.emit(records.event(records.SERVER_STOP, pid=self.backend.pid))
         await self.poll_now()
 
     async def start_server(self) -> None:
         async with self._busy:
-            self._attempt = 0
-            self._restart_at = None
+            self.health.start_asked()
             await self._start_backend()
         await self.poll_now()
 
@@ -240,7 +238,7 @@ class Supervisor:
     async def _tick(self) -> None:
         await self._watch_process()
         self._publish_log()
-        if self.state in ("stopped", "restarting") or self._client is None:
+        if self.health.down or self._client is None:
             self.emit(await self._sample(None, None, None))
             return
         client = self._client
@@ -253,22 +251,22 @@ class Supervisor:
             await self._note_health(healthy)  # on becoming ready, settings are restored before reading
             if healthy:
                 metrics, info = await asyncio.gather(client.metrics(), client.server_info())
-                if not self._thresholds_checked:
+                if self._thresholds_checked.first():
                     info = await self._adopt_thresholds(client, info)
         except ServerUnreachable as exc:
-            self._error = str(exc)
+            self.health.unanswered(str(exc))
             await self._note_health(False)
         await self._note_simulator(info)
         self._note_eager_prefill(info)
         spec = spec_state(info)
         if spec is not None:
-            self._emit_switches(spec)
+            for said in self._switches.new(spec.get("recent_switches") or []):
+                self.emit(said)
             self._note_off_state(spec)
         self.emit(await self._sample(metrics, info, spec))
 
     async def _adopt_thresholds(self, client: SGLangClient, info: dict[str, Any]) -> dict[str, Any]:
         """First answer of a server we launched: thresholds for its attention backend, read back."""
-        self._thresholds_checked = True
         if not self.backend.owns_process or self.sim:
             return info
         if await self.commands.adopt_backend_thresholds(info):
@@ -278,47 +276,30 @@ class Supervisor:
     async def _watch_process(self) -> None:
         if not self.backend.owns_process or self.state == "stopped":
             return
+        now = asyncio.get_running_loop().time()
         if self.state == "restarting":
-            if self._restart_at is not None and asyncio.get_running_loop().time() >= self._restart_at:
+            if self.health.restart_due(now):
                 await self._start_backend()
             return
         code = self.backend.returncode()
         if code is not None:
-            self.emit(records.event("server_exit", pid=self.backend.pid, returncode=code))
+            self.emit(records.event(records.SERVER_EXIT, pid=self.backend.pid, returncode=code))
             await self.backend.stop()  # the leader died: stop what is left of its group (ranks)
-            self._schedule_restart(code)
+            self.emit(self.health.exited(code, asyncio.get_running_loop().time()))
 
     async def _note_health(self, healthy: bool) -> None:
-        if healthy and self.state != "ready":
-            self.state = "ready"
-            self._error = None
-            self._attempt = 0
-            self.emit(records.event("server_ready", url=self.backend.url))
-            await self.commands.push_desired()
-        elif not healthy and (self.state == "ready" or (self.state == "starting" and not self.backend.owns_process)):
-            # a server we launched may take minutes to start; one we attached to should answer now
-            self.state = "unreachable"
-            self.emit(records.event("server_unreachable", error=self._error))
-
-    def _emit_switches(self, spec: dict[str, Any]) -> None:
-        switches = spec.get("recent_switches") or []
-        newest = max((s.get("seq", 0) for s in switches), default=0)
-        if self._last_seq is None or newest < self._last_seq:  # attached late, or the server restarted
-            self._last_seq = newest
+        said = self.health.answered(healthy, attached=not self.backend.owns_process, url=self.backend.url)
+        if said is None:
             return
-        for sw in switches:
-            if sw.get("seq", 0) > self._last_seq:
-                self.emit(records.event("spec_switch", on=sw.get("on"), reason=sw.get("reason"),
-                                        batch_size=sw.get("batch_size"), step=sw.get("step")))
-        self._last_seq = newest
+        self.emit(said)
+        if self.health.state == "ready":  # give a (re)started server what operators asked for
+            await self.commands.push_desired()
 
     def _note_off_state(self, spec: dict[str, Any]) -> None:
         """Say once per server when its "off" is SGLang's slow steps-0 state rather than fast off."""
         off = spec.get("off_state")
-        if not isinstance(off, dict) or off.get("fast") is not False or self._slow_off_told:
-            return
-        self._slow_off_told = True
-        self.emit(records.event("slow_off_state", why=off.get("why_not")))
+        if isinstance(off, dict) and off.get("fast") is False and self._slow_off.first():
+            self.emit(records.event(records.SLOW_OFF_STATE, why=off.get("why_not")))
 
     async def _note_simulator(self, info: dict[str, Any] | None) -> None:
         """An attached server that is specctl's simulator (its /server_info says so): from then on every sample
@@ -327,7 +308,7 @@ class Supervisor:
         if self.sim or not is_simulator(info):
             return
         self.sim = True
-        self.emit(records.event("attached_simulator", url=self.backend.url))
+        self.emit(records.event(records.ATTACHED_SIMULATOR, url=self.backend.url))
         if self.config.gpu_source == "auto":
             if self._gpus is not None:
                 await self._gpus.aclose()
@@ -339,46 +320,31 @@ class Supervisor:
         Why: eager prefills put the scheduler's CPU on the critical path while prompts arrive, and the
         speculative server's ops run slower there (docs/fast-off.md, "Prefill CUDA graphs").
         """
-        if self._eager_prefill_told or prefill_graphs(info) is not False:
-            return
-        self._eager_prefill_told = True
-        self.emit(records.event("eager_prefill", why=EAGER_PREFILL_WHY))
-
-    def _note_gpu_faults(self, gpus: list[dict[str, Any]]) -> None:
-        """Journal a GPU's failure when it begins and its recovery when it ends: samples say so only in passing.
-
-        "unread" (the simulator is down) is neither: nothing is known about the GPU.
-        """
-        for gpu in gpus:
-            index, state = gpu.get("index"), gpu.get("state")
-            if state == "failed" and index not in self._failed_gpus:
-                self._failed_gpus.add(index)
-                self.emit(records.event("gpu_failed", index=index, error=gpu.get("error")))
-            elif state == "ok" and index in self._failed_gpus:
-                self._failed_gpus.discard(index)
-                self.emit(records.event("gpu_recovered", index=index))
+        if prefill_graphs(info) is False and self._eager_prefill.first():
+            self.emit(records.event(records.EAGER_PREFILL, why=EAGER_PREFILL_WHY))
 
     def _publish_log(self) -> None:
         lines = self.backend.take_log()
         if lines:
-            self.emit(records.event("server_log", lines=lines))
+            self.emit(records.event(records.SERVER_LOG, lines=lines))
 
     async def _sample(self, metrics: Any, info: dict[str, Any] | None,
-                      spec: dict[str, Any] | None) -> dict[str, Any]:
-        gpus: list[dict[str, Any]] = []
+                      spec: dict[str, Any] | None) -> records.Sample:
+        gpus: list[records.Gpu] = []
         if self._gpus is not None:
             try:
                 gpus = await self._gpus.sample()
             except Exception as exc:  # the source reports per-GPU failures itself; this is a last guard
                 log.warning("GPU sampling failed: %s", exc)
-        self._note_gpu_faults(gpus)
+        for said in self._gpu_faults.changes(gpus):  # samples say it only in passing
+            self.emit(said)
         procs = self._procs.sample() if self._procs is not None else []
         sample = records.sample(self._server_fields(metrics, info), public_spec(spec), gpus, procs,
                                 sim=self.sim)
         self.latest_sample = sample
         return sample
 
-    def _server_fields(self, m: Any, info: dict[str, Any] | None) -> dict[str, Any]:
+    def _server_fields(self, m: Any, info: dict[str, Any] | None) -> records.Server:
         uptime = round(asyncio.get_running_loop().time() - self._started_at, 3)
         return {
             "state": self.state, "url": self.backend.url, "sim": self.sim,
@@ -390,12 +356,12 @@ class Supervisor:
             "prefill_graphs": prefill_graphs(info),
             # a stopped or exited server has no process: its old pid could be anyone's by now
             "pid": None if self.state in ("stopped", "restarting") else self.backend.pid,
-            "restarts": self.restarts, "error": self._error,
+            "restarts": self.health.restarts, "error": self.health.error,
             "progress": self._progress(uptime),
             "uptime_s": uptime,
         }
 
-    def _progress(self, uptime: float) -> dict[str, Any] | None:
+    def _progress(self, uptime: float) -> records.Progress | None:
         """Start-up phase from the server's log, while it starts."""
         progress = self.backend.progress
         if self.state != "starting" or progress is None:

@@ -7,11 +7,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from specctl.runtime.core.adaptive_config import write_config
+from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.supervisor.backends import BackendError, ProcessBackend, free_port
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.launcher import StartupProgress, build_command, launch_env
-from specctl.runtime.core.policy import PolicySettings
-from specctl.runtime.core.adaptive_config import write_config
+
 
 class SGLangBackend(ProcessBackend):
     """``python -m sglang.launch_server`` in its own process group, on a loopback port."""

@@ -9,7 +9,7 @@ import pytest
 
 from specctl.widgets import event_log
 
-from tui_helpers import replay_app, settle
+from support.tui import replay_app, settle
 
 
 @pytest.fixture(autouse=True)

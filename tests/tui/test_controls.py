@@ -18,18 +18,19 @@ from textual.pilot import Pilot
 
 from specctl.console.tui.app import SpecctlApp
 from specctl.console.tui.links import LocalLink
+from specctl.console.tui.messages import SampleArrived
 from specctl.console.tui.screens.confirm import ConfirmScreen
 from specctl.console.tui.screens.help import HelpScreen
-from specctl.console.tui.messages import SampleArrived
 from specctl.console.tui.screens.thresholds import ThresholdsScreen
+from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.journal import read_journal
-from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.supervisor.lifecycle import Supervisor
 from specctl.widgets.banner import SpecBanner
 from specctl.widgets.event_log import EventLog
 
-from tui_helpers import until
+from support.tui import until
+
 
 @pytest.fixture
 def journal(tmp_path: Path) -> Path:

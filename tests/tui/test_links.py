@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_USAGE
+from specctl.console.cli.main import build_parser
 from specctl.console.tui.app import SpecctlApp
-from specctl.console.tui.main import run_replay, run_tui
-from specctl.console.cli.main import EXIT_NO_SUPERVISOR, EXIT_USAGE, build_parser
 from specctl.console.tui.links import SocketLink
+from specctl.console.tui.main import run_replay, run_tui
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.journal import read_journal
 from specctl.runtime.supervisor.lifecycle import Supervisor
 from specctl.widgets.banner import SpecBanner
 
-from tui_helpers import FIXTURES, until
+from support.tui import FIXTURES, until
 
 
 def banner(app: SpecctlApp) -> str:

@@ -12,7 +12,7 @@ from specctl.widgets.banner import SpecBanner
 from specctl.widgets.event_log import EventLog
 from specctl.widgets.gpu_panel import GpuPanel
 
-from tui_helpers import FIXTURES, T0
+from support.tui import FIXTURES, T0
 
 
 def banner(app) -> str:
@@ -98,8 +98,8 @@ async def test_no_color_picks_the_high_contrast_theme_and_keeps_the_words(replay
 
 async def test_more_gpus_than_fit_scroll(tmp_path, settled) -> None:
     from specctl.console.tui.app import SpecctlApp
-    from specctl.runtime.supervisor.journal import Journal
     from specctl.runtime.core.records import sample
+    from specctl.runtime.supervisor.journal import Journal
 
     gpus = [{"index": i, "name": "NVIDIA H200", "state": "ok", "util": 50.0} for i in range(12)]
     journal = Journal(tmp_path / "twelve.jsonl")

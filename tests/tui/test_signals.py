@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from headless_helpers import wait_for
+from support.headless import wait_for
 
 
 def drain(fd: int) -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
-from specctl.widgets.timechart import ChartData, si
+from collections.abc import Callable
 
 from specctl.console.tui.model.timeline import Point, Timeline
+from specctl.widgets.timechart import ChartData, si
 
 
 def _series(points: list[Point], pick: Callable[[Point], float | None]) -> tuple[tuple[float, float], ...]:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specctl.console.tui.links import RESET
+from specctl.runtime.core import records
+from specctl.runtime.core.records import Record, Sample, Settings
 
 HISTORY_S = 600.0  # how much chart history is kept; the charts show the last few minutes of it
 LOG_LINES = 500
@@ -33,32 +35,32 @@ class Point:
 class Timeline:
     """Latest sample, chart history, last switch and the log records not yet shown."""
 
-    latest: dict[str, Any] | None = None
+    latest: Sample | None = None
     points: deque[Point] = field(default_factory=deque)
-    last_switch: dict[str, Any] | None = None
-    pending_log: list[dict[str, Any]] = field(default_factory=list)
+    last_switch: records.Event | None = None
+    pending_log: list[Record] = field(default_factory=list)
     reset_log: bool = False  # the log must be cleared before pending_log is shown
     now: float | None = None  # journal time of the newest record: "ago" is measured from it
     supervisor_stopped: bool = False  # its last word was supervisor_stop: the server it sampled is no longer watched
 
-    def fold(self, record: dict[str, Any]) -> None:
-        kind = record.get("kind")
-        t = record.get("t")
-        if kind == RESET:
+    def fold(self, record: Record | dict[str, Any]) -> None:
+        """One record in: a typed :data:`Record` (records.parse checked any from outside), or a link's RESET."""
+        if record["kind"] == RESET:
             self._reset()
-        elif kind == "sample":
-            self._fold_sample(record)
-        elif kind in ("event", "command"):
-            if record.get("event") == "spec_switch" and isinstance(record.get("t"), (int, float)):
-                self.last_switch = record
-            if record.get("event") in ("supervisor_stop", "supervisor_start"):
-                self.supervisor_stopped = record.get("event") == "supervisor_stop"
-            self.pending_log.append(record)
+        elif record["kind"] == "sample":
+            self._fold_sample(record)  # type: ignore[arg-type]  # kind says which record it is
+        else:
+            name = record.get("event")
+            if name == records.SPEC_SWITCH:
+                self.last_switch = record  # type: ignore[assignment]
+            elif name in (records.SUPERVISOR_STOP, records.SUPERVISOR_START):
+                self.supervisor_stopped = name == records.SUPERVISOR_STOP
+            self.pending_log.append(record)  # type: ignore[arg-type]
             del self.pending_log[:-LOG_LINES]
-        if isinstance(t, (int, float)):
-            self.now = float(t) if self.now is None else max(self.now, float(t))
+        t = float(record["t"])
+        self.now = t if self.now is None else max(self.now, t)
 
-    def take_log(self) -> tuple[bool, list[dict[str, Any]]]:
+    def take_log(self) -> tuple[bool, list[Record]]:
         """Records for the event log since the last call, and whether to clear it first."""
         reset, lines = self.reset_log, self.pending_log
         self.reset_log, self.pending_log = False, []
@@ -73,16 +75,13 @@ class Timeline:
         self.now = None
         self.supervisor_stopped = False
 
-    def _fold_sample(self, record: dict[str, Any]) -> None:
-        if not isinstance(record.get("t"), (int, float)):
-            return
+    def _fold_sample(self, record: Sample) -> None:
         self.latest = record
         self.supervisor_stopped = False
-        server = obj(record.get("server"))
-        spec = record.get("spec")
-        point = Point(float(record["t"]), num(server.get("gen_tps")), num(server.get("accept_len")),
-                      num(server.get("running")), num(server.get("queued")),
-                      bool(spec.get("on")) if isinstance(spec, dict) else None)
+        server, spec = record["server"], record["spec"]
+        point = Point(float(record["t"]), server.get("gen_tps"), server.get("accept_len"),
+                      server.get("running"), server.get("queued"),
+                      None if spec is None else bool(spec.get("on")))
         self.points.append(point)
         while self.points and self.points[0].t < point.t - HISTORY_S:
             self.points.popleft()
@@ -90,30 +89,15 @@ class Timeline:
     def thresholds(self) -> tuple[float | None, float | None]:
         """(off_at, on_at) of the latest sample's settings, for the request chart."""
         settings = self.settings()
-        return num(settings.get("off_at")), num(settings.get("on_at"))
+        return settings.get("off_at"), settings.get("on_at")
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> Settings:
         """The policy settings of the latest sample, {} when it has none."""
-        return obj(obj(obj(self.latest).get("spec")).get("settings"))
+        spec = None if self.latest is None else self.latest["spec"]
+        return (spec or {}).get("settings") or {}
 
 
     def max_accept(self) -> float:
         """The accept-length chart's top: steps + 1 (every draft token plus the bonus one)."""
-        steps = num(self.settings().get("steps"))
+        steps = self.settings().get("steps")
         return 1.0 + (steps if steps is not None and 0 < steps < 64 else 3.0)
-
-
-# Records may come from any journal file: these read a field as the type the console
-# needs, or as "missing", so one odd value cannot take the screen down.
-def obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None

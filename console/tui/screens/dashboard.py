@@ -16,15 +16,15 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from specctl.console.tui.model.charts import build_charts
+from specctl.console.tui.model.timeline import Timeline
+from specctl.runtime.core.records import Gpu, Sample
 from specctl.widgets.banner import BannerState, SpecBanner
 from specctl.widgets.controls import ControlBar
 from specctl.widgets.event_log import EventLog
 from specctl.widgets.gpu_panel import GpuPanel
 from specctl.widgets.startup import StartupProgress
 from specctl.widgets.timechart import TimeChart
-
-from specctl.console.tui.model.charts import build_charts
-from specctl.console.tui.model.timeline import Timeline, num, obj, text
 
 COMPACT_WIDTH = 100  # below this many columns: one line per GPU
 PANEL_WIDTH, PANEL_HEIGHT, MAX_COLUMNS = 40, 7, 4
@@ -66,11 +66,10 @@ class Dashboard(Screen):
     # -- attributes down --------------------------------------------------
     def show(self, timeline: Timeline, status: str, paused: bool) -> None:
         """Draw the timeline; ``status`` is the banner's extra words (PAUSED, replay position...)."""
-        sample = obj(timeline.latest)
+        sample = timeline.latest
         self.query_one(SpecBanner).state = banner_state(timeline, self._source, status)
-        server = obj(sample.get("server"))
-        progress = server.get("progress") if server.get("state") == "starting" else None
-        self.query_one(StartupProgress).progress = progress if isinstance(progress, dict) else None
+        server = {} if sample is None else sample["server"]
+        self.query_one(StartupProgress).progress = server.get("progress") if server.get("state") == "starting" else None
         self.query_one(ControlBar).paused = paused
         self._show_gpus(gpu_list(sample))
         tps, accept, requests = build_charts(timeline, WINDOW_S)
@@ -120,35 +119,34 @@ def gpu_layout(width: int, height: int, gpus: int) -> tuple[bool, int]:
     return compact, 1 if compact else columns
 
 
-def gpu_list(sample: dict[str, Any]) -> list[dict[str, Any]]:
-    """The sample's GPU dicts, whatever else a journal line put there."""
-    gpus = sample.get("gpus")
-    return [g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else []
+def gpu_list(sample: Sample | None) -> list[Gpu]:
+    """The sample's GPUs (none before the first sample)."""
+    return [] if sample is None else sample["gpus"]
 
 
 def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:
     """Pick the banner's fields out of the latest sample and the last switch event."""
-    sample = obj(timeline.latest)
-    spec = sample.get("spec")
-    spec = spec if isinstance(spec, dict) else None
-    server = obj(sample.get("server"))
-    switch = obj(timeline.last_switch)
-    steps, steps_on = num(obj(spec).get("steps")), num(timeline.settings().get("steps"))
+    sample = timeline.latest
+    spec = None if sample is None else sample["spec"]
+    server = {} if sample is None else sample["server"]
+    switch = timeline.last_switch or {}
+    steps, steps_on = (spec or {}).get("steps"), timeline.settings().get("steps")
+    batch = switch.get("batch_size")
     return BannerState(
         spec_on=None if spec is None else bool(spec.get("on")),
-        mode=text(obj(spec).get("mode")),
+        mode=(spec or {}).get("mode"),
         steps=None if steps is None else int(steps),
         steps_on=None if steps_on is None else int(steps_on),
-        reason=text(switch.get("reason")) or text(obj(spec).get("reason")),
-        switch_t=num(switch.get("t")),
-        switch_batch=None if num(switch.get("batch_size")) is None else int(switch["batch_size"]),
+        reason=switch.get("reason") or (spec or {}).get("reason"),
+        switch_t=switch.get("t"),
+        switch_batch=None if batch is None else int(batch),
         now=timeline.now,
         # a journal that ends with its supervisor stopping must not end on "READY"
-        server_state="unwatched" if timeline.supervisor_stopped else text(server.get("state")),
+        server_state="unwatched" if timeline.supervisor_stopped else server.get("state"),
         server_error=("(the supervisor stopped)" if timeline.supervisor_stopped
                       else None if server.get("error") is None else str(server.get("error"))),
-        sim=sample.get("sim") is True,
-        slow_off=obj(obj(spec).get("off_state")).get("fast") is False,
+        sim=sample is not None and sample.get("sim") is True,
+        slow_off=((spec or {}).get("off_state") or {}).get("fast") is False,
         failed_gpus=tuple(int(g["index"]) for g in gpu_list(sample)
                           if g.get("state") == "failed" and isinstance(g.get("index"), int)),
         source=source,

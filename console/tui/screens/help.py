@@ -61,5 +61,5 @@ def key_rows(bindings: list[Binding], details: dict[str, str],
 
 
 def _pretty(key: str) -> str:
-    return {"question_mark": "?", "left": "←", "right": "→", "minus": "-", "plus": "+", "equals_sign": "=", "space": "space",
-            "home": "home", "end": "end"}.get(key.strip(), key.strip())
+    return {"question_mark": "?", "left": "←", "right": "→", "minus": "-", "plus": "+", "equals_sign": "=",
+            "space": "space", "home": "home", "end": "end"}.get(key.strip(), key.strip())

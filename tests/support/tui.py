@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from textual.pilot import Pilot
 from textual.widgets import Input
@@ -11,7 +12,7 @@ from textual.widgets import Input
 from specctl.console.tui.app import SpecctlApp
 from specctl.console.tui.links import ReplayLink
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "tui" / "fixtures"
 T0 = 1764400000.0  # the fixtures' first sample (tests/tui/fixtures/make_fixtures.py)
 STEPS = 600  # pauses of 0.05 s while waiting: a guard against hangs, nothing asserts on speed
 

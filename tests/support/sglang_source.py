@@ -2,13 +2,12 @@
 
 SGLang cannot be imported without torch and a GPU stack, so the tests read the
 ``.py`` files straight out of each supported release's wheel and parse them
-with ``ast``. Wheels are fetched once with ``pip download --no-deps`` into
-``~/.cache/specctl/sglang-wheels`` (``SPECCTL_WHEEL_CACHE`` overrides it) and
-reused from there.
+with ``ast``. A wheel is looked for in ``~/.cache/specctl/sglang-wheels``
+(``SPECCTL_WHEEL_CACHE`` overrides it) and, where it is not there yet and
+downloads are allowed, fetched once with ``pip download --no-deps`` into it.
 
-tests/conftest.py registers this module as a pytest plugin, so its
-``sglang_source`` fixture reaches every test module; they import only the
-helpers they call.
+tests/conftest.py turns this into the ``sglang_source`` fixture and marks the
+tests that use it ``online`` (see there for what a default run does).
 """
 
 from __future__ import annotations
@@ -17,14 +16,13 @@ import ast
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import pytest
-
-from specctl.runtime.sglang_plugin.compat import RELEASES, Release
+from specctl.runtime.sglang_plugin.compat import Release
 
 CACHE_ENV = "SPECCTL_WHEEL_CACHE"
 
@@ -33,25 +31,36 @@ def wheel_cache() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specctl" / "sglang-wheels")
 
 
-def sglang_wheel(version: str) -> Path:
-    """The cached wheel of ``version``, downloaded on first use."""
+def cached_wheel(version: str) -> Path | None:
+    """The wheel of ``version`` if it is in the cache already (no network)."""
+    found = sorted(wheel_cache().glob(f"sglang-{version}-*.whl"))
+    return found[0] if found else None
+
+
+def download_wheel(version: str) -> Path:
+    """Fetch the wheel of ``version`` into the cache (needs the package index) and return it.
+
+    pip writes into a private folder first and the wheel is renamed into the cache
+    whole, so a parallel test worker never reads a wheel half written.
+    """
     cache = wheel_cache()
-    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
-    if found:
-        return found[0]
     cache.mkdir(parents=True, exist_ok=True)
-    # Only the .py files are read, so any platform's wheel serves; pinning the one
-    # published for CPython 3.11 on x86-64 Linux makes the download the same everywhere.
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-         "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-         "--platform", "manylinux_2_34_x86_64", "--quiet", f"sglang=={version}", "-d", str(cache)],
-        check=True,
-    )
-    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
-    if not found:
-        raise FileNotFoundError(f"pip download left no sglang {version} wheel in {cache}")
-    return found[0]
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
+        # Only the .py files are read, so any platform's wheel serves; pinning the one
+        # published for CPython 3.11 on x86-64 Linux makes the download the same everywhere.
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+             "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+             "--platform", "manylinux_2_34_x86_64", "--quiet", f"sglang=={version}", "-d", tmp],
+            check=True,
+        )
+        fetched = sorted(Path(tmp).glob(f"sglang-{version}-*.whl"))
+        if not fetched:
+            raise FileNotFoundError(f"pip download left no sglang {version} wheel in {tmp}")
+        os.replace(fetched[0], cache / fetched[0].name)
+    wheel = cached_wheel(version)
+    assert wheel is not None
+    return wheel
 
 
 @dataclass
@@ -171,9 +180,3 @@ def class_fields(tree: ast.Module) -> set[str]:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                     names.add(item.target.id)
     return names
-
-
-@pytest.fixture(scope="session", params=sorted(RELEASES))
-def sglang_source(request: pytest.FixtureRequest) -> SglangSource:
-    release = RELEASES[request.param]
-    return SglangSource(release, sglang_wheel(release.version))

@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import httpx
 
@@ -89,10 +90,10 @@ class Headless:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 return self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as exc:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-                raise AssertionError("supervisor ignored SIGTERM")
+                raise AssertionError("supervisor ignored SIGTERM") from exc
         return self.proc.returncode
 
 

@@ -6,7 +6,7 @@ runtime/supervisor.py exists: ping, status, mode, set and server, each journaled
 as a ``command`` record, and ``boom`` to prove that an unexpected exception in
 the target stays an ``internal`` answer.
 
-Run it as a process for CLI tests: ``python tests/control_standin.py SOCKET``
+Run it as a process for CLI tests: ``python tests/support/control_standin.py SOCKET``
 prints ``ready`` once the socket listens and serves until SIGTERM.
 """
 
@@ -19,10 +19,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from specctl.runtime.core import records
-from specctl.runtime.control.server import ControlServer
-from specctl.runtime.core.errors import INVALID_VALUE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.control.hub import Hub
+from specctl.runtime.control.server import ControlServer
+from specctl.runtime.core import records
+from specctl.runtime.core.errors import INVALID_VALUE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.policy import SettingsError, SpecPolicy
 
 GPUS = [{"index": 0, "name": "SIM H200", "uuid": "GPU-sim-0", "state": "ok", "error": None,
@@ -99,7 +99,7 @@ class ServerThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="control-server")
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         self._thread.start()
         self.call(self.server.start())
         return self
