@@ -557,7 +557,8 @@ def test_a_tree_server_is_told_in_one_line_what_specctl_can_do_and_what_to_chang
     message = str(err.value.code)
     assert "\n" not in message and message.startswith("specctl: --speculative-eagle-topk must be 1, got 4")
     assert "a topk-4 server it can only watch (specctl tui --attach URL)" in message
-    assert "launch with --speculative-eagle-topk 1 --speculative-num-steps 3 --speculative-num-draft-tokens 4" in message
+    assert ("launch with --speculative-eagle-topk 1 --speculative-num-steps 3 "
+            "--speculative-num-draft-tokens 4") in message
     assert "docs/topk.md" in message
 
 

@@ -2,7 +2,8 @@
 """Closed-loop load that never stops, with the server's mode switched between windows.
 
 Why: single 8 s windows, each after its own ramp-up, scattered by +-8 % on
-the GPU, more than the 5 % the off state is held to (docs/results/README.md). Here the load keeps running across windows and concurrencies
+the GPU, more than the 5 % the off state is held to (docs/results/README.md). Here the load keeps
+running across windows and concurrencies
 rise in place (new clients join the running ones), so every window measures a
 desynchronised steady state; the modes of one concurrency take turns
 (on, off, auto, on, off, auto, ...), so a slow drift of the machine lands on

@@ -12,7 +12,7 @@ the same words, from here. Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 TOPK_FLAG = "--speculative-eagle-topk"
 CHAIN_FLAGS = "--speculative-eagle-topk 1 --speculative-num-steps 3 --speculative-num-draft-tokens 4"

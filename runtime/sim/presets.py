@@ -225,13 +225,15 @@ RTX_8GPU_REPORT = Preset(
         mem_bw=8 * _RTX_PRO_6000_BW * 0.80,  # 11.5 TB/s: 80 % of 8 x 1.79 TB/s
         compute=1.6e15,  # 8 x ~400 TFLOP/s (bf16 attention, NVFP4 experts) at 50 %
         decode_kv_s=576 * 2 * _GLM5_LAYERS / (_RTX_PRO_6000_BW * 0.80),  # MLA latent, bf16, whole on each rank
-        verify_kv_s=3.14e-6,  # fitted: 50x decode's; the tree's 16 tokens each read the latent cache (docs/simulator.md)
+        # fitted: 50x decode's; the tree's 16 tokens each read the latent cache (docs/simulator.md)
+        verify_kv_s=3.14e-6,
         step_overhead_s=1.5e-3,
         req_overhead_s=20e-6,
         draft_weight_bytes=_GLM5_EAGLE3_PARAMS * 2,
         draft_flops_per_token=2 * _GLM5_EAGLE3_PARAMS,
         draft_kv_s=8 * 128 * 2 * 2 / (_RTX_PRO_6000_BW * 0.80),  # one GQA layer's KV
-        draft_overhead_s=1.17e-3,  # fitted: a TP-8 draft forward (its all-reduces over PCIe, the vocab gather, launches)
+        # fitted: a TP-8 draft forward (its all-reduces over PCIe, the vocab gather, launches)
+        draft_overhead_s=1.17e-3,
         prefill_overhead_s=10e-3,
         prefill_compute=400e12,
         prefill_attn_s=2e-12,
