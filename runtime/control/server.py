@@ -106,6 +106,16 @@ class _LineReader:
             await self._fill()
 
     def _take_line(self) -> bytes | None:
+        if self._discarding:  # inside an over-long line: drop everything up to its newline
+            end = self._buf.find(b"\n")
+            if end < 0:
+                self._buf.clear()
+                self._scanned = 0
+                return None
+            del self._buf[:end + 1]
+            self._scanned = 0
+            self._discarding = False
+            raise _LineTooLong
         end = self._buf.find(b"\n", self._scanned)
         if end < 0:
             self._scanned = len(self._buf)
@@ -117,21 +127,25 @@ class _LineReader:
         line = bytes(self._buf[:end])
         del self._buf[:end + 1]
         self._scanned = 0
-        if self._discarding or len(line) > MAX_LINE:
-            self._discarding = False
+        if len(line) > MAX_LINE:
             raise _LineTooLong
         return line
 
     def _take_tail(self) -> bytes | None:
-        """A last line without a newline still counts: ``printf '{...}' | nc -U`` is common."""
+        """A last line without a newline still counts (``printf '{...}' | nc -U`` is common), unless it
+        is the rest of an over-long line: that is discarded whole, up to EOF, and none of it runs."""
         if self._discarding:
             self._discarding = False
+            self._buf.clear()
+            self._scanned = 0
             raise _LineTooLong
         if not self._buf:
             return None
         line = bytes(self._buf)
         self._buf.clear()
         self._scanned = 0
+        if len(line) > MAX_LINE:
+            raise _LineTooLong
         return line
 
     async def _fill(self) -> None:
