@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from specctl import PROTOCOL, __version__
 from specctl.runtime.core.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAVAILABLE, CommandError
 from specctl.runtime.core import records
+from specctl.runtime.core.journalable import why_unjournalable
 from specctl.runtime.control.hub import Hub, Subscription
 
 log = logging.getLogger(__name__)
@@ -207,6 +208,9 @@ def _parse_request(line: bytes) -> tuple[Any, str, dict[str, Any]]:
         args = {}
     if not isinstance(args, dict):
         raise _BadRequest("args must be a JSON object", req_id)
+    # the journal must be able to hold what is applied: refuse here, before anything acts on it
+    if why := why_unjournalable(cmd) or why_unjournalable(args):
+        raise _BadRequest(f"request cannot be journaled: {why}", req_id)
     return req_id, cmd, args
 
 

@@ -13,6 +13,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from specctl.runtime.core import records
+from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.policy import MODES, PolicySettings, SettingsError
 from specctl.runtime.probes.sglang_client import ServerUnreachable
@@ -44,12 +45,14 @@ class CommandHandler:
             return await getattr(self, f"_cmd_{cmd}")(args)
         async with self._lock:
             try:
+                if why := why_unjournalable(args):  # applied only if its record can be written
+                    raise CommandError(BAD_REQUEST, f"args cannot be journaled: {why}")
                 result = await getattr(self, f"_cmd_{cmd}")(args)
             except CommandError as exc:
-                self.sup.emit(records.command(cmd, False, uid, args=args, error=exc.code,
-                                              message=exc.message))
+                self.sup.emit(records.command(cmd, False, uid, args=bounded_args(args), error=exc.code,
+                                              message=bounded_message(exc.message)))
                 raise
-            self.sup.emit(records.command(cmd, True, uid, args=args))
+            self.sup.emit(records.command(cmd, True, uid, args=bounded_args(args)))
             return result
 
     async def _cmd_ping(self, args: dict[str, Any]) -> dict[str, Any]:
