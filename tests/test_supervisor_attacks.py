@@ -70,3 +70,37 @@ def test_every_applied_command_is_journaled_with_its_uid(sup: Headless) -> None:
     mode = wait_for(lambda: [r for r in sup.records("command") if r["cmd"] == "mode" and r["ok"]], "the record")
     assert len(mode) == 1 and mode[0]["args"] == {"mode": "off", "note": "\u00e9"}
     assert sup.cli("auto").returncode == 0
+
+
+# -- 4d. one client cannot evict the journal's history or flood stderr ----------------
+
+def test_refused_commands_with_huge_args_neither_rotate_the_journal_away_nor_flood_stderr(tmp_path: Path) -> None:
+    """The attack: 300 refused `set` commands carrying 60 KiB of arguments each, as fast as a socket takes them.
+
+    Before: each was journaled raw (18 MB: a 1 MB journal rotated its whole history away in seconds)
+    and each was echoed to stderr.
+    """
+    h = Headless(tmp_path, "--sim-load", "idle", "--log-max-mb", "1")
+    try:
+        h.ready_sample()
+        pad = "z" * 60_000
+        line = json.dumps({"id": 0, "cmd": "set", "args": {"settings": {"off_at": 48, "pad": pad}}}).encode()
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(30)
+            conn.connect(str(h.socket))
+            stream = conn.makefile("rb")
+            stream.readline()
+            for _ in range(300):
+                conn.sendall(line + b"\n")
+                answer = json.loads(stream.readline())
+                assert answer["ok"] is False and answer["error"]["code"] == "invalid_value"
+        refused = wait_for(lambda: len(h.records("command")) >= 300 and h.records("command"), "300 records")
+        assert all(not r["ok"] and len(json.dumps(r)) < 2000 for r in refused), "a bounded summary each"
+        assert refused[0]["args"]["bytes"] > 60_000 and "summary" in refused[0]["args"]
+        assert not h.journal.with_name("run.jsonl.1").exists(), "nothing rotated away"
+    finally:
+        h.stop()
+    told = h.told()
+    assert told.count("command set") <= 20, "stderr is rate-limited per kind"
+    assert "more command set lines not shown" in told
+    assert len(told) < 40_000

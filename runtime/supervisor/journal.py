@@ -2,14 +2,21 @@
 
 Each record is written as one line and flushed, so a crash at any moment
 leaves every complete line readable; the reader drops an incomplete or
-undecodable last line instead of failing.
+undecodable last line instead of failing. The writer holds the file to its
+complete lines: a failed write (a full disk) is cut back to the last one, and
+opening cuts a torn tail that a writer killed mid-line left, so the next
+record always starts a line of its own. The file is created 0600 and opened
+with O_NOFOLLOW|O_CLOEXEC: a symlink, FIFO or another user's file planted at
+the path is refused, not followed.
 """
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import logging
 import os
+import stat
+import time
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
@@ -17,6 +24,7 @@ from specctl.runtime.core import records
 from specctl.runtime.core.records import dumps
 
 log = logging.getLogger(__name__)
+FAILURE_QUIET_S = 60.0  # a disk that fails, heals a little and fails again is said once a minute at most
 
 
 class Journal:
@@ -29,63 +37,76 @@ class Journal:
         self.backups = backups
         self._fh: BinaryIO | None = None
         self._inode: int | None = None
+        self._end = 0  # bytes of complete lines in the file: where the next record begins
+        self._torn = False  # a fragment past _end could not be cut yet
         self.lost = 0  # records append() could not write since it last wrote one
+        self._quiet_until = 0.0  # a failure is said again only after this (monotonic)
         self._open()
 
     def _open(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # unbuffered: a write that fails (a full disk) leaves nothing queued to fail again at close
-            self._fh = open(self.path, "ab", buffering=0)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = open_private(self.path)
         except OSError as exc:  # said in the operator's terms; the supervisor refuses to start
             raise OSError(f"cannot write the journal {self.path}: {exc.strerror or exc}") from None
-        self._inode = os.fstat(self._fh.fileno()).st_ino
+        # unbuffered: a write that fails (a full disk) leaves nothing queued to fail again at close
+        self._fh = os.fdopen(fd, "ab", buffering=0)
+        self._inode = os.fstat(fd).st_ino
+        self._end = _repair_tail(fd, self.path)
+        self._torn = os.fstat(fd).st_size != self._end
 
-    def write(self, record: dict[str, Any]) -> None:
-        """Append one record as one line, written through to the file before this returns."""
+    def write(self, *items: dict[str, Any]) -> None:
+        """Append records, one line each, in one write, through to the file before this returns.
+
+        After a failed write the file is cut back to its last complete line (the
+        offset we keep, not the file position, which a partial write has moved past
+        the end), so the next record never lands glued to a fragment.
+        """
         if self._fh is None:
             raise ValueError("journal is closed")
         self._reopen_if_moved()
-        data = memoryview((dumps(record) + "\n").encode("utf-8"))
-        start = self._fh.tell()
+        data = memoryview("".join(dumps(item) + "\n" for item in items).encode("utf-8"))
+        fd = self._fh.fileno()
         try:
+            if self._torn:  # a fragment that a failed cut left behind goes first
+                os.ftruncate(fd, self._end)
+                self._torn = False
+            else:  # the real end: the file position may be past it, and another writer may have appended
+                self._end = os.lseek(fd, 0, os.SEEK_END)
             while data:  # a raw write may take part of the line
-                written = self._fh.write(data)
+                written = os.write(fd, data)
                 if not written:
                     raise OSError(f"the journal {self.path} took no bytes")
                 data = data[written:]
         except OSError:
-            with contextlib.suppress(OSError):  # no torn line for the next record to be glued to
-                os.ftruncate(self._fh.fileno(), start)
+            try:  # no torn line for the next record to be glued to
+                os.ftruncate(fd, self._end)
+            except OSError:
+                self._torn = True
             raise
-        if self.max_bytes and self._fh.tell() >= self.max_bytes:
+        self._end = os.lseek(fd, 0, os.SEEK_END)
+        if self.max_bytes and self._end >= self.max_bytes:
             self._rotate()
 
     def append(self, record: dict[str, Any]) -> dict[str, Any] | None:
-        """Write one record; a failing file (a full disk) never raises here. The failure is logged once and
-        the records lost counted; when writes work again a ``journal_gap`` record goes first, and is returned
-        so the caller can tell its listeners."""
-        if self.lost:
-            gap = records.event("journal_gap", lost=self.lost)
-            if not self._took(gap):
-                self.lost += 1  # the record itself is lost too
-                return None
+        """Write one record; a failing file (a full disk) never raises here. The failure is logged (once a
+        minute at most) and the records lost counted; when writes work again a ``journal_gap`` record goes
+        first, in the same write as the record (both or neither: a gap that fits where the record does not
+        would only say "resumed" to fail again), and is returned so the caller can tell its listeners."""
+        gap = records.event("journal_gap", lost=self.lost) if self.lost else None
+        try:
+            self.write(*([gap] if gap else []), record)
+        except (OSError, ValueError) as exc:
+            now = time.monotonic()
+            if not self.lost and now >= self._quiet_until:
+                log.error("journal write failed: %s (said once; the records lost are counted)", exc)
+                self._quiet_until = now + FAILURE_QUIET_S
+            self.lost += 1
+            return None
+        if gap is not None:
             log.warning("journal writes resumed; %d records were lost", self.lost)
             self.lost = 0
-        else:
-            gap = None
-        if not self._took(record):
-            self.lost += 1
         return gap
-
-    def _took(self, record: dict[str, Any]) -> bool:
-        try:
-            self.write(record)
-        except (OSError, ValueError) as exc:
-            if not self.lost:
-                log.error("journal write failed: %s (said once; the records lost are counted)", exc)
-            return False
-        return True
 
     def _reopen_if_moved(self) -> None:
         """Follow logrotate-style moves: if our file is no longer at ``path``, start a new one."""
@@ -115,6 +136,53 @@ class Journal:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def open_private(path: Path) -> int:
+    """Open for appending, created 0600; never through a symlink, never a FIFO or device another user
+    planted, never a file another user owns (a journal in a shared folder must be ours)."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "it is a symbolic link; refusing to follow it") from None
+        raise
+    info = os.fstat(fd)
+    why = ("it is not a regular file" if not stat.S_ISREG(info.st_mode)
+           else f"it belongs to uid {info.st_uid}, not to us" if info.st_uid != os.geteuid() else None)
+    if why is not None:
+        os.close(fd)
+        raise OSError(errno.EPERM, why)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _repair_tail(fd: int, path: Path) -> int:
+    """Cut a torn last line (a writer killed mid-line) so the next record starts on a line of its own.
+
+    Returns the size of the complete lines. Reads back from the end in blocks;
+    a file with no newline at all is one torn line.
+    """
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        block = os.pread(fd, end - start, start)
+        cut = block.rfind(b"\n")
+        if cut >= 0:
+            end = start + cut + 1
+            break
+        end = start
+    try:
+        os.ftruncate(fd, end)
+    except OSError as exc:
+        log.error("journal %s ends in a torn line that could not be cut: %s", path, exc)
+        return end
+    log.warning("journal %s ended in a torn line (a writer was killed mid-line); cut %d bytes", path, size - end)
+    return end
 
 
 def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
