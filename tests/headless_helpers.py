@@ -31,7 +31,7 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE_
 class Headless:
     """One headless supervisor process with its own socket and journal in a temp folder."""
 
-    def __init__(self, tmp: Path, *args: str) -> None:
+    def __init__(self, tmp: Path, *args: str, preexec_fn: Callable[[], None] | None = None) -> None:
         self.socket = tmp / "ctl" / "specctl.sock"
         self.journal = tmp / "run.jsonl"
         env = dict(os.environ, SPECCTL_STATE_DIR=str(tmp / "state"))
@@ -40,7 +40,7 @@ class Headless:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "specctl.console.cli.main", "run", "--headless", "--socket", str(self.socket),
                  "--log", str(self.journal), "--interval", "0.2", *args],
-                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True, preexec_fn=preexec_fn)
 
     def told(self) -> str:
         """What the supervisor printed on stderr so far."""

@@ -7,7 +7,9 @@ journal, `specctl status`, the supervisor's stderr.
 from __future__ import annotations
 
 import json
+import resource
 import socket
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -104,3 +106,35 @@ def test_refused_commands_with_huge_args_neither_rotate_the_journal_away_nor_flo
     assert told.count("command set") <= 20, "stderr is rate-limited per kind"
     assert "more command set lines not shown" in told
     assert len(told) < 40_000
+
+
+# -- 3. file descriptors: the owner gets through a socket full of idle clients --------
+
+def test_under_256_open_files_300_idle_clients_leave_the_owners_status_answering(tmp_path: Path) -> None:
+    """The attack: more idle connections than the supervisor has descriptors (300 under RLIMIT_NOFILE=256).
+
+    Before: accept() failed in a loop writing tracebacks (megabytes a second), sampling stopped and the
+    owner's `specctl status` failed until the clients left.
+    """
+    h = Headless(tmp_path, "--sim-load", "idle",
+                 preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)))
+    clients: list[socket.socket] = []
+    try:
+        h.ready_sample()
+        for _ in range(300):
+            c = socket.socket(socket.AF_UNIX)
+            c.connect(str(h.socket))
+            clients.append(c)
+        time.sleep(1.5)  # the held ones grow idle; the rest were turned away
+        samples = len(h.records("sample"))
+        status = h.status()
+        assert status["kind"] == "sample" and status["server"]["state"] == "ready"
+        assert h.cli("force-off").returncode == 0
+        assert h.status()["spec"]["mode"] == "off"
+        wait_for(lambda: len(h.records("sample")) > samples + 3, "sampling goes on")
+    finally:
+        for c in clients:
+            c.close()
+        assert h.stop() == 0
+    told = h.told()
+    assert "Traceback" not in told and len(told) < 8000, told[-3000:]

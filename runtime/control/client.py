@@ -90,6 +90,11 @@ class ControlClient:
             raise ProtocolError(f"{self.path} does not speak specctl protocol {PROTOCOL}: {first!r:.200}")
         return greeting
 
+    @property
+    def closed_by_peer(self) -> bool:
+        """The supervisor closed this connection (idle too long, or to make room for others)."""
+        return self._reader is None or self._reader.at_eof()
+
     async def request(self, cmd: str, args: dict[str, Any] | None = None,
                       timeout: float | None = None) -> dict[str, Any]:
         """Send one command and wait for its answer; raises ControlError on an error answer."""

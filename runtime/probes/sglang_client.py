@@ -24,6 +24,9 @@ import aiohttp
 from specctl.runtime.probes.metrics import MetricsError, ServerMetrics, parse_metrics
 
 
+MAX_CONNECTIONS = 8
+
+
 class ServerUnreachable(Exception):
     """No usable answer: connect error, timeout, 5xx, a body we cannot decode.
 
@@ -128,7 +131,10 @@ class SGLangClient:
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
             timeout = aiohttp.ClientTimeout(total=self.timeout)
-            self._session = aiohttp.ClientSession(timeout=timeout)
+            # a few connections are all a poll and a command need; the default 100 would eat into the
+            # descriptors the control socket counts on (runtime/control/server.py FD_HEADROOM)
+            connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS)
+            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         return self._session
 
 
