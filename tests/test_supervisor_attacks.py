@@ -7,8 +7,11 @@ journal, `specctl status`, the supervisor's stderr.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -138,3 +141,71 @@ def test_under_256_open_files_300_idle_clients_leave_the_owners_status_answering
         assert h.stop() == 0
     told = h.told()
     assert "Traceback" not in told and len(told) < 8000, told[-3000:]
+
+
+# -- 6. whose socket is it ------------------------------------------------------------
+
+class FakeSupervisor:
+    """Another user's trap: a socket that greets like specctl and keeps whatever a client sends."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(str(path))
+        self.sock.listen(8)
+        self.sock.settimeout(0.5)
+
+    def received(self) -> bytes:
+        try:
+            conn, _ = self.sock.accept()
+        except (TimeoutError, socket.timeout):
+            return b""
+        with conn:
+            conn.sendall(b'{"specctl":{"version":"0","protocol":1}}\n')
+            conn.settimeout(0.5)
+            try:
+                return conn.recv(65536)
+            except (TimeoutError, socket.timeout):
+                return b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def cli(socket_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specctl.console.cli.main", *args, "--socket", str(socket_path)],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("plant", ["folder-writable-by-others", "socket-of-another-uid"])
+def test_the_cli_sends_nothing_to_a_socket_someone_else_could_have_planted(sock_dir: Path, plant: str) -> None:
+    """The attack: another user puts a socket where the CLI looks (a shared folder, or their own socket) and
+    reads the commands (and answers with lies). Before: the CLI talked to whatever answered."""
+    folder = sock_dir / "shared"
+    folder.mkdir()
+    path = folder / "specctl.sock"
+    fake = FakeSupervisor(path)
+    try:
+        if plant == "folder-writable-by-others":
+            os.chmod(folder, 0o1777)
+        else:
+            if os.geteuid() != 0:
+                pytest.skip("chown to another uid needs root")
+            os.chown(path, 65534, 65534)
+        out = cli(path, "force-off")
+        assert out.returncode == 3
+        assert out.stderr.count("\n") == 1 and "refusing to use" in out.stderr and "Traceback" not in out.stderr
+        assert fake.received() == b"", "nothing was sent"
+    finally:
+        fake.close()
+
+
+def test_the_supervisor_refuses_a_runtime_folder_others_can_write(sock_dir: Path) -> None:
+    """The attack: the socket's folder is writable by others, who could swap the socket for their own."""
+    folder = sock_dir / "shared"
+    folder.mkdir()
+    os.chmod(folder, 0o777)
+    h = Headless(sock_dir, "--socket", str(folder / "specctl.sock"))
+    assert h.proc.wait(timeout=60) == 1
+    told = h.told()
+    assert "others can write it" in told and "Traceback" not in told and told.count("\n") == 1
+    assert not (folder / "specctl.sock").exists()

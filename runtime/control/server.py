@@ -216,6 +216,19 @@ def _parse_request(line: bytes) -> tuple[Any, str, dict[str, Any]]:
     return req_id, cmd, args
 
 
+def check_runtime_dir(folder: Path) -> None:
+    """The socket's folder must be ours and closed to others: in a folder another user owns or can write,
+    they could swap our socket for theirs, or plant one before we start (sshd's StrictModes, for sockets)."""
+    info = os.stat(folder)
+    if info.st_uid != os.geteuid():
+        raise ControlSocketError(f"refusing {folder} for the control socket: it belongs to uid {info.st_uid}, "
+                                 "not to us (choose a folder of your own with --socket)")
+    if info.st_mode & 0o022:
+        raise ControlSocketError(f"refusing {folder} for the control socket: others can write it "
+                                 f"(mode {stat.S_IMODE(info.st_mode):o}); choose a folder of your own with "
+                                 "--socket, or chmod go-w it")
+
+
 def peer_uid(sock: socket.socket) -> int:
     """The connecting process's uid, from the kernel (SO_PEERCRED: pid, uid, gid)."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -408,6 +421,7 @@ class ControlServer:
             why = "it is not a folder" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
             raise ControlSocketError(f"cannot make {self.path.parent} for the control socket: {why} "
                                      "(choose another with --socket)") from None
+        check_runtime_dir(self.path.parent)
         await self._clear_stale()
         sock = self._bind()
         self._inode = os.stat(self.path).st_ino
