@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specctl.runtime.core import records
-from specctl.runtime.supervisor.journal import Journal, read_journal
+from specctl.runtime.supervisor.journal import Journal, JournalReader, read_journal
 
 from disk_helpers import small_disk
 
@@ -44,7 +44,7 @@ def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
 def test_lines_with_numbers_no_float_holds_are_skipped_as_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     path.write_bytes(b'{"v":1,"t":1e999,"kind":"sample"}\n{"v":1,"t":NaN,"kind":"sample"}\n'
-                     b'{"v":1,"t":5.0,"kind":"event","event":"x","n":-Infinity}\n{"v":1,"t":6.0,"kind":"event"}\n')
+                     b'{"v":1,"t":5.0,"kind":"event","event":"x","n":-Infinity}\n{"v":1,"t":6.0,"kind":"event","event":"y"}\n')
     assert [r["t"] for r in read_journal(path)] == [6.0]
 
 
@@ -184,3 +184,22 @@ def test_on_a_full_disk_every_line_parses_and_the_gap_is_recorded(tmp_path: Path
     assert [r["event"] for r in parsed if r.get("event") == "after"] == ["after", "after"]
     kept_during = [r for r in parsed if r.get("event") == "during"]
     assert len(kept_during) + sum(g["lost"] for g in gaps) == 60, "every record is either written or counted"
+
+
+@pytest.mark.parametrize("bad", [
+    '{"v":1,"t":1e308,"kind":"event","event":"x"}',
+    '{"v":1,"t":"soon","kind":"event","event":"x"}',
+    '{"v":1,"t":5.0,"kind":"sample","sim":true,"server":{},"spec":null,"gpus":[{"index":0,"name":["H","200"]}],"procs":[]}',
+    '{"v":1,"t":5.0,"kind":"sample","sim":true,"server":{"running":"many"},"spec":null,"gpus":[],"procs":[]}',
+    '{"v":1,"t":5.0,"kind":"sample","sim":true,"server":{},"spec":null,"gpus":{"0":{}},"procs":[]}',
+    '{"v":1,"t":5.0,"kind":"command","cmd":["mode"]}',
+])
+def test_a_record_of_the_wrong_shape_is_skipped_and_counted_like_a_corrupt_line(tmp_path: Path, bad: str) -> None:
+    """The attack (issue 19 item 7): a crafted journal whose GPU name is a list or whose timestamp is 1e308
+    crashed `specctl replay`; such a record is skipped and counted, as a corrupt line is."""
+    path = tmp_path / "crafted.jsonl"
+    good = '{"v":1,"t":6.0,"kind":"sample","sim":true,"server":{"state":"ready","running":3,"extra":[1]},' \
+           '"spec":null,"gpus":[{"index":0,"name":"H200","util":50.0}],"procs":[]}'
+    path.write_text(f"{bad}\nnot json\n{good}\n")
+    reader = JournalReader(path)
+    assert [r["t"] for r in reader] == [6.0] and reader.skipped == 2

@@ -209,3 +209,29 @@ def test_the_supervisor_refuses_a_runtime_folder_others_can_write(sock_dir: Path
     told = h.told()
     assert "others can write it" in told and "Traceback" not in told and told.count("\n") == 1
     assert not (folder / "specctl.sock").exists()
+
+
+# -- 7. smaller ----------------------------------------------------------------------
+
+def test_sigterm_with_clients_connected_stops_quietly(tmp_path: Path) -> None:
+    """Before: one CancelledError traceback per connected client on SIGTERM."""
+    h = Headless(tmp_path, "--sim-load", "idle")
+    clients = []
+    try:
+        h.ready_sample()
+        for i in range(6):
+            c = socket.socket(socket.AF_UNIX)
+            c.connect(str(h.socket))
+            c.recv(4096)  # the greeting: the connection is being served
+            if i % 3 == 1:
+                c.sendall(b'{"id": 1, "cmd": "subscribe"}\n')
+            elif i % 3 == 2:
+                c.sendall(b'{"id": 1, "cmd": "sta')  # half a line
+            clients.append(c)
+        time.sleep(0.5)
+    finally:
+        assert h.stop() == 0
+        for c in clients:
+            c.close()
+    told = h.told()
+    assert "Traceback" not in told and "CancelledError" not in told, told[-3000:]

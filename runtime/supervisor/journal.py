@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import stat
 import time
@@ -185,19 +186,82 @@ def _repair_tail(fd: int, path: Path) -> int:
     return end
 
 
-def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Yield every complete record; a torn or corrupt last line is skipped, not raised.
+MAX_T = 1e10  # unix seconds (the year 2286): a timestamp past it is corrupt, not the future
+# fields readers draw, by type; a field not named here may be anything (new ones are added over time)
+_GPU_TEXT = ("name", "uuid", "state", "error")
+_GPU_NUMBERS = ("index", "util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
+_SERVER_TEXT = ("state", "url", "model", "error")
+_SERVER_NUMBERS = ("running", "queued", "gen_tps", "accept_len", "token_usage", "decode_tokens_total", "tp",
+                   "pid", "restarts", "uptime_s")
 
-    A corrupt line in the middle (which our writer never produces) is skipped
-    too, so one bad line cannot hide the rest of a recording.
+
+class JournalReader:
+    """Every complete, well-shaped record of a journal; what is not is skipped and counted in ``skipped``.
+
+    A torn last line ends the reading (the writer died mid-line). A corrupt
+    line (not JSON, NaN, 1e999) and a record of the wrong shape (a timestamp of
+    1e308, a GPU whose name is a list) are skipped alike, so one bad line cannot
+    hide the rest of a recording or crash the console that replays it.
     """
-    with open(path, "rb") as fh:
-        for raw in fh:
-            if not raw.endswith(b"\n"):
-                return  # torn tail: the writer died mid-line
-            try:
-                record = records.loads(raw)  # NaN or 1e999 would be drawn as numbers: the line is corrupt
-            except (UnicodeDecodeError, ValueError):
-                continue
-            if isinstance(record, dict):
-                yield record
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        with open(self.path, "rb") as fh:
+            for raw in fh:
+                if not raw.endswith(b"\n"):
+                    return  # torn tail: the writer died mid-line
+                try:
+                    record = records.loads(raw)  # NaN or 1e999 would be drawn as numbers: the line is corrupt
+                except (UnicodeDecodeError, ValueError, RecursionError):
+                    record = None
+                if isinstance(record, dict) and well_shaped(record):
+                    yield record
+                else:
+                    self.skipped += 1
+
+
+def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Yield every complete, well-shaped record; a torn or corrupt line is skipped, not raised
+    (JournalReader counts what it skips)."""
+    return iter(JournalReader(path))
+
+
+def well_shaped(record: dict[str, Any]) -> bool:
+    """The shape every reader relies on: a real timestamp, a known kind, and for samples, GPUs and server
+    fields of the types drawn. Unknown keys pass (new fields are added over time)."""
+    t = record.get("t")
+    if not _number(t) or not 0 <= t <= MAX_T or not isinstance(record.get("kind"), str):
+        return False
+    kind = record["kind"]
+    if kind == "event":
+        return isinstance(record.get("event"), str)
+    if kind == "command":
+        return isinstance(record.get("cmd"), str)
+    if kind == "sample":
+        return _sample_shaped(record)
+    return True
+
+
+def _sample_shaped(record: dict[str, Any]) -> bool:
+    server, spec, gpus, procs = (record.get(k) for k in ("server", "spec", "gpus", "procs"))
+    if not isinstance(server, (dict, type(None))) or not isinstance(spec, (dict, type(None))):
+        return False
+    if not isinstance(gpus, (list, type(None))) or not isinstance(procs, (list, type(None))):
+        return False
+    if server is not None and not _fields_shaped(server, _SERVER_TEXT, _SERVER_NUMBERS):
+        return False
+    return all(isinstance(g, dict) and _fields_shaped(g, _GPU_TEXT, _GPU_NUMBERS) for g in gpus or []) and \
+        all(isinstance(p, dict) for p in procs or [])
+
+
+def _fields_shaped(fields: dict[str, Any], text: tuple[str, ...], numbers: tuple[str, ...]) -> bool:
+    """Known text fields are text or null; known number fields finite numbers or null."""
+    return all(isinstance(fields.get(k), (str, type(None))) for k in text) and \
+        all(fields.get(k) is None or _number(fields[k]) for k in numbers)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
