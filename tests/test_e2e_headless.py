@@ -172,12 +172,12 @@ def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
 
 def test_a_gpu_that_fails_then_recovers_is_journalled_once_each_way(sup: Headless) -> None:
     url = sup.ready_sample()["server"]["url"]
-    assert httpx.post(f"{url}/sim/gpus", json={"failed": [1]}, timeout=10).status_code == 200
+    assert httpx.post(f"{url}/sim/gpus", json={"failed": [1]}, headers=sup.admin(), timeout=10).status_code == 200
     failed = sup.wait_event("gpu_failed", index=1)
     assert failed["error"] == "simulated fault (--fail-gpu)"
     polled = len(sup.records("sample"))
     wait_for(lambda: len(sup.records("sample")) >= polled + 3, "three more samples")
-    assert httpx.post(f"{url}/sim/gpus", json={"failed": []}, timeout=10).status_code == 200
+    assert httpx.post(f"{url}/sim/gpus", json={"failed": []}, headers=sup.admin(), timeout=10).status_code == 200
     sup.wait_event("gpu_recovered", index=1)
     assert [(r["event"], r["index"]) for r in sup.records("event") if r["event"].startswith("gpu_")] == [
         ("gpu_failed", 1), ("gpu_recovered", 1)]

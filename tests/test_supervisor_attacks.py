@@ -10,13 +10,17 @@ import json
 import os
 import resource
 import socket
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import httpx
 import pytest
+
+from specctl.runtime.core.policy import PolicySettings
 
 from headless_helpers import Headless, wait_for
 
@@ -235,3 +239,77 @@ def test_sigterm_with_clients_connected_stops_quietly(tmp_path: Path) -> None:
             c.close()
     told = h.told()
     assert "Traceback" not in told and "CancelledError" not in told, told[-3000:]
+
+
+# -- 5. the model server's HTTP port is no side door ------------------------------------
+
+def side_door(url: str, path: str, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=body, headers=headers or {}, timeout=10)
+
+
+def test_the_launched_servers_control_endpoints_are_closed_to_anyone_without_the_key(sup: Headless) -> None:
+    """The attack: any local user POSTs the specctl keys to /set_internal_state (or fails a GPU through
+    /sim/gpus) on the server specctl launched, past the socket's peer check and the journal."""
+    url = sup.ready_sample()["server"]["url"]
+    wire = PolicySettings().with_changes({"mode": "off"}).to_wire(["mode"])
+    assert side_door(url, "/set_internal_state", {"server_args": wire}).status_code == 401
+    assert side_door(url, "/set_internal_state", {"server_args": wire},
+                     {"Authorization": "Bearer guessed"}).status_code == 401
+    assert side_door(url, "/sim/gpus", {"failed": [0]}).status_code == 401
+    assert httpx.get(f"{url}/sim/gpus", timeout=10).status_code == 401
+    assert side_door(url, "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 4}}).status_code == 200
+    assert httpx.get(f"{url}/server_info", timeout=10).status_code == 200
+    assert sup.status()["spec"]["mode"] == "auto" and sup.status()["gpus"][0]["state"] == "ok"
+    key_file = sup.state / "keys" / f"server-{sup.proc.pid}.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert key_file.read_text().strip() not in Path(f"/proc/{sup.proc.pid}/cmdline").read_text()
+
+
+def test_a_change_made_past_the_supervisor_is_journaled_when_it_is_next_seen(sup: Headless) -> None:
+    """Even one made with the key (an operator with a curl): the journal says what changed, and to what."""
+    url = sup.ready_sample()["server"]["url"]
+    assert sup.cli("set", "off_at=60").returncode == 0  # ours: no external change
+    wire = PolicySettings().with_changes({"off_at": 50}).to_wire(["off_at"])
+    assert side_door(url, "/set_internal_state", {"server_args": wire}, sup.admin()).status_code == 200
+    change = sup.wait_event("external_change")
+    assert change["changes"] == {"off_at": 50} and change["settings"]["off_at"] == 50
+    assert len(sup.records("event", "external_change")) == 1
+
+
+def test_with_attach_the_operator_gives_the_servers_key(tmp_path: Path) -> None:
+    """A server started elsewhere with an admin key: without it specctl cannot steer (and says what it needs);
+    with --admin-key-file it can. A key file others may read is refused: it is a password."""
+    key_file = tmp_path / "server.key"
+    key_file.write_text("s3cret-for-the-test\n")
+    key_file.chmod(0o600)
+    port_file = tmp_path / "port"
+    sim = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port-file", str(port_file),
+                            "--load", "idle", "--gpus", "1", "--admin-key-file", str(key_file)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(port_file.exists, "the simulator's port file")
+        url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+        for sub in "abc":
+            (tmp_path / sub).mkdir()
+        without = Headless(tmp_path / "a", "--attach", url)
+        try:
+            without.ready_sample()
+            out = without.cli("force-off")
+            assert out.returncode == 1 and "admin key" in out.stderr, out.stderr
+        finally:
+            without.stop()
+        key_file.chmod(0o644)
+        loose = Headless(tmp_path / "b", "--attach", url, "--admin-key-file", str(key_file))
+        assert loose.proc.wait(timeout=60) == 2 and "chmod 600" in loose.told()
+        key_file.chmod(0o600)
+        keyed = Headless(tmp_path / "c", "--attach", url, "--admin-key-file", str(key_file))
+        try:
+            keyed.ready_sample()
+            out = keyed.cli("force-off")
+            assert out.returncode == 0, out.stderr
+            assert keyed.status()["spec"]["mode"] == "off"
+        finally:
+            keyed.stop()
+    finally:
+        sim.terminate()
+        sim.wait(timeout=30)

@@ -83,6 +83,7 @@ class CommandHandler:
         client = self.sup._client
         if client is None:
             raise CommandError(UNAVAILABLE, "the model server is not running")
+        self.sup.expect_settings(new.as_dict())  # read back, ours: not an external change
         try:
             answers = await client.set_internal_state(new.to_wire(changes.keys()))
         except ServerUnreachable as exc:

@@ -12,6 +12,7 @@ log_max_mb = 64       # rotate past this size; three older files are kept
 socket = "/run/specctl/specctl.sock"
 sim_preset = "h200-llama8b"
 sim_load = "bursts"
+admin_key_file = "~/.config/specctl/server.key"  # an --attach'ed server's admin key (0600)
 ```
 
 Found at ``paths.config_file()`` (``$SPECCTL_CONFIG`` overrides). Validated
@@ -33,7 +34,7 @@ from specctl.runtime.core.policy import PolicySettings, SettingsError
 
 SUPERVISOR_KEYS: dict[str, type | tuple[type, ...]] = {
     "interval": (int, float), "log": str, "log_max_mb": (int, float), "socket": str, "sim_preset": str,
-    "sim_load": str,
+    "sim_load": str, "admin_key_file": str,
 }
 
 

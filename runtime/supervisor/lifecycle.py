@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any
 
 from specctl.runtime.core import records
+from specctl.runtime.core.policy import PolicySettings, SettingsError
 from specctl.runtime.supervisor.backends import AttachBackend, Backend, BackendError, SimBackend
 from specctl.runtime.supervisor.commands import CommandHandler
 from specctl.runtime.supervisor.config import SupervisorConfig
@@ -62,6 +63,8 @@ class Supervisor:
         self._eager_prefill_told = False  # so is eager_prefill
         self._announced = False  # supervisor_start said: only then is supervisor_stop
         self._failed_gpus: set[Any] = set()  # indexes said failed: gpu_failed once, then gpu_recovered
+        self._known_settings: dict[str, Any] | None = None  # the server's settings as last read
+        self._expected: deque[dict[str, Any] | None] = deque(maxlen=8)  # settings we sent, not yet read back
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -151,7 +154,8 @@ class Supervisor:
         if self._client is not None:
             await self._client.aclose()
         assert self.backend.url is not None
-        self._client = SGLangClient(self.backend.url, timeout=self.config.http_timeout)
+        self._client = SGLangClient(self.backend.url, timeout=self.config.http_timeout,
+                                    admin_key=self.backend.admin_key, api_key=self.backend.api_key)
         if self._gpus is None or self.sim:
             if self._gpus is not None:
                 await self._gpus.aclose()
@@ -264,6 +268,7 @@ class Supervisor:
         if spec is not None:
             self._emit_switches(spec)
             self._note_off_state(spec)
+            self._note_external_change(spec)
         self.emit(await self._sample(metrics, info, spec))
 
     async def _adopt_thresholds(self, client: SGLangClient, info: dict[str, Any]) -> dict[str, Any]:
@@ -290,6 +295,7 @@ class Supervisor:
 
     async def _note_health(self, healthy: bool) -> None:
         if healthy and self.state != "ready":
+            self._known_settings = None  # a server that (re)became ready: its settings are learnt afresh
             self.state = "ready"
             self._error = None
             self._attempt = 0
@@ -311,6 +317,25 @@ class Supervisor:
                 self.emit(records.event("spec_switch", on=sw.get("on"), reason=sw.get("reason"),
                                         batch_size=sw.get("batch_size"), step=sw.get("step")))
         self._last_seq = newest
+
+    def expect_settings(self, settings: dict[str, Any]) -> None:
+        """Settings the supervisor itself just gave the server: reading them back is no external change."""
+        self._expected.append(_normal_settings(settings))
+
+    def _note_external_change(self, spec: dict[str, Any]) -> None:
+        """Journal settings that changed without us (someone POSTed /set_internal_state with the key, or a
+        server restarted elsewhere), with the new settings, when the next poll sees them."""
+        settings = _normal_settings(spec.get("settings"))
+        if settings is None:
+            return
+        known, self._known_settings = self._known_settings, settings
+        if known is None or settings == known:
+            return
+        if settings in self._expected:
+            self._expected.clear()
+            return
+        changes = {k: v for k, v in settings.items() if known.get(k) != v}
+        self.emit(records.event("external_change", changes=changes, settings=settings))
 
     def _note_off_state(self, spec: dict[str, Any]) -> None:
         """Say once per server when its "off" is SGLang's slow steps-0 state rather than fast off."""
@@ -399,6 +424,16 @@ class Supervisor:
         return {**progress, "elapsed_s": uptime}
 
 
+def _normal_settings(settings: Any) -> dict[str, Any] | None:
+    """Settings compared by value (48 and 48.0 alike), through the policy's own parsing; None if unusable."""
+    if not isinstance(settings, dict):
+        return None
+    try:
+        return PolicySettings().with_changes(settings).as_dict()
+    except SettingsError:
+        return None
+
+
 def _field(metrics: Any, name: str) -> float | None:
     return None if metrics is None else getattr(metrics, name, None)
 
@@ -406,7 +441,7 @@ def _field(metrics: Any, name: str) -> float | None:
 def make_backend(config: SupervisorConfig) -> Backend:
     if config.backend == "attach":
         assert config.url is not None
-        return AttachBackend(config.url)
+        return AttachBackend(config.url, config.admin_key)
     if config.backend == "sglang":
         from specctl.runtime.supervisor.sglang_backend import SGLangBackend
 
