@@ -53,9 +53,10 @@ class LaunchKey:
         self.path = write_private(self.folder / f"server-{os.getpid()}.key", self.key + "\n")
         self._others: list[Path] = []
 
-    def sglang_config(self) -> Path:
-        """A YAML file for SGLang's ``--config``: the key reaches its argument parser, not its command line."""
-        path = write_private(self.folder / f"sglang-{os.getpid()}.yaml", f'admin-api-key: "{self.key}"\n')
+    def sglang_config(self, path: Path | None = None) -> Path:
+        """A YAML file (default ``keys/sglang-<pid>.yaml``) for SGLang's ``--config``: the key reaches its
+        argument parser, not its command line."""
+        path = write_private(path or sglang_config_path(), f'admin-api-key: "{self.key}"\n')
         self._others.append(path)
         return path
 
@@ -63,6 +64,11 @@ class LaunchKey:
         for path in (self.path, *self._others):
             with contextlib.suppress(OSError):
                 path.unlink()
+
+
+def sglang_config_path() -> Path:
+    """Where this supervisor's SGLang ``--config`` file goes (named in the command line before it exists)."""
+    return paths.state_dir() / "keys" / f"sglang-{os.getpid()}.yaml"
 
 
 def read_key_file(path: Path) -> str:

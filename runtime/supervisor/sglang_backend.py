@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specctl.runtime.supervisor.backends import BackendError, ProcessBackend, free_port
 from specctl.runtime.supervisor.config import SupervisorConfig
-from specctl.runtime.supervisor import paths
+from specctl.runtime.supervisor.server_key import sglang_config_path
 from specctl.runtime.supervisor.launcher import StartupProgress, api_key_of, build_command, launch_env
 from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.core.adaptive_config import write_config
@@ -23,7 +23,7 @@ class SGLangBackend(ProcessBackend):
         adaptive = write_config(Path(self._dir.name) / "adaptive.json", config.spec_steps)
         port = config.port or free_port()
         settings = PolicySettings(steps=config.spec_steps).with_changes(config.settings)
-        self._key_config = paths.state_dir() / "keys" / f"sglang-{os.getpid()}.yaml"
+        self._key_config = sglang_config_path()
         argv = build_command(config.model, config.draft, config.tp, config.spec_steps, port,
                              "127.0.0.1", str(adaptive), config.sglang_args, key_config=str(self._key_config))
         self.api_key = api_key_of(config.sglang_args)
@@ -36,7 +36,7 @@ class SGLangBackend(ProcessBackend):
         await self._check_installed()
         self._startup = StartupProgress()
         self._parse_progress = self._startup.feed
-        self._new_key().sglang_config()  # --config names this file: the key, 0600, for --admin-api-key
+        self._new_key().sglang_config(self._key_config)  # --config names this file: the key, 0600, for --admin-api-key
         await super().start()
 
     async def _check_installed(self) -> None:
