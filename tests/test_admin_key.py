@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import stat
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -102,3 +103,17 @@ def test_an_operators_key_file_must_be_private(tmp_path: Path) -> None:
         read_key_file(path)
     path.chmod(0o600)
     assert read_key_file(path) == "secret"
+
+
+def test_the_keys_of_a_supervisor_killed_with_9_are_removed_by_the_next(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SPECCTL_STATE_DIR", str(tmp_path / "state"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folder = tmp_path / "state" / "keys"
+    folder.mkdir(parents=True)
+    orphan, alive = folder / f"server-{dead.pid}.key", folder / "server-1.key"  # pid 1 is alive
+    for path in (orphan, alive):
+        path.write_text("old\n")
+    key = LaunchKey()
+    assert not orphan.exists() and alive.exists() and key.path.exists()
+    key.remove()

@@ -50,6 +50,7 @@ class LaunchKey:
     def __init__(self) -> None:
         self.key = new_key()
         self.folder = paths.state_dir() / "keys"
+        remove_orphans(self.folder)
         self.path = write_private(self.folder / f"server-{os.getpid()}.key", self.key + "\n")
         self._others: list[Path] = []
 
@@ -64,6 +65,22 @@ class LaunchKey:
         for path in (self.path, *self._others):
             with contextlib.suppress(OSError):
                 path.unlink()
+
+
+def remove_orphans(folder: Path) -> None:
+    """Key files of supervisors that are gone (killed with -9: they could not clean up); their servers went
+    with them (PR_SET_PDEATHSIG), so the keys open nothing, but a secret should not lie about."""
+    for path in folder.glob("*-*.*"):
+        pid = path.stem.rpartition("-")[2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        except PermissionError:  # alive, someone else's (a state folder shared with root)
+            pass
 
 
 def sglang_config_path() -> Path:
