@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,29 @@ def test_a_bad_value_from_the_file_is_named_as_the_files(tmp_path: Path, monkeyp
         SupervisorConfig.from_args(build_parser().parse_args(["run", "--headless"]))
     assert str(caught.value).startswith(f"{path}: ") and named in str(caught.value)
     assert flag not in str(caught.value), "nobody typed that flag"
+
+
+@pytest.mark.parametrize("kind", ["5000-deep", "fifo", "dev-zero", "a-folder", "2-MiB"])
+def test_a_hostile_config_is_one_line_and_exit_2_never_a_hang_or_a_traceback(tmp_path: Path, kind: str) -> None:
+    """The attack (issue 19 item 7): SPECCTL_CONFIG at a 5,000-deep TOML (a traceback from every verb), at
+    a FIFO (every verb hung), at /dev/zero (memory eaten), or at something merely huge."""
+    path = tmp_path / "specctl.toml"
+    if kind == "5000-deep":
+        path.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path = Path("/dev/zero")
+    elif kind == "a-folder":
+        path = tmp_path
+    else:
+        path.write_text("# " + "c" * (2 << 20) + "\n")
+    for verb in (["status"], ["locate"], ["run", "--headless"]):
+        out = subprocess.run([sys.executable, "-m", "specctl.console.cli.main", *verb],
+                             env={**os.environ, "SPECCTL_CONFIG": str(path)}, capture_output=True, text=True,
+                             timeout=60)
+        if verb == ["locate"]:  # the way to find the file that is wrong: it still prints where things are
+            assert str(path) in out.stdout
+            continue
+        assert out.returncode == 2, (verb, out.stderr)
+        assert out.stderr.count("\n") == 1 and str(path) in out.stderr and "Traceback" not in out.stderr

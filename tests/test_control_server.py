@@ -273,8 +273,8 @@ async def test_clients_that_vanish_or_half_close_do_not_disturb_others(served) -
     await wait_until(lambda: server.clients == 0)
 
 
-async def test_connections_past_max_clients_are_refused(sock_dir: Path) -> None:
-    server = ControlServer(StandInTarget(), sock_dir / "specctl.sock", max_clients=2)
+async def test_connections_past_max_clients_are_refused_while_all_are_busy(sock_dir: Path) -> None:
+    server = ControlServer(StandInTarget(), sock_dir / "specctl.sock", max_clients=2, evict_idle_s=3600)
     await server.start()
     first, second = await greeted(server.path), await greeted(server.path)
     third = await Peer.open(server.path)

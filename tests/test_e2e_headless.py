@@ -15,6 +15,7 @@ import pytest
 
 from specctl.runtime.supervisor.journal import read_journal
 
+from support.disk import small_disk
 from support.headless import Headless, pid_alive, wait_for
 
 
@@ -171,12 +172,12 @@ def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
 
 def test_a_gpu_that_fails_then_recovers_is_journalled_once_each_way(sup: Headless) -> None:
     url = sup.ready_sample()["server"]["url"]
-    assert httpx.post(f"{url}/sim/gpus", json={"failed": [1]}, timeout=10).status_code == 200
+    assert httpx.post(f"{url}/sim/gpus", json={"failed": [1]}, headers=sup.admin(), timeout=10).status_code == 200
     failed = sup.wait_event("gpu_failed", index=1)
     assert failed["error"] == "simulated fault (--fail-gpu)"
     polled = len(sup.records("sample"))
     wait_for(lambda: len(sup.records("sample")) >= polled + 3, "three more samples")
-    assert httpx.post(f"{url}/sim/gpus", json={"failed": []}, timeout=10).status_code == 200
+    assert httpx.post(f"{url}/sim/gpus", json={"failed": []}, headers=sup.admin(), timeout=10).status_code == 200
     sup.wait_event("gpu_recovered", index=1)
     assert [(r["event"], r["index"]) for r in sup.records("event") if r["event"].startswith("gpu_")] == [
         ("gpu_failed", 1), ("gpu_recovered", 1)]
@@ -197,20 +198,28 @@ def test_a_float_the_file_gives_an_integer_setting_reaches_the_simulator_as_one(
 
 
 def test_a_journal_on_a_full_disk_is_said_once_and_its_gap_recorded_when_it_heals(tmp_path: Path) -> None:
-    journal = tmp_path / "run.jsonl"
-    journal.symlink_to("/dev/full")  # every write: ENOSPC
-    h = Headless(tmp_path)
-    try:
-        wait_for(lambda: h.cli("status").returncode == 0, "the supervisor to answer")
-        wait_for(lambda: h.told().count("\n") >= 2 and "journal write failed" in h.told(), "the failure said")
-        first = h.status()["t"]
-        wait_for(lambda: h.status()["t"] >= first + 1.0, "a second of samples not journalled")
-        journal.unlink()
-        journal.write_text("")  # room again: the journal follows the new file, as after a logrotate move
-        gap = h.wait_event("journal_gap")
-        assert gap["lost"] >= 3 and h.records()[0] == gap, "the gap comes before the records after it"
-    finally:
-        assert h.stop() == 0
+    """A real full disk (disk_helpers): the failure is said once, every line that was written parses,
+    and the journal_gap record comes first when space returns."""
+    with small_disk(tmp_path, size_kib=512) as (mnt, fill, free):
+        h = Headless(tmp_path, "--log", str(mnt / "run.jsonl"))
+        h.journal = mnt / "run.jsonl"
+        try:
+            h.ready_sample()
+            fill(h.proc.pid)
+            wait_for(lambda: "journal write failed" in h.told(), "the failure said")
+            first = h.status()["t"]
+            wait_for(lambda: h.status()["t"] >= first + 1.0, "a second of samples not journalled")
+            free()
+            healed = h.status()["t"]
+            wait_for(lambda: h.records("sample")[-1]["t"] > healed, "samples journalled again")
+            raw = h.journal.read_bytes()
+            assert raw.endswith(b"\n") and all(json.loads(line) for line in raw.splitlines())
+            gaps = h.records("event", "journal_gap")
+            assert gaps and sum(g["lost"] for g in gaps) >= 3
+            after = h.records()
+            assert after[after.index(gaps[-1]) - 1]["t"] < first, "the gap comes before the records after it"
+        finally:
+            assert h.stop() == 0
     assert h.told().count("journal write failed") == 1 and "journal writes resumed" in h.told()
 
 

@@ -10,6 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 
 from specctl.runtime.core.thresholds import BY_BACKEND
@@ -25,6 +26,7 @@ STANDIN = Path(__file__).parent / "standin_sglang"
 def standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(STANDIN), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("STANDIN_STEP_S", "0.2")
+    monkeypatch.setenv("SPECCTL_STATE_DIR", str(tmp_path / "state"))  # where the admin key's files go
     pidfile = tmp_path / "rank.pid"
     monkeypatch.setenv("STANDIN_PIDFILE", str(pidfile))
     return pidfile
@@ -109,6 +111,27 @@ async def test_commands_reach_the_launched_server(standin: Path) -> None:
         assert sup.latest_sample["spec"]["settings"]["mode"] == "off"
     finally:
         await sup.stop()
+
+
+async def test_the_launched_servers_control_endpoint_wants_the_supervisors_key(standin: Path,
+                                                                            tmp_path: Path) -> None:
+    """SGLang under --admin-api-key (here the stand-in, which reads it from --config as SGLang does): a
+    side-door /set_internal_state is 401, the supervisor's own commands pass, and the key is in no argv."""
+    sup = Supervisor(config())
+    await sup.start()
+    try:
+        await until(lambda: sup.state == "ready" and sup.latest_sample["spec"], "ready")
+        key = (tmp_path / "state" / "keys" / f"server-{os.getpid()}.key").read_text().strip()
+        assert key == sup.backend.admin_key and key not in " ".join(sup.backend.argv)
+        async with httpx.AsyncClient() as http:
+            side = await http.post(f"{sup.backend.url}/set_internal_state",
+                                   json={"server_args": {"specctl_mode": 2}}, timeout=10)
+            assert side.status_code == 401
+            assert (await http.post(f"{sup.backend.url}/generate", json={"text": "hi"}, timeout=10)).status_code == 200
+        assert (await sup.execute("mode", {"mode": "off"}, uid=os.getuid()))["settings"]["mode"] == "off"
+    finally:
+        await sup.stop()
+    assert not list((tmp_path / "state" / "keys").iterdir()), "the key's files go with the server"
 
 
 async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -63,16 +63,56 @@ async def _main(config: SupervisorConfig) -> int:
 QUIET = (records.SERVER_LOG, records.SUPERVISOR_STOP)
 
 
+ECHO_BURST = 10  # lines of one kind printed at once before the rate limit applies
+ECHO_PER_S = 1.0  # then this many a second, per kind
+ECHO_WIDTH = 2000  # characters of one line
+
+
+class EchoLimit:
+    """A token bucket per kind of line (an event's name, a command's name), as journald rate-limits a unit.
+
+    The journal keeps every record; stderr is for a person, and a client that
+    floods refused commands must not flood the terminal (or a log collector)
+    with them. Lines held back are counted, and the count is said with the
+    next line of that kind, or at the end.
+    """
+
+    def __init__(self, burst: int = ECHO_BURST, per_s: float = ECHO_PER_S) -> None:
+        self.burst, self.per_s = burst, per_s
+        self._tokens: dict[str, tuple[float, float]] = {}  # kind -> (tokens, when)
+        self.held: dict[str, int] = {}
+
+    def allow(self, kind: str, now: float) -> bool:
+        tokens, when = self._tokens.get(kind, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - when) * self.per_s)
+        if tokens < 1.0:
+            self._tokens[kind] = (tokens, now)
+            self.held[kind] = self.held.get(kind, 0) + 1
+            return False
+        self._tokens[kind] = (tokens - 1.0, now)
+        return True
+
+    def said(self, kind: str) -> str:
+        """The suffix for a line of ``kind``: how many of its kind were held back since the last one."""
+        held = self.held.pop(kind, 0)
+        return f" ({held} more {kind} lines not shown; the journal has them)" if held else ""
+
+
 async def _print_events(events: Subscription) -> None:
     """Events and commands, one line each on stderr, for an operator watching the terminal.
 
     Samples and the server's own log lines stay in the journal; the hub ends the
-    stream when the supervisor stops.
+    stream when the supervisor stops. Each kind of line is rate-limited (EchoLimit).
     """
+    limit = EchoLimit()
     async for record in events:
         if record["kind"] == "sample" or record.get("event") in QUIET:
             continue
-        print(f"specctl: {_line(record)}", file=sys.stderr, flush=True)
+        kind = record.get("event") or f"command {record.get('cmd')}"
+        if limit.allow(str(kind)[:64], time.monotonic()):
+            print(f"specctl: {_line(record)[:ECHO_WIDTH]}{limit.said(str(kind)[:64])}", file=sys.stderr, flush=True)
+    for kind, held in limit.held.items():
+        print(f"specctl: {held} more {kind} lines not shown; the journal has them", file=sys.stderr, flush=True)
 
 
 def _line(record: dict[str, Any]) -> str:

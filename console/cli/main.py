@@ -26,6 +26,9 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
                    help="draft steps when speculation is on (default 3)")
     g.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     g.add_argument("--attach", metavar="URL", help="supervise a server started elsewhere")
+    g.add_argument("--admin-key-file", metavar="FILE",
+                   help="with --attach: the server's admin key (its --admin-api-key), in a 0600 file "
+                        "(or $SPECCTL_ADMIN_KEY)")
     g.add_argument("--sim-preset", help="simulator preset (default h200-llama8b)")
     g.add_argument("--sim-gpus", type=int, default=None, help="simulated GPUs (default: the preset's)")
     g.add_argument("--sim-load",

@@ -25,6 +25,7 @@ RESET = "reset"  # a record kind that only links make: forget what was shown, a 
 
 
 SERVER_TIMEOUT = 300.0  # as `specctl server`: a restart may wait for the model server to stop
+IDEMPOTENT = ("ping", "status", "mode", "set")  # the same answer or state if sent twice: retried once
 MIN_SPEED, MAX_SPEED = 0.125, 64.0  # replay speeds the keys step between, and the command line allows
 
 class LinkError(Exception):
@@ -155,17 +156,38 @@ class SocketLink(Link):
         raise LinkError(UNAVAILABLE, "the supervisor went away")
 
     async def request(self, cmd: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        from specctl.runtime.control.client import ControlError, ProtocolError
+        """One command on the command connection; one the supervisor closed (idle, or to make room for
+        others) is reconnected first, and a command that may safely run twice is retried once."""
+        from specctl.runtime.control.client import ControlError, NoSupervisor, ProtocolError
 
         if self._commands is None:
             raise LinkError(UNAVAILABLE, "not connected to a supervisor")
+        for attempt in (1, 2):
+            if self._commands.closed_by_peer:
+                await self._reconnect_commands()
+            try:
+                # a server stop waits for its ranks to exit (30 s grace, more for a restart)
+                return await self._commands.request(cmd, args or {}, SERVER_TIMEOUT if cmd == "server" else None)
+            except ControlError as exc:
+                raise LinkError(exc.code, exc.message, _field(exc.details)) from None
+            except NoSupervisor as exc:  # closed under us: a change may not repeat, a question may
+                if attempt == 2 or cmd not in IDEMPOTENT:
+                    raise LinkError(UNAVAILABLE, f"lost the supervisor: {exc}") from None
+                await self._reconnect_commands()
+            except (ProtocolError, OSError, RuntimeError) as exc:  # the connection broke under us
+                raise LinkError(UNAVAILABLE, f"lost the supervisor: {exc}") from None
+        raise AssertionError("unreachable")
+
+    async def _reconnect_commands(self) -> None:
+        from specctl.runtime.control.client import ControlClient, NoSupervisor, ProtocolError
+
+        if self._commands is not None:
+            await self._commands.close()
+        self._commands = ControlClient(self.path)
         try:
-            # a server stop waits for its ranks to exit (30 s grace, more for a restart)
-            return await self._commands.request(cmd, args or {}, SERVER_TIMEOUT if cmd == "server" else None)
-        except ControlError as exc:
-            raise LinkError(exc.code, exc.message, _field(exc.details)) from None
-        except (ProtocolError, OSError, RuntimeError) as exc:  # the connection broke under us
-            raise LinkError(UNAVAILABLE, f"lost the supervisor: {exc}") from None
+            await self._commands.connect()
+        except (NoSupervisor, ProtocolError) as exc:
+            raise LinkError(UNAVAILABLE, str(exc)) from None
 
     async def close(self) -> None:
         for client in (self._stream, self._commands):

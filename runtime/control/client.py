@@ -12,6 +12,9 @@ import asyncio
 import itertools
 import json
 import os
+import socket
+import stat
+import struct
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,6 +29,10 @@ _READ_LIMIT = 1024 * 1024
 
 class NoSupervisor(Exception):
     """No supervisor listens at the path (missing socket, refused, or silent)."""
+
+
+class UntrustedSocket(NoSupervisor):
+    """The socket or its folder could belong to someone else: nothing is sent (the CLI exits 3)."""
 
 
 class ProtocolError(Exception):
@@ -66,7 +73,8 @@ class ControlClient:
         await self.close()
 
     async def connect(self) -> dict[str, Any]:
-        """Open the socket and check the greeting; returns it (``{"version", "protocol"}``)."""
+        """Check whose socket it is, open it and check the greeting; returns it (``{"version", "protocol"}``)."""
+        check_socket_owner(self.path)
         try:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_unix_connection(str(self.path), limit=_READ_LIMIT), self.timeout)
@@ -77,6 +85,7 @@ class ControlClient:
                                f"another user?)") from None
         except OSError as e:  # a path too long for a Unix socket, a socket of the wrong type, ...
             raise NoSupervisor(f"cannot connect to {self.path}: {e.strerror or e}") from None
+        check_peer(self._writer, self.path)
         first = await self._read(self.timeout)
         if first is None:
             raise NoSupervisor(f"the supervisor at {self.path} closed the connection at once")
@@ -90,6 +99,11 @@ class ControlClient:
         if not isinstance(greeting, dict) or greeting.get("protocol") != PROTOCOL:
             raise ProtocolError(f"{self.path} does not speak specctl protocol {PROTOCOL}: {first!r:.200}")
         return greeting
+
+    @property
+    def closed_by_peer(self) -> bool:
+        """The supervisor closed this connection (idle too long, or to make room for others)."""
+        return self._reader is None or self._reader.at_eof()
 
     async def request(self, cmd: str, args: dict[str, Any] | None = None,
                       timeout: float | None = None) -> dict[str, Any]:
@@ -173,6 +187,44 @@ class ControlClient:
         if not isinstance(msg, dict):
             raise ProtocolError(f"{self.path} sent a line that is not an object: {line[:200]!r}")
         return msg
+
+
+def _trusted_uid(uid: int) -> bool:
+    return uid == os.geteuid() or uid == 0
+
+
+def check_socket_owner(path: Path) -> None:
+    """Before sending anything: the socket and its folder must belong to us (or root), and no one else may
+    write the folder (else another user could have put their own socket there). A missing path is left to
+    connect(), which says there is no supervisor."""
+    try:
+        folder = os.stat(path.parent if str(path.parent) else Path("."))
+        sock = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise NoSupervisor(f"cannot check {path}: {e.strerror or e}") from None
+    refuse = f"refusing to use {path}: "
+    if not _trusted_uid(folder.st_uid):
+        raise UntrustedSocket(refuse + f"its folder belongs to uid {folder.st_uid}, not to you or root")
+    if folder.st_mode & 0o022:
+        raise UntrustedSocket(refuse + f"its folder {path.parent} can be written by others "
+                              f"(mode {stat.S_IMODE(folder.st_mode):o}); put the socket in a folder of your own")
+    if stat.S_ISSOCK(sock.st_mode) and not _trusted_uid(sock.st_uid):
+        raise UntrustedSocket(refuse + f"it belongs to uid {sock.st_uid}, not to you or root")
+
+
+def check_peer(writer: asyncio.StreamWriter, path: Path) -> None:
+    """The process that listens must run as us or as root (SO_PEERCRED, from the kernel)."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    if not _trusted_uid(uid):
+        writer.close()
+        raise UntrustedSocket(f"refusing to use {path}: the process listening there runs as uid {uid}, "
+                              "not as you or root")
 
 
 def _error_of(answer: dict[str, Any]) -> ControlError:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import math
 import os
+import resource
 import socket
 import stat
 import struct
@@ -31,6 +33,7 @@ from specctl import PROTOCOL, __version__
 from specctl.runtime.control.hub import Hub, Subscription
 from specctl.runtime.core import records
 from specctl.runtime.core.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAVAILABLE, CommandError
+from specctl.runtime.core.journalable import why_unjournalable
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +109,16 @@ class _LineReader:
             await self._fill()
 
     def _take_line(self) -> bytes | None:
+        if self._discarding:  # inside an over-long line: drop everything up to its newline
+            end = self._buf.find(b"\n")
+            if end < 0:
+                self._buf.clear()
+                self._scanned = 0
+                return None
+            del self._buf[:end + 1]
+            self._scanned = 0
+            self._discarding = False
+            raise _LineTooLong
         end = self._buf.find(b"\n", self._scanned)
         if end < 0:
             self._scanned = len(self._buf)
@@ -117,21 +130,25 @@ class _LineReader:
         line = bytes(self._buf[:end])
         del self._buf[:end + 1]
         self._scanned = 0
-        if self._discarding or len(line) > MAX_LINE:
-            self._discarding = False
+        if len(line) > MAX_LINE:
             raise _LineTooLong
         return line
 
     def _take_tail(self) -> bytes | None:
-        """A last line without a newline still counts: ``printf '{...}' | nc -U`` is common."""
+        """A last line without a newline still counts (``printf '{...}' | nc -U`` is common), unless it
+        is the rest of an over-long line: that is discarded whole, up to EOF, and none of it runs."""
         if self._discarding:
             self._discarding = False
+            self._buf.clear()
+            self._scanned = 0
             raise _LineTooLong
         if not self._buf:
             return None
         line = bytes(self._buf)
         self._buf.clear()
         self._scanned = 0
+        if len(line) > MAX_LINE:
+            raise _LineTooLong
         return line
 
     async def _fill(self) -> None:
@@ -193,7 +210,23 @@ def _parse_request(line: bytes) -> tuple[Any, str, dict[str, Any]]:
         args = {}
     if not isinstance(args, dict):
         raise _BadRequest("args must be a JSON object", req_id)
+    # the journal must be able to hold what is applied: refuse here, before anything acts on it
+    if why := why_unjournalable(cmd) or why_unjournalable(args):
+        raise _BadRequest(f"request cannot be journaled: {why}", req_id)
     return req_id, cmd, args
+
+
+def check_runtime_dir(folder: Path) -> None:
+    """The socket's folder must be ours and closed to others: in a folder another user owns or can write,
+    they could swap our socket for theirs, or plant one before we start (sshd's StrictModes, for sockets)."""
+    info = os.stat(folder)
+    if info.st_uid != os.geteuid():
+        raise ControlSocketError(f"refusing {folder} for the control socket: it belongs to uid {info.st_uid}, "
+                                 "not to us (choose a folder of your own with --socket)")
+    if info.st_mode & 0o022:
+        raise ControlSocketError(f"refusing {folder} for the control socket: others can write it "
+                                 f"(mode {stat.S_IMODE(info.st_mode):o}); choose a folder of your own with "
+                                 "--socket, or chmod go-w it")
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -218,6 +251,15 @@ class _Connection:
         self._writer = writer
         self._uid = uid
         self._pump: asyncio.Task[None] | None = None
+        self.last_active = asyncio.get_running_loop().time()  # when its last request (or its greeting) came
+
+    @property
+    def subscribed(self) -> bool:
+        return self._pump is not None
+
+    def evict(self) -> None:
+        """Close this connection now, to make room: its reads end, its task cleans up."""
+        self._writer.transport.abort()
 
     async def serve(self) -> None:
         """Answer requests until the client leaves; then keep streaming if it subscribed."""
@@ -244,6 +286,7 @@ class _Connection:
             if line is None:
                 return
             if line.strip():
+                self.last_active = asyncio.get_running_loop().time()
                 await self.send(_encode_answer(await self._answer(line)))
 
     async def _answer(self, line: bytes) -> dict[str, Any]:
@@ -318,22 +361,57 @@ class _Connection:
             await asyncio.wait_for(self._writer.wait_closed(), 1.0)
 
 
+FD_HEADROOM = 96  # descriptors left for everything else: journal, NVML, HTTP pool, the server's pipes, ...
+ACCEPT_BACKOFF = (0.05, 1.0)  # first and longest pause after accept() fails for want of resources
+EVICT_IDLE_S = 1.0  # at the cap, a connection idle this long gives its place to a newcomer
+_STARVED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+def fd_cap(headroom: int = FD_HEADROOM) -> int:
+    """Control connections this process can hold: the soft RLIMIT_NOFILE less headroom, at least 8.
+
+    From the limit as it is, so the cap holds under `ulimit -n 256` as well as under systemd's 1024.
+    """
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 65536
+    return max(8, soft - headroom)
+
+
 class ControlServer:
-    """Serves the control protocol for ``target`` on the Unix socket at ``path``."""
+    """Serves the control protocol for ``target`` on the Unix socket at ``path``.
+
+    Connections are capped (``max_clients``, from RLIMIT_NOFILE by default). At
+    the cap a newcomer still gets in: the connection that has been idle longest
+    (one that is not streaming records first) is closed to make room, so the
+    owner's ``specctl status`` or ``force-off`` always gets through, however many
+    idle clients hold the socket. Only when every connection is busy is the
+    newcomer refused. Idle connections are closed after ``idle_timeout``
+    (a subscriber's stream is not idle). When accept() itself fails for want of
+    descriptors, the server says so once, frees the longest-idle connection and
+    backs off, instead of spinning on the error.
+    """
 
     def __init__(self, target: ControlTarget, path: str | os.PathLike[str], *,
-                 max_clients: int = 1024, idle_timeout: float | None = None,
-                 line_timeout: float = 30.0, write_timeout: float = 5.0) -> None:
+                 max_clients: int | None = None, idle_timeout: float | None = 120.0,
+                 line_timeout: float = 30.0, write_timeout: float = 5.0,
+                 evict_idle_s: float = EVICT_IDLE_S) -> None:
         self.target = target
         self.path = Path(path)
-        self.max_clients = max_clients
+        self.max_clients = fd_cap() if max_clients is None else max_clients
         self.idle_timeout = idle_timeout
         self.line_timeout = line_timeout
         self.write_timeout = write_timeout
-        self._server: asyncio.AbstractServer | None = None
+        self.evict_idle_s = evict_idle_s
+        self._server: asyncio.Task[None] | None = None  # the accept loop
+        self._sock: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._live: set[_Connection] = set()
         self._inode: int | None = None
         self._stopped = False
+        self._starved = 0  # accept() failures in a row: the back-off grows with it
+        self._quiet_until = 0.0  # the failure is said again only after this (loop time)
+        self.evicted = 0  # connections closed to make room, for the benchmark and tests
 
     async def start(self) -> None:
         """Bind the socket (0600, in a 0700 directory if we make it) and start accepting."""
@@ -343,11 +421,59 @@ class ControlServer:
             why = "it is not a folder" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
             raise ControlSocketError(f"cannot make {self.path.parent} for the control socket: {why} "
                                      "(choose another with --socket)") from None
+        check_runtime_dir(self.path.parent)
         await self._clear_stale()
         sock = self._bind()
         self._inode = os.stat(self.path).st_ino
-        self._server = await asyncio.start_unix_server(self._on_client, sock=sock, limit=MAX_LINE,
-                                                          backlog=1024)
+        sock.listen(1024)
+        sock.setblocking(False)
+        self._sock = sock
+        self._server = asyncio.create_task(self._accept_loop(sock), name="specctl-control-accept")
+
+    async def _accept_loop(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(sock)
+            except OSError as exc:
+                await self._accept_failed(exc)
+                continue
+            self._starved = 0
+            task = asyncio.create_task(self._on_client(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            await asyncio.sleep(0)  # let it register before the next accept: the count and eviction see it
+
+    async def _accept_failed(self, exc: OSError) -> None:
+        """Out of descriptors (or memory): say it once, free the longest-idle connection, back off."""
+        if exc.errno not in _STARVED:
+            log.error("control socket: accept failed: %s", exc)
+            await asyncio.sleep(ACCEPT_BACKOFF[1])
+            return
+        now = asyncio.get_running_loop().time()
+        if now >= self._quiet_until:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            log.warning("control socket: cannot accept connections: %s (open files limit %d, %d control "
+                        "connections); closing idle ones and backing off (said once a minute at most)",
+                        exc.strerror or exc, soft, len(self._live))
+            self._quiet_until = now + 60.0
+        self._starved += 1
+        first, longest = ACCEPT_BACKOFF
+        freed = self._evict(idle_for=0.0)
+        if not freed:  # nothing to free: wait for descriptors to come back, longer each time
+            await asyncio.sleep(min(longest, first * 2 ** min(self._starved, 8)))
+
+    def _evict(self, idle_for: float) -> bool:
+        """Close the connection idle longest (not streaming ones first), if idle ``idle_for`` s or more."""
+        now = asyncio.get_running_loop().time()
+        idle = [c for c in self._live if now - c.last_active >= idle_for]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: (c.subscribed, c.last_active))
+        self._live.discard(victim)
+        victim.evict()
+        self.evicted += 1
+        return True
 
     async def _clear_stale(self) -> None:
         """Refuse a live socket; remove one left behind by a supervisor that died (supervisord's checkused)."""
@@ -387,8 +513,13 @@ class ControlServer:
         """Stop accepting, close every client, and remove the socket file if it is still ours."""
         self._stopped = True
         if self._server is not None:
-            self._server.close()
+            self._server.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._server
             self._server = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -406,20 +537,22 @@ class ControlServer:
     def clients(self) -> int:
         return len(self._tasks)
 
-    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_client(self, conn: socket.socket) -> None:
         if self._stopped:  # accepted just before stop(): its task was not there to cancel
-            writer.transport.abort()
+            conn.close()
             return
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=conn, limit=MAX_LINE)
+        except OSError:
+            conn.close()
+            return
         try:
             await self._admit(reader, writer)
+        except asyncio.CancelledError:  # stop(): a quiet close, no traceback per client
+            writer.transport.abort()
         except Exception:
             log.exception("control connection failed")
             writer.transport.abort()
-        finally:
-            self._tasks.discard(task)
 
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         uid = peer_uid(writer.get_extra_info("socket"))
@@ -427,10 +560,15 @@ class ControlServer:
         if not peer_allowed(uid, os.geteuid()):
             log.warning("control socket: refused a connection from uid %d", uid)
             refusal = _error(None, FORBIDDEN, f"uid {uid} may not use this socket (owner or root only)")
-        elif len(self._tasks) > self.max_clients:
-            refusal = _error(None, UNAVAILABLE, f"too many control connections ({self.max_clients})")
+        elif len(self._live) >= self.max_clients and not self._evict(self.evict_idle_s):
+            refusal = _error(None, UNAVAILABLE, f"too many control connections ({self.max_clients}), all busy")
         if refusal is None:
-            await _Connection(self, reader, writer, uid).serve()
+            connection = _Connection(self, reader, writer, uid)
+            self._live.add(connection)
+            try:
+                await connection.serve()
+            finally:
+                self._live.discard(connection)
             return
         writer.write(_dumps(refusal))
         with contextlib.suppress(Exception):

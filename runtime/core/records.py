@@ -192,7 +192,7 @@ EventName = Literal[
     "server_unreachable", "server_log", "attached_simulator",
     "spec_switch", "slow_off_state", "eager_prefill",
     "settings", "settings_restored", "settings_restore_failed", "backend_thresholds", "backend_thresholds_failed",
-    "gpu_failed", "gpu_recovered", "gpu_unavailable",
+    "gpu_failed", "gpu_recovered", "gpu_unavailable", "external_change",
 ]
 EVENT_NAMES: tuple[EventName, ...] = get_args(EventName)
 
@@ -219,6 +219,7 @@ BACKEND_THRESHOLDS_FAILED: Final = "backend_thresholds_failed"
 GPU_FAILED: Final = "gpu_failed"
 GPU_RECOVERED: Final = "gpu_recovered"
 GPU_UNAVAILABLE: Final = "gpu_unavailable"
+EXTERNAL_CHANGE: Final = "external_change"
 
 
 # -- building records (the supervisor's side: typed by construction) -----------

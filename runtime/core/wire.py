@@ -10,3 +10,6 @@ WIRE_PREFIX = "specctl_"  # every /set_internal_state and /get_internal_state ke
 ENABLE_ENV = "SPECCTL_PLUGIN"  # "1": the plugin takes over SGLang's adaptive policy
 SETTINGS_ENV = "SPECCTL_SETTINGS"  # JSON object of PolicySettings fields at start-up
 PLUGINS_ENV = "SGLANG_PLUGINS"  # SGLang's own allow-list of plugin entry points
+SIM_ADMIN_KEY_ENV = "SPECCTL_SIM_ADMIN_KEY"  # the simulator's admin key, from the supervisor that starts it
+# control endpoints an admin key guards (prefixes; /sim/ is the simulator's)
+ADMIN_PATHS = ("/set_internal_state", "/sim/")

@@ -20,7 +20,11 @@ from typing import Any
 
 import aiohttp
 
+from specctl.runtime.core.wire import ADMIN_PATHS
 from specctl.runtime.probes.metrics import MetricsError, ServerMetrics, parse_metrics
+
+MAX_CONNECTIONS = 8
+KEY_ENV_NAME = "SPECCTL_ADMIN_KEY"  # said in a 401's message; runtime/supervisor/server_key.py reads it
 
 
 class ServerUnreachable(Exception):
@@ -53,10 +57,15 @@ class SGLangClient:
     the client itself can be built from synchronous code.
     """
 
-    def __init__(self, base_url: str, timeout: float = 2.0) -> None:
+    def __init__(self, base_url: str, timeout: float = 2.0, *, admin_key: str | None = None,
+                 api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None
+        # SGLang checks the admin key on its ADMIN_OPTIONAL endpoints (/set_internal_state) and the API key,
+        # when one is set, on the rest (docs/sglang-plugin.md); each goes only where it is asked for
+        self._admin = {"Authorization": f"Bearer {admin_key}"} if admin_key else {}
+        self._normal = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     async def health(self) -> bool:
         """True when serving, False on 503 (starting or unhealthy)."""
@@ -108,8 +117,9 @@ class SGLangClient:
     ) -> tuple[int, bytes]:
         """One request, read whole within the timeout; failures and error statuses raise."""
         url = f"{self.base_url}{path}"
+        headers = self._admin if path.startswith(ADMIN_PATHS) else self._normal
         try:
-            async with self._open().request(method, url, **kwargs) as response:
+            async with self._open().request(method, url, headers=headers, **kwargs) as response:
                 status, body = response.status, await response.read()
         except TimeoutError as exc:  # before ClientError: aiohttp's timeouts are both
             raise ServerUnreachable(f"timed out after {self.timeout} s") from exc
@@ -122,12 +132,18 @@ class SGLangClient:
         message = f"HTTP {status} from {url}"
         if status >= 500:
             raise ServerUnreachable(message)
+        if status in (401, 403):
+            message += (" (the server wants an admin key: with --attach give it by --admin-key-file, "
+                        f"${KEY_ENV_NAME} or admin_key_file in the config)")
         raise RequestRejected(message, status)
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
             timeout = aiohttp.ClientTimeout(total=self.timeout)
-            self._session = aiohttp.ClientSession(timeout=timeout)
+            # a few connections are all a poll and a command need; the default 100 would eat into the
+            # descriptors the control socket counts on (runtime/control/server.py FD_HEADROOM)
+            connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS)
+            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         return self._session
 
 

@@ -1,6 +1,8 @@
 """``python -m specctl.runtime.sim``: run the simulator as an HTTP server process.
 
-It writes the bound port to ``--port-file`` (atomically: a temporary file,
+With an admin key (``--admin-key-file``, or ``$SPECCTL_SIM_ADMIN_KEY`` from the
+supervisor that starts it) its control endpoints need ``Authorization: Bearer
+KEY``, as SGLang's under ``--admin-api-key``. It writes the bound port to ``--port-file`` (atomically: a temporary file,
 then a rename) and prints one ``specctl-sim listening on URL`` line once it
 listens; SIGTERM or SIGINT stop it cleanly with exit code 0.
 """
@@ -9,14 +11,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hmac
 import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from specctl.runtime.core.policy import SettingsError
+from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV
 from specctl.runtime.sim.gpus import MAX_GPUS
 from specctl.runtime.sim.load import parse_load
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
@@ -43,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="answer /health with 503 for this long")
     ap.add_argument("--slow-off", action="store_true",
                     help="act as a server without specctl's fast off: 'off' runs SGLang's own steps-0 state")
+    ap.add_argument("--admin-key-file", type=Path, metavar="FILE",
+                    help=f"require this key (Bearer) on /set_internal_state and /sim/* (default: ${SIM_ADMIN_KEY_ENV}, "
+                         "if set; else they are open)")
     ap.add_argument("--eager-prefill", action="store_true",
                     help="report prefill CUDA graphs off, as a server launched with --disable-prefill-cuda-graph")
     return ap
@@ -86,9 +94,42 @@ def _write_port(path: Path, port: int) -> None:
     os.replace(tmp, path)
 
 
+def admin_guard(key: str) -> Any:
+    """An aiohttp middleware that closes the control endpoints (ADMIN_PATHS) to requests without
+    ``Authorization: Bearer KEY``, as SGLang's ``--admin-api-key`` closes its ADMIN_OPTIONAL ones; reading and
+    ``/generate`` stay open. A wrong key is 401, compared in constant time."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path.startswith(ADMIN_PATHS) and request.method != "OPTIONS":
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), key.encode()):
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return guard
+
+
+def _admin_key(ns: argparse.Namespace) -> str | None:
+    """The key from --admin-key-file, else from the environment the supervisor set; None: no guard."""
+    if ns.admin_key_file is not None:
+        try:
+            key = ns.admin_key_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            sys.exit(f"python -m specctl.runtime.sim: cannot read --admin-key-file: {exc}")
+        if not key:
+            sys.exit("python -m specctl.runtime.sim: --admin-key-file is empty")
+        return key
+    return os.environ.get(SIM_ADMIN_KEY_ENV) or None
+
+
 async def _serve(ns: argparse.Namespace, cfg: SimConfig) -> None:
     server = SimServer(cfg)
-    runner = web.AppRunner(build_app(server), access_log=None)
+    app = build_app(server)
+    key = _admin_key(ns)
+    if key is not None:
+        app.middlewares.insert(0, admin_guard(key))  # outermost: nothing runs before the key is checked
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, ns.host, ns.port, shutdown_timeout=0.2)
     await site.start()

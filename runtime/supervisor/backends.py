@@ -25,6 +25,9 @@ from typing import Any, Protocol
 
 import psutil
 
+from specctl.runtime.core.wire import SIM_ADMIN_KEY_ENV as ADMIN_KEY_ENV
+from specctl.runtime.supervisor.server_key import LaunchKey
+
 LOG_TAIL = 200
 MAX_LINE = 1 << 16  # longer lines are cut to their last 64 KiB
 PR_SET_PDEATHSIG = 1
@@ -48,6 +51,8 @@ class Backend(Protocol):
     sim: bool
     url: str | None
     owns_process: bool
+    admin_key: str | None  # Bearer key for its control endpoints (/set_internal_state, /sim/*), if it has one
+    api_key: str | None  # Bearer key for the rest, if the operator set SGLang's --api-key
 
     async def start(self) -> None: ...
     def returncode(self) -> int | None: ...
@@ -67,10 +72,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class ProcessBackend:
-    """Runs one command in its own process group and keeps a tail of its output."""
+    """Runs one command in its own process group and keeps a tail of its output.
+
+    A server it launches gets a fresh admin key each start (runtime/supervisor/server_key.py): ``admin_key``
+    while it runs, its files removed when it stops.
+    """
 
     sim = False
     owns_process = True
+    admin_key: str | None = None
+    api_key: str | None = None
 
     def __init__(self, argv: list[str], env: dict[str, str] | None = None,
                  stop_grace_s: float = 10.0,
@@ -147,8 +158,22 @@ class ProcessBackend:
     def tail(self) -> list[str]:
         return list(self._tail)
 
+    def _new_key(self) -> LaunchKey:
+        """A fresh key for the server about to start; the last one's files go."""
+        self._forget_key()
+        self._key = LaunchKey()
+        self.admin_key = self._key.key
+        return self._key
+
+    def _forget_key(self) -> None:
+        key = getattr(self, "_key", None)
+        if key is not None:
+            key.remove()
+            self._key = None
+
     async def stop(self) -> None:
         """SIGTERM the whole group, SIGKILL what is left after the grace period; never raises."""
+        self._forget_key()
         proc = self._proc
         if proc is None:
             return
@@ -213,6 +238,7 @@ class SimBackend(ProcessBackend):
     async def start(self) -> None:
         self._port_file.unlink(missing_ok=True)
         self.url = None
+        self.env = {**os.environ, ADMIN_KEY_ENV: self._new_key().key}  # environ: only its owner (and root) reads it
         await super().start()
         port = await self._wait_for_port()
         self.url = f"http://127.0.0.1:{port}"
@@ -231,15 +257,20 @@ class SimBackend(ProcessBackend):
 
 
 class AttachBackend:
-    """A server started elsewhere: we watch and steer it, but never start or stop it."""
+    """A server started elsewhere: we watch and steer it, but never start or stop it.
+
+    Its admin key, if it has one, is the operator's to give (--admin-key-file, $SPECCTL_ADMIN_KEY, config).
+    """
 
     sim = False
     owns_process = False
     pid = None
     progress = None
+    api_key = None
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, admin_key: str | None = None) -> None:
         self.url = url.rstrip("/")
+        self.admin_key = admin_key
 
     async def start(self) -> None:
         return None

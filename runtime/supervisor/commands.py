@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from specctl.runtime.core import records
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
+from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
 from specctl.runtime.core.policy import MODES, PolicySettings, SettingsError
 from specctl.runtime.core.thresholds import attention_backend, for_backend, unset_groups
 from specctl.runtime.probes.sglang_client import ServerUnreachable
@@ -51,6 +52,8 @@ class SupervisorPort(Protocol):
 
     def emit(self, record: records.Record) -> None: ...
 
+    def expect_settings(self, settings: dict[str, Any]) -> None: ...  # ours: not an external change
+
     async def poll_now(self, timeout: float = 5.0) -> None: ...
 
     async def stop_server(self) -> None: ...
@@ -76,12 +79,14 @@ class CommandHandler:
             return await getattr(self, f"_cmd_{cmd}")(args)
         async with self._lock:
             try:
+                if why := why_unjournalable(args):  # applied only if its record can be written
+                    raise CommandError(BAD_REQUEST, f"args cannot be journaled: {why}")
                 result = await getattr(self, f"_cmd_{cmd}")(args)
             except CommandError as exc:
-                self.sup.emit(records.command(cmd, False, uid, args=args, error=exc.code,
-                                              message=exc.message))
+                self.sup.emit(records.command(cmd, False, uid, args=bounded_args(args), error=exc.code,
+                                              message=bounded_message(exc.message)))
                 raise
-            self.sup.emit(records.command(cmd, True, uid, args=args))
+            self.sup.emit(records.command(cmd, True, uid, args=bounded_args(args)))
             return result
 
     async def _cmd_ping(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +117,7 @@ class CommandHandler:
         client = self.sup.server_client
         if client is None:
             raise CommandError(UNAVAILABLE, "the model server is not running")
+        self.sup.expect_settings(new.as_dict())  # read back, ours: not an external change
         try:
             answers = await client.set_internal_state(new.to_wire(changes.keys()))
         except ServerUnreachable as exc:

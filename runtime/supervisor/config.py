@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -11,6 +12,8 @@ from urllib.parse import urlsplit
 from specctl.runtime.core.policy import PolicySettings, SettingsError
 from specctl.runtime.core.tree_drafts import tree_args_problem
 from specctl.runtime.supervisor import config_file, paths
+from specctl.runtime.supervisor.launcher import reserved_arg
+from specctl.runtime.supervisor.server_key import KEY_ENV, KeyFileError, read_key_file
 
 BackendKind = Literal["sim", "sglang", "attach"]
 
@@ -42,6 +45,7 @@ class SupervisorConfig:
     http_timeout: float = 2.0
     restart_backoff: tuple[float, float] = (1.0, 30.0)  # first delay, cap
     stop_grace_s: float = 30.0  # SIGTERM to SIGKILL, for a real server's ranks to free the GPU
+    admin_key: str | None = field(default=None, repr=False)  # an attached server's; specctl makes its own
 
     def __post_init__(self) -> None:
         if not 0.05 <= self.interval <= 60:
@@ -60,6 +64,11 @@ class SupervisorConfig:
             where = "the simulator" if self.backend == "sim" else "a server started elsewhere (--attach)"
             raise ConfigError(f"arguments after -- go to SGLang's launcher, and {where} has none: "
                               f"{' '.join(self.sglang_args)}")
+        if self.backend == "sglang" and (reserved := reserved_arg(self.sglang_args)):
+            raise ConfigError(f"{reserved} after --: specctl gives SGLang its own --config, which carries the "
+                              "admin key that closes /set_internal_state to others (docs/sglang-plugin.md)")
+        if self.admin_key is not None and self.backend != "attach":
+            raise ConfigError("an admin key is for --attach: a server specctl launches gets a fresh key of its own")
         if self.backend == "sim":
             self._check_sim()
         if self.backend == "sglang" and (tree := tree_args_problem(self.sglang_args)):
@@ -117,9 +126,29 @@ class SupervisorConfig:
                 journal_path=Path(log) if log else None,
                 journal_max_mb=float(args.log_max_mb if args.log_max_mb is not None else sup.get("log_max_mb", 64.0)),
                 settings={**site.policy, **parse_pairs(args.settings)},
+                admin_key=_admin_key(args, sup) if attach else _no_key_for_launch(args),
             )
         except ConfigError as exc:
             raise _blame_the_file(exc, from_file) from None
+
+
+def _admin_key(args: argparse.Namespace, sup: dict[str, Any]) -> str | None:
+    """An attached server's admin key: --admin-key-file, else $SPECCTL_ADMIN_KEY, else the config's file."""
+    path = getattr(args, "admin_key_file", None) or sup.get("admin_key_file")
+    if getattr(args, "admin_key_file", None) is None and os.environ.get(KEY_ENV):
+        return os.environ[KEY_ENV].strip()
+    if not path:
+        return None
+    try:
+        return read_key_file(Path(path).expanduser())
+    except KeyFileError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _no_key_for_launch(args: argparse.Namespace) -> None:
+    if getattr(args, "admin_key_file", None) is not None:
+        raise ConfigError("--admin-key-file is for --attach: a server specctl launches gets a fresh key of its own")
+    return None
 
 
 def attach_url(text: str) -> str:

@@ -12,6 +12,7 @@ log_max_mb = 64       # rotate past this size; three older files are kept
 socket = "/run/specctl/specctl.sock"
 sim_preset = "h200-llama8b"
 sim_load = "bursts"
+admin_key_file = "~/.config/specctl/server.key"  # an --attach'ed server's admin key (0600)
 ```
 
 Found at ``paths.config_file()`` (``$SPECCTL_CONFIG`` overrides). Validated
@@ -22,6 +23,7 @@ passes silently.
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +34,7 @@ from specctl.runtime.supervisor import paths
 
 SUPERVISOR_KEYS: dict[str, type | tuple[type, ...]] = {
     "interval": (int, float), "log": str, "log_max_mb": (int, float), "socket": str, "sim_preset": str,
-    "sim_load": str,
+    "sim_load": str, "admin_key_file": str,
 }
 
 
@@ -46,20 +48,41 @@ class FileConfig:
     supervisor: dict[str, Any] = field(default_factory=dict)
 
 
+MAX_BYTES = 1024 * 1024  # a config is a few lines; past this it is a mistake (or /dev/zero)
+
+
 def load(path: Path | None = None) -> FileConfig:
     """The config at ``path`` (default: the usual place); an absent file is an empty config."""
     path = path or paths.config_file()
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(_read(path))
     except FileNotFoundError:
         return FileConfig()
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigFileError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ConfigFileError(f"{path}: nested too deep to be a specctl config") from None
     unknown = set(raw) - {"policy", "supervisor"}
     if unknown:
         raise ConfigFileError(f"{path}: unknown table [{sorted(unknown)[0]}] (known: [policy], [supervisor])")
     return FileConfig(policy=_policy(path, raw.get("policy", {})),
                       supervisor=_supervisor(path, raw.get("supervisor", {})))
+
+
+def _read(path: Path) -> str:
+    """The file's text: a regular file of at most MAX_BYTES. Opened without blocking, so a FIFO named by
+    SPECCTL_CONFIG is refused instead of hanging every verb, and read up to the cap, so /dev/zero is too."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigFileError(f"{path}: not a regular file")
+        data = fh.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ConfigFileError(f"{path}: larger than {MAX_BYTES // 1024} KiB; a config is a few lines")
+    return data.decode("utf-8")
 
 
 def _policy(path: Path, table: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ def build_command(
     adaptive_config_path: str,
     extra_args: Sequence[str] = (),
     python: str = sys.executable,
+    key_config: str | None = None,
 ) -> list[str]:
     """``python -m sglang.launch_server`` with EAGLE-3, topk 1 and the adaptive controller on.
 
@@ -38,6 +39,8 @@ def build_command(
     per batch; ``adaptive_config_path`` is the file adaptive_config.write_config
     wrote with the same ``spec_steps``. ``extra_args`` come last, so an operator
     can add flags (attention backend, memory fraction, CUDA-graph sizes).
+    ``key_config`` is the 0600 YAML that gives SGLang ``--admin-api-key`` through
+    ``--config``: a secret on the command line is anyone's to read in ``ps``.
     """
     if spec_steps < 1:
         raise ValueError(f"spec_steps must be at least 1, got {spec_steps}")
@@ -57,6 +60,7 @@ def build_command(
         "--host", host,
         "--port", str(port),
         "--enable-metrics",
+        *(["--config", key_config] if key_config else []),
         *extra_args,
     ]
 
@@ -71,6 +75,26 @@ def build_command(
 # an operator's own value is kept.
 FLASHINFER_WORKSPACE_ENV = "SGLANG_FLASHINFER_WORKSPACE_SIZE"
 FLASHINFER_WORKSPACE_BYTES = 2 * 1024**3
+RESERVED_ARGS = ("--config", "--admin-api-key")  # specctl gives these itself (the admin key)
+
+
+def reserved_arg(extra_args: Sequence[str]) -> str | None:
+    """The first of RESERVED_ARGS among an operator's extra arguments (``--flag`` or ``--flag=value``)."""
+    for arg in extra_args:
+        name = arg.split("=", 1)[0]
+        if name in RESERVED_ARGS:
+            return name
+    return None
+
+
+def api_key_of(extra_args: Sequence[str]) -> str | None:
+    """SGLang's ``--api-key`` among the extra arguments: with it, /server_info needs that key too."""
+    for i, arg in enumerate(extra_args):
+        if arg == "--api-key" and i + 1 < len(extra_args):
+            return extra_args[i + 1]
+        if arg.startswith("--api-key="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def launch_env(settings: PolicySettings, base_env: Mapping[str, str] | None = None) -> dict[str, str]:

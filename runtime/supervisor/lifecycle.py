@@ -16,6 +16,7 @@ from typing import Any
 
 from specctl.runtime.control.hub import Hub
 from specctl.runtime.core import records
+from specctl.runtime.core.policy import PolicySettings, SettingsError
 from specctl.runtime.probes.gpus import GpuSource, NvmlUnavailable, open_gpu_source
 from specctl.runtime.probes.procs import ProcSampler, listening_pid
 from specctl.runtime.probes.server_info import EAGER_PREFILL_WHY, is_simulator, prefill_graphs, public_spec, spec_state
@@ -59,6 +60,8 @@ class Supervisor:
         self._thresholds_checked, self._slow_off, self._eager_prefill = Once(), Once(), Once()
         self._switches = SwitchCursor()
         self._gpu_faults = GpuFaults()
+        self._known_settings: dict[str, Any] | None = None  # the server's settings as last read
+        self._expected: deque[dict[str, Any] | None] = deque(maxlen=8)  # settings we sent, not yet read back
 
     # -- what the commands see (commands.SupervisorPort) --------------------
     @property
@@ -161,7 +164,8 @@ class Supervisor:
         if self._client is not None:
             await self._client.aclose()
         assert self.backend.url is not None
-        self._client = SGLangClient(self.backend.url, timeout=self.config.http_timeout)
+        self._client = SGLangClient(self.backend.url, timeout=self.config.http_timeout,
+                                    admin_key=self.backend.admin_key, api_key=self.backend.api_key)
         if self._gpus is None or self.sim:
             if self._gpus is not None:
                 await self._gpus.aclose()
@@ -263,6 +267,7 @@ class Supervisor:
             for said in self._switches.new(spec.get("recent_switches") or []):
                 self.emit(said)
             self._note_off_state(spec)
+            self._note_external_change(spec)
         self.emit(await self._sample(metrics, info, spec))
 
     async def _adopt_thresholds(self, client: SGLangClient, info: dict[str, Any]) -> dict[str, Any]:
@@ -293,7 +298,27 @@ class Supervisor:
             return
         self.emit(said)
         if self.health.state == "ready":  # give a (re)started server what operators asked for
+            self._known_settings = None  # its settings are learnt afresh, not taken for a change
             await self.commands.push_desired()
+
+    def expect_settings(self, settings: dict[str, Any]) -> None:
+        """Settings the supervisor itself just gave the server: reading them back is no external change."""
+        self._expected.append(_normal_settings(settings))
+
+    def _note_external_change(self, spec: dict[str, Any]) -> None:
+        """Journal settings that changed without us (someone POSTed /set_internal_state with the key, or a
+        server restarted elsewhere), with the new settings, when the next poll sees them."""
+        settings = _normal_settings(spec.get("settings"))
+        if settings is None:
+            return
+        known, self._known_settings = self._known_settings, settings
+        if known is None or settings == known:
+            return
+        if settings in self._expected:
+            self._expected.clear()
+            return
+        changes = {k: v for k, v in settings.items() if known.get(k) != v}
+        self.emit(records.event(records.EXTERNAL_CHANGE, changes=changes, settings=settings))
 
     def _note_off_state(self, spec: dict[str, Any]) -> None:
         """Say once per server when its "off" is SGLang's slow steps-0 state rather than fast off."""
@@ -369,6 +394,16 @@ class Supervisor:
         return {**progress, "elapsed_s": uptime}
 
 
+def _normal_settings(settings: Any) -> dict[str, Any] | None:
+    """Settings compared by value (48 and 48.0 alike), through the policy's own parsing; None if unusable."""
+    if not isinstance(settings, dict):
+        return None
+    try:
+        return PolicySettings().with_changes(settings).as_dict()
+    except SettingsError:
+        return None
+
+
 def _field(metrics: Any, name: str) -> float | None:
     return None if metrics is None else getattr(metrics, name, None)
 
@@ -376,7 +411,7 @@ def _field(metrics: Any, name: str) -> float | None:
 def make_backend(config: SupervisorConfig) -> Backend:
     if config.backend == "attach":
         assert config.url is not None
-        return AttachBackend(config.url)
+        return AttachBackend(config.url, config.admin_key)
     if config.backend == "sglang":
         from specctl.runtime.supervisor.sglang_backend import SGLangBackend
 

@@ -11,7 +11,8 @@ from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.supervisor.backends import BackendError, ProcessBackend, free_port
 from specctl.runtime.supervisor.config import SupervisorConfig
-from specctl.runtime.supervisor.launcher import StartupProgress, build_command, launch_env
+from specctl.runtime.supervisor.launcher import StartupProgress, api_key_of, build_command, launch_env
+from specctl.runtime.supervisor.server_key import sglang_config_path
 
 
 class SGLangBackend(ProcessBackend):
@@ -23,8 +24,10 @@ class SGLangBackend(ProcessBackend):
         adaptive = write_config(Path(self._dir.name) / "adaptive.json", config.spec_steps)
         port = config.port or free_port()
         settings = PolicySettings(steps=config.spec_steps).with_changes(config.settings)
+        self._key_config = sglang_config_path()
         argv = build_command(config.model, config.draft, config.tp, config.spec_steps, port,
-                             "127.0.0.1", str(adaptive), config.sglang_args)
+                             "127.0.0.1", str(adaptive), config.sglang_args, key_config=str(self._key_config))
+        self.api_key = api_key_of(config.sglang_args)
         env = {**os.environ, **launch_env(settings, os.environ)}
         self._startup = StartupProgress()
         super().__init__(argv, env=env, stop_grace_s=config.stop_grace_s, progress_parser=self._startup.feed)
@@ -34,6 +37,7 @@ class SGLangBackend(ProcessBackend):
         await self._check_installed()
         self._startup = StartupProgress()
         self._parse_progress = self._startup.feed
+        self._new_key().sglang_config(self._key_config)  # --config names this file: the key, 0600, for --admin-api-key
         await super().start()
 
     async def _check_installed(self) -> None:

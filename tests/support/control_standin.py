@@ -7,7 +7,8 @@ as a ``command`` record, and ``boom`` to prove that an unexpected exception in
 the target stays an ``internal`` answer.
 
 Run it as a process for CLI tests: ``python tests/support/control_standin.py SOCKET``
-prints ``ready`` once the socket listens and serves until SIGTERM.
+prints ``ready`` once the socket listens and serves until SIGTERM; a second
+argument sets ``max_clients`` (default: from RLIMIT_NOFILE).
 """
 
 from __future__ import annotations
@@ -117,8 +118,8 @@ class ServerThread:
         self.loop.call_soon_threadsafe(self.target.hub.publish, record)
 
 
-async def _serve(path: Path) -> None:
-    server = ControlServer(StandInTarget(), path)
+async def _serve(path: Path, max_clients: int | None = None) -> None:
+    server = ControlServer(StandInTarget(), path, max_clients=max_clients)
     await server.start()
     print("ready", flush=True)
     stop = asyncio.Event()
@@ -130,4 +131,4 @@ async def _serve(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(_serve(Path(sys.argv[1])))
+    asyncio.run(_serve(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None))

@@ -32,8 +32,9 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE_
 class Headless:
     """One headless supervisor process with its own socket and journal in a temp folder."""
 
-    def __init__(self, tmp: Path, *args: str) -> None:
+    def __init__(self, tmp: Path, *args: str, preexec_fn: Callable[[], None] | None = None) -> None:
         self.socket = tmp / "ctl" / "specctl.sock"
+        self.state = tmp / "state"
         self.journal = tmp / "run.jsonl"
         env = dict(os.environ, SPECCTL_STATE_DIR=str(tmp / "state"))
         self.stderr_path = tmp / "stderr.log"  # a file, not a pipe nobody drains while the test runs
@@ -41,7 +42,7 @@ class Headless:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "specctl.console.cli.main", "run", "--headless", "--socket", str(self.socket),
                  "--log", str(self.journal), "--interval", "0.2", *args],
-                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True, preexec_fn=preexec_fn)
 
     def told(self) -> str:
         """What the supervisor printed on stderr so far."""
@@ -80,9 +81,14 @@ class Headless:
             return samples[-1] if samples and samples[-1]["server"]["state"] == "ready" else None
         return wait_for(ready, "a sample with the server ready")
 
+    def admin(self) -> dict[str, str]:
+        """The header that opens the simulator's control endpoints: the key this supervisor made for it."""
+        key = (self.state / "keys" / f"server-{self.proc.pid}.key").read_text().strip()
+        return {"Authorization": f"Bearer {key}"}
+
     def set_sim_load(self, spec: str) -> None:
         url = self.ready_sample()["server"]["url"]
-        r = httpx.post(f"{url}/sim/load", json={"spec": spec}, timeout=10)
+        r = httpx.post(f"{url}/sim/load", json={"spec": spec}, headers=self.admin(), timeout=10)
         assert r.status_code == 200, r.text
 
     def stop(self) -> int:

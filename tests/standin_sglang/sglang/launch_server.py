@@ -1,7 +1,7 @@
 """Stand-in for ``python -m sglang.launch_server``: SGLang's start-up log, then the simulator's API.
 
-It takes SGLang's command line (only --port and --speculative-num-steps are
-read), prints SGLang's own start-up log lines slowly, then starts a child
+It takes SGLang's command line (only --port, --speculative-num-steps and the
+admin-api-key in --config's YAML are read), prints SGLang's own start-up log lines slowly, then starts a child
 process, as SGLang starts its ranks, which serves SGLang's endpoints through
 specctl's simulator; the main process exits (17) when that child dies. Behaviour knobs come from the environment:
 STANDIN_IGNORE_SIGTERM=1, STANDIN_CRASH_AFTER=SECONDS, STANDIN_PIDFILE=PATH
@@ -33,7 +33,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--speculative-num-steps", type=int, default=3)
+    ap.add_argument("--config")  # SGLang's YAML of options; the stand-in reads its admin-api-key, as SGLang would
     args, _ = ap.parse_known_args()
+    env = dict(os.environ)
+    if args.config:
+        for line in open(args.config, encoding="utf-8"):
+            key, _, value = line.partition(":")
+            if key.strip() == "admin-api-key":  # the rank (the simulator) then guards its control endpoints
+                env["SPECCTL_SIM_ADMIN_KEY"] = value.strip().strip('"')
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     step = float(os.environ.get("STANDIN_STEP_S", "0.3"))
@@ -45,7 +52,7 @@ def main() -> None:
                              "--port", str(args.port), "--steps", str(args.speculative_num_steps),
                              "--gpus", "1", "--load", "steady:c=8",
                              "--preset", os.environ.get("STANDIN_PRESET", "h200-llama8b")],
-                            stdout=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, env=env)
     if path := os.environ.get("STANDIN_PIDFILE"):
         with open(path, "w") as fh:
             fh.write(str(rank.pid))
