@@ -624,3 +624,9 @@ def _count(bs: int, graph: bool) -> None:
             bs,
             graph,
         )
+        if STATS.early_publish != "off":
+            logger.info(
+                "specctl fast-off: early publish (%s): %d off decode steps and %d prefills published early, "
+                "%d of SGLang's publishes swallowed, %d mismatches",
+                STATS.early_publish, STATS.early_decode, STATS.early_extend, STATS.late_swallowed,
+                STATS.early_mismatches)
