@@ -666,3 +666,13 @@ def test_without_the_check_a_wrong_early_value_stays_unseen(monkeypatch) -> None
     # Why the check exists: the swallowed late call is SGLang's only other say.
     trace = run_step(monkeypatch, EARLY, decode_batch(), SpecWorker([], off=True, accept_lens=[1, 2]))
     assert [t for t in trace if isinstance(t, tuple)] == [("publish", [6, 10])]
+
+
+def test_the_server_log_counts_the_early_publishes(monkeypatch, caplog) -> None:
+    caplog.set_level("INFO", logger=fast_off.logger.name)
+    run_step(monkeypatch, EARLY, decode_batch(), SpecWorker([], off=True))  # the first off step logs
+    assert "early publish on (SPECCTL_EARLY_PUBLISH=1: decode+extend)" in caplog.text
+    assert "1 off decode steps and 0 prefills published early, 1 of SGLang's publishes swallowed, 0 mismatches" in caplog.text
+    caplog.clear()
+    run_step(monkeypatch, {fast_off.ENV_EARLY: "0"}, decode_batch(), SpecWorker([], off=True))
+    assert "early publish" not in caplog.text

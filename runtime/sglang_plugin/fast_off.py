@@ -129,6 +129,7 @@ class FastOffStats:
     early_extend: int = 0  # prefills published before the target forward
     late_swallowed: int = 0  # SGLang's own publishes skipped after an early one
     early_mismatches: int = 0  # check mode: early value != SGLang's (SGLang's was published)
+    early_logged: int = 0  # early publishes at the last progress line
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -356,6 +357,7 @@ def around_forward_batch_generation(
         out = original(worker, *args, **kwargs)
     finally:
         _disarm_early_publish()
+    _log_early_publish()
     if STATS.decode_steps != before:
         if warm:
             STATS.warm_steps += 1  # SGLang's draft extend recorded the event itself
@@ -438,6 +440,18 @@ def _arm_early_publish(early: EarlyPublishNames, worker: Any, args: tuple[Any, .
         pending = _Pending(on_publish)
     _PENDING = pending
     return {**kwargs, early.publish_kwarg: functools.partial(_late_publish, pending)}
+
+
+def _log_early_publish() -> None:
+    """After the step (the counts then include SGLang's late call): the first early publish, then every LOG_EVERY."""
+    published = STATS.early_decode + STATS.early_extend
+    if published != STATS.early_logged and (published == 1 or published % LOG_EVERY == 0):
+        STATS.early_logged = published
+        logger.info(
+            "specctl fast-off: early publish (%s): %d off decode steps and %d prefills published early, "
+            "%d of SGLang's publishes swallowed, %d mismatches",
+            STATS.early_publish, STATS.early_decode, STATS.early_extend, STATS.late_swallowed,
+            STATS.early_mismatches)
 
 
 def _disarm_early_publish() -> None:
@@ -624,9 +638,3 @@ def _count(bs: int, graph: bool) -> None:
             bs,
             graph,
         )
-        if STATS.early_publish != "off":
-            logger.info(
-                "specctl fast-off: early publish (%s): %d off decode steps and %d prefills published early, "
-                "%d of SGLang's publishes swallowed, %d mismatches",
-                STATS.early_publish, STATS.early_decode, STATS.early_extend, STATS.late_swallowed,
-                STATS.early_mismatches)
