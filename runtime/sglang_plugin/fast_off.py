@@ -52,9 +52,9 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
 7. Opt-in (``SPECCTL_EARLY_PUBLISH``, default off, not yet measured on a
    GPU), in the hooks of items 2 and 3: the "early publish". With a backend
    that needs host copies of the lengths (FlashInfer), the scheduler waits
-   on the host for the step's ``on_publish`` before it prepares the next
+   on the host for the step's ``on_publish`` before it launches the next
    step; SGLang publishes after the verify (or the target prefill), so the
-   overlap scheduler loses its lead. While off the new lengths are known
+   GPU waits for each launch. While off the new lengths are known
    before the forward (seq_lens + 1; for a prefill, seq_lens), so they are
    published then and SGLang's own later publish is swallowed
    (docs/fast-off.md, "Early publish").
@@ -406,7 +406,7 @@ def _arm_early_publish(early: EarlyPublishNames, worker: Any, args: tuple[Any, .
 
     The scheduler passes ``on_publish`` (a partial of ``FutureMap.publish``) by
     name; with a backend that needs host lengths it waits on the host for
-    that publish before it prepares the next step. While off the new
+    that publish before it launches the next step. While off the new
     lengths are known before the forward, so they are published then:
 
     - a prefill (SGLang's test: ``forward_mode.is_extend() or
