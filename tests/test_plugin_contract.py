@@ -157,6 +157,52 @@ def test_the_war_barrier_reads_the_names_fast_off_hands_over(sglang_source: Sgla
     assert not others & runner_attrs
 
 
+def test_early_publish_source_facts_hold(sglang_source: SglangSource) -> None:
+    for rel, text in sglang_source.release.early_publish.facts:
+        assert text in sglang_source.text(f"sglang/{rel}"), (rel, text)
+
+
+def test_early_publish_finds_on_publish_and_the_plan_stream_where_the_release_has_them(
+        sglang_source: SglangSource) -> None:
+    early = sglang_source.release.early_publish
+    step = fast_off_spec(sglang_source.release, fast_off.STEP_HANDLER)
+    assert early.publish_kwarg in step.params
+    worker = sglang_source.locate(step.target.rsplit(".", 1)[0]).node
+    assert early.plan_stream_attr in attribute_names(worker)
+    verify = sglang_source.locate(f"{step.target.rsplit('.', 1)[0]}.verify").node
+    assert f"plan_stream=self.{early.plan_stream_attr}" in ast.unparse(verify)
+
+
+def test_the_hooked_prepare_runs_before_the_target_forward_and_sglangs_publish(sglang_source: SglangSource) -> None:
+    # fast_off publishes an off step from inside eagle_prepare_for_verify: that must come
+    # before the replay (the target forward) and SGLang's own publish (after verify()).
+    fn = find_definition(sglang_source.tree("sglang/srt/speculative/eagle_worker_common.py"), "run_eagle_verify")
+    body = ast.unparse(fn)
+    prepare = body.index("eagle_prepare_for_verify(")
+    assert "with plan_stream_ctx:" in body[:prepare]
+    assert prepare < body.index("target_worker.forward_batch_generation(") < body.index("new_seq_lens")
+    step = ast.unparse(sglang_source.locate(fast_off_spec(sglang_source.release, fast_off.STEP_HANDLER).target).node)
+    assert step.index("self.verify(") < step.index("on_publish(batch_output.new_seq_lens)", step.index("self.verify("))
+
+
+def test_the_scheduler_waits_for_the_publish_before_the_step_it_prepares(sglang_source: SglangSource) -> None:
+    run_batch = ast.unparse(sglang_source.locate("sglang.srt.managers.scheduler.Scheduler.run_batch").node)
+    resolve = run_batch.index("self.future_map.resolve_seq_lens_cpu(batch)")
+    assert resolve < run_batch.index("self.model_worker.forward_batch_generation(batch, **fwd_kwargs)")
+    # The decision covers the target backend, which is FlashInfer's in the slow case.
+    worker = fast_off_spec(sglang_source.release, fast_off.STEP_HANDLER).target.rsplit(".", 1)[0]
+    backends = ast.unparse(sglang_source.locate(f"{worker}.spec_v2_attn_backends").node)
+    assert "self._target_worker.model_runner.attn_backend" in backends
+
+
+def test_only_flashinfer_of_the_measured_backends_asks_for_host_lengths(sglang_source: SglangSource) -> None:
+    # Why FlashInfer's off state was 7-9 % slow with arrivals and Triton's and FA3's were not.
+    attention = "sglang/srt/layers/attention/"
+    assert "needs_cpu_seq_lens" not in sglang_source.text(attention + "flashinfer_backend.py")  # the base's True
+    for backend in ("triton_backend.py", "flashattention_backend.py"):
+        assert "needs_cpu_seq_lens: bool = False" in sglang_source.text(attention + backend), backend
+
+
 def test_the_replacement_has_sglangs_constructor_and_methods(sglang_source: SglangSource) -> None:
     cls = sglang_source.locate(compat.PARAMS_CLASS).node
     assert isinstance(cls, ast.ClassDef)

@@ -3,7 +3,8 @@
 Why: the logic that needs no GPU (which hooks are registered, the hooks'
 argument handling, the decode view of the batch and its restoration, the
 DECODE capture switch of the graph runner, the fallback on a failed build,
-the per-step draft warmth from ``warm_below``, the WAR-barrier hand-over) is checked here; that the names and parameters
+the per-step draft warmth from ``warm_below``, the WAR-barrier hand-over, the
+opt-in early publish and its check) is checked here; that the names and parameters
 exist in each release is test_plugin_contract.py's job, and the kernels the
 GPU run's.
 """
@@ -40,14 +41,21 @@ class Vec(list):
     def sum(self) -> int:
         return sum(self)
 
+    def tolist(self) -> list[int]:
+        return list(self)
+
 
 class ForwardMode(enum.Enum):
     DECODE = 1
     TARGET_VERIFY = 2
     IDLE = 3
+    EXTEND = 4
 
     def is_idle(self) -> bool:
         return self is ForwardMode.IDLE
+
+    def is_extend(self) -> bool:
+        return self is ForwardMode.EXTEND
 
 
 class CaptureHiddenMode(enum.IntEnum):
@@ -122,10 +130,12 @@ def fake_sglang(monkeypatch) -> None:
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
     monkeypatch.setattr(draft_prefill, "STATS", draft_prefill.DraftPrefillStats())
     monkeypatch.setattr(fast_off, "_RUNNER_CLASS", None)
+    monkeypatch.setattr(fast_off, "_PENDING", None)
     monkeypatch.setattr(draft_warmth, "_skip_written", None)
     monkeypatch.setattr(params_module, "_active", None)
     monkeypatch.setattr(SPEC, "speculative_use_rejection_sampling", False)
-    for name in (fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV):
+    for name in (fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV, fast_off.ENV_EARLY,
+                 fast_off.ENV_EARLY_CHECK):
         monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
         monkeypatch.delenv(name)
 
@@ -501,3 +511,168 @@ def test_the_draft_prefill_runs_wherever_the_stub_may_not_stand_in(prefill, tmp_
     else:
         assert run_prefill(hook) == "drafted"
     assert draft_prefill.STATS.skipped == 0
+
+
+# -- early publish (opt-in) ----------------------------------------------------
+
+
+class FutureMap:
+    """SGLang's FutureMap.publish, reduced to what the scheduler can observe: when, and which lengths."""
+
+    def __init__(self, trace: list[Any]) -> None:
+        self.trace = trace
+
+    def publish(self, future_indices: Any, new_seq_lens: Any, confidence: Any = None) -> None:
+        self.trace.append(("publish", list(new_seq_lens)))
+
+
+class SpecWorker:
+    """EAGLEWorkerV2.forward_batch_generation's order of events, with the hooked prepare inside.
+
+    A prefill runs the target, publishes ``batch.seq_lens``, runs the draft's
+    prefill. A decode step prepares the verify through the (hooked)
+    eagle_prepare_for_verify, replays, publishes seq_lens + accept_lens, runs
+    the draft extend: as 0.5.17's and 0.5.23's code do.
+    """
+
+    def __init__(self, trace: list[Any], off: bool, accept_lens: list[int] | None = None) -> None:
+        self.trace = trace
+        backend = SimpleNamespace(**{fast_off.MARK: True}) if off else SimpleNamespace()
+        self.graph = DecodeCudaGraphRunner(None, speculative_num_draft_tokens=1)
+        self._target_worker = SimpleNamespace(model_runner=SimpleNamespace(
+            attn_backend=backend, decode_cuda_graph_runner=self.graph))
+        self.plan_stream = None  # SGLANG_ENABLE_OVERLAP_PLAN_STREAM unset
+        self.accept_lens = Vec(accept_lens or [1, 1])
+
+    def forward_batch_generation(self, batch: Any, on_publish: Any = None, grammar_barrier: Any = None) -> str:
+        if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+            self.trace.append("target prefill")
+            if on_publish is not None:
+                on_publish(batch.seq_lens)
+            self.trace.append("draft prefill")
+            return "prefill"
+        tokens = 1 if fast_off.MARK in vars(self._target_worker.model_runner.attn_backend) else 4
+        verify = SimpleNamespace(draft_token=[7, 8], draft_token_num=tokens, seq_lens_cpu=None, seq_lens_sum=None)
+
+        def sglang_prepare(*args: Any, **kwargs: Any) -> tuple[str, bool]:
+            self.trace.append("verify plan")
+            return "verify-batch", True
+
+        fast_off.around_eagle_prepare_for_verify(sglang_prepare, verify, SimpleNamespace(req_to_token="r2t"),
+                                                 batch, self._target_worker)
+        self.trace.append("replay")
+        new_seq_lens = [s + a for s, a in zip(batch.seq_lens, self.accept_lens)]
+        if on_publish is not None:
+            on_publish(Vec(new_seq_lens))
+        self.trace.append("draft extend")
+        return "decode"
+
+
+def run_step(monkeypatch, env: dict[str, str], batch: Any, worker: SpecWorker, version: str = "0.5.17") -> list[Any]:
+    """Install under ``env`` and run one step as the scheduler does: on_publish by name."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    release = RELEASES[version]
+    fast_off.install(release, lambda spec, hook: None)
+    step = fast_off.handlers(release)[fast_off.STEP_HANDLER]
+    on_publish = functools.partial(FutureMap(worker.trace).publish, [0, 1])
+    step(SpecWorker.forward_batch_generation, worker, batch, on_publish=on_publish, grammar_barrier=None)
+    return worker.trace
+
+
+def decode_batch() -> SimpleNamespace:
+    return SimpleNamespace(**vars(make_batch()), is_extend_in_batch=False)
+
+
+def prefill_batch() -> SimpleNamespace:
+    return SimpleNamespace(**{**vars(make_batch()), "forward_mode": ForwardMode.EXTEND}, is_extend_in_batch=False)
+
+
+EARLY = {fast_off.ENV_EARLY: "1"}
+
+
+@pytest.mark.parametrize("version", sorted(RELEASES))
+def test_early_publish_an_off_decode_step_publishes_seq_lens_plus_1_once_before_the_replay(monkeypatch,
+                                                                                          version: str) -> None:
+    trace = run_step(monkeypatch, EARLY, decode_batch(), SpecWorker([], off=True), version)
+    assert trace == [("publish", [6, 10]), "replay", "draft extend"]
+    assert (fast_off.STATS.early_decode, fast_off.STATS.late_swallowed) == (1, 1)
+    assert fast_off._PENDING is None  # nothing left armed for the next step
+
+
+def test_early_publish_a_prefill_while_off_publishes_its_seq_lens_once_before_the_target(monkeypatch) -> None:
+    trace = run_step(monkeypatch, EARLY, prefill_batch(), SpecWorker([], off=True))
+    assert trace == [("publish", [5, 9]), "target prefill", "draft prefill"]
+    assert (fast_off.STATS.early_extend, fast_off.STATS.late_swallowed) == (1, 1)
+
+
+@pytest.mark.parametrize("batch", [decode_batch, prefill_batch])
+def test_early_publish_leaves_a_speculating_step_as_sglang_runs_it(monkeypatch, batch: Any) -> None:
+    trace = run_step(monkeypatch, EARLY, batch(), SpecWorker([], off=False, accept_lens=[3, 2]))
+    expected = (["verify plan", "replay", ("publish", [8, 11]), "draft extend"] if batch is decode_batch
+                else ["target prefill", ("publish", [5, 9]), "draft prefill"])
+    assert trace == expected
+    assert fast_off.STATS.early_decode == fast_off.STATS.early_extend == fast_off.STATS.late_swallowed == 0
+
+
+@pytest.mark.parametrize("env", [{}, {fast_off.ENV_EARLY: "0"}, {fast_off.ENV_EARLY_CHECK: "1"}])
+def test_without_the_toggle_sglang_publishes_after_the_forward(monkeypatch, env: dict[str, str]) -> None:
+    assert run_step(monkeypatch, env, decode_batch(), SpecWorker([], off=True)) == [
+        "replay", ("publish", [6, 10]), "draft extend"]
+    assert fast_off.STATS.early_publish == "off" and not fast_off.STATS.early_check
+    assert run_step(monkeypatch, env, prefill_batch(), SpecWorker([], off=True)) == [
+        "target prefill", ("publish", [5, 9]), "draft prefill"]
+
+
+def test_decode_only_leaves_the_prefill_publish_to_sglang(monkeypatch) -> None:
+    env = {fast_off.ENV_EARLY: "decode"}
+    assert run_step(monkeypatch, env, decode_batch(), SpecWorker([], off=True))[0] == ("publish", [6, 10])
+    assert run_step(monkeypatch, env, prefill_batch(), SpecWorker([], off=True)) == [
+        "target prefill", ("publish", [5, 9]), "draft prefill"]
+
+
+def test_no_early_publish_with_sglangs_plan_stream(monkeypatch) -> None:
+    worker = SpecWorker([], off=True)
+    worker.plan_stream = "a stream"  # the prepare would run there, not on the forward stream
+    assert run_step(monkeypatch, EARLY, decode_batch(), worker) == ["replay", ("publish", [6, 10]), "draft extend"]
+
+
+def test_no_early_publish_for_an_off_step_outside_the_graphs(monkeypatch) -> None:
+    worker = SpecWorker([], off=True)
+    worker.graph.can_run_graph = lambda forward_batch: False  # planned inside the forward, after a publish
+    assert run_step(monkeypatch, EARLY, decode_batch(), worker) == ["replay", ("publish", [6, 10]), "draft extend"]
+    assert fast_off.STATS.early_decode == 0
+
+
+def test_the_check_passes_quietly_when_sglang_agrees(monkeypatch, caplog) -> None:
+    env = {**EARLY, fast_off.ENV_EARLY_CHECK: "1"}
+    assert run_step(monkeypatch, env, decode_batch(), SpecWorker([], off=True))[0] == ("publish", [6, 10])
+    assert run_step(monkeypatch, env, prefill_batch(), SpecWorker([], off=True))[0] == ("publish", [5, 9])
+    assert fast_off.STATS.early_mismatches == 0 and fast_off.STATS.late_swallowed == 2
+    assert "MISMATCH" not in caplog.text
+
+
+def test_the_check_logs_a_mismatch_loudly_and_publishes_sglangs_value(monkeypatch, caplog) -> None:
+    env = {**EARLY, fast_off.ENV_EARLY_CHECK: "1"}
+    trace = run_step(monkeypatch, env, decode_batch(), SpecWorker([], off=True, accept_lens=[1, 2]))
+    assert trace == [("publish", [6, 10]), "replay", ("publish", [6, 11]), "draft extend"]
+    assert fast_off.STATS.early_mismatches == 1 and fast_off.STATS.late_swallowed == 0
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "EARLY PUBLISH MISMATCH #1" in errors[0].getMessage()
+    assert "[6, 10]" in errors[0].getMessage() and "[6, 11]" in errors[0].getMessage()
+
+
+def test_without_the_check_a_wrong_early_value_stays_unseen(monkeypatch) -> None:
+    # Why the check exists: the swallowed late call is SGLang's only other say.
+    trace = run_step(monkeypatch, EARLY, decode_batch(), SpecWorker([], off=True, accept_lens=[1, 2]))
+    assert [t for t in trace if isinstance(t, tuple)] == [("publish", [6, 10])]
+
+
+def test_the_server_log_counts_the_early_publishes(monkeypatch, caplog) -> None:
+    caplog.set_level("INFO", logger=fast_off.logger.name)
+    run_step(monkeypatch, EARLY, decode_batch(), SpecWorker([], off=True))  # the first off step logs
+    assert "early publish on (SPECCTL_EARLY_PUBLISH=1: decode+extend)" in caplog.text
+    assert "1 off decode steps and 0 prefills published early, 1 of SGLang's publishes swallowed, 0 mismatches" in caplog.text
+    caplog.clear()
+    run_step(monkeypatch, {fast_off.ENV_EARLY: "0"}, decode_batch(), SpecWorker([], off=True))
+    assert "early publish" not in caplog.text

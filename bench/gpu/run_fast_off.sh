@@ -51,13 +51,19 @@
 #                  the window; labels decodeonly-ROLE-ATTN) instead of the sweep's arrivals;
 #                  PAIR_CHECK_AFTER=K runs fixcheck's greedy runs on the specctl server after round K,
 #                  against the no-spec server of the pair (then the specctl server's mode is restored)
+#   earlypub       offpair's "nospec off" with the early publish on the specctl server
+#                  (SPECCTL_EARLY_PUBLISH=EARLY_PUBLISH, default 1; docs/fast-off.md, "Early publish"),
+#                  equal KV pools (PAIR_MAX_TOKENS on both), then fixcheck's greedy runs + KV check on
+#                  it against the pair's no-spec server; EARLY_CHECK=1 adds SGLang's cross-check (a
+#                  device sync per step: for correctness, not for the timing)
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
 #   BUDGET_S OUT TAG MEM_FRAC MAX_TOKENS (--max-total-tokens for every server; empty = SGLang's own pool)
-#   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) CONCS2 ROUNDS WINDOW IL_WARMUP
+#   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) EARLY_PUBLISH (SPECCTL_EARLY_PUBLISH for
+#   the specctl servers: 1|decode|0, unset = not set) EARLY_CHECK (SPECCTL_EARLY_PUBLISH_CHECK) CONCS2 ROUNDS WINDOW IL_WARMUP
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share) ROTATE
 #   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
 #   PREFILL_GRAPHS (0: --disable-prefill-cuda-graph, the kit's default, for a shorter start-up; 1: SGLang's
@@ -269,6 +275,8 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
     done < <(specctl_cmd)
     args+=(--speculative-draft-load-format dummy)
     envs+=("SPECCTL_FAST_OFF=$FAST_OFF")
+    [ -n "${EARLY_PUBLISH:-}" ] && envs+=("SPECCTL_EARLY_PUBLISH=$EARLY_PUBLISH")
+    [ -n "${EARLY_CHECK:-}" ] && envs+=("SPECCTL_EARLY_PUBLISH_CHECK=$EARLY_CHECK")
   fi
   [ "$sim" = 1 ] && envs+=("SGLANG_SIMULATE_ACC_LEN=$ACC_LEN" "SGLANG_SIMULATE_ACC_METHOD=match-expected")
   envs+=("${XENV[@]}")
@@ -661,6 +669,16 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
   true
 }
 
+phase_earlypub() {  # offpair's "nospec off" with the early publish on the specctl server (EARLY_PUBLISH,
+  # default 1), the KV pools equal (offpair gives both --max-total-tokens PAIR_MAX_TOKENS), and after the
+  # last round fixcheck's greedy runs + KV check on the specctl server against the no-spec one (pair_check)
+  local rc
+  EARLY_PUBLISH=${EARLY_PUBLISH:-1} PAIR="nospec off" PAIR_CHECK_AFTER=$PAIR_ROUNDS phase_offpair; rc=$?
+  log "early publish ($WORK/server-pair-off.log):"
+  grep -h "early publish\|EARLY PUBLISH MISMATCH" "$WORK/server-pair-off.log" | cut -c1-300 | tail -n 6
+  return "$rc"
+}
+
 fixcheck_runs() {  # greedy runs through the off state's paths (cold prefill, resume), KV before/after
   local P=$WORK/fixcheck-$TAG.txt
   { echo "== KV used before"; python3 "$HERE/ctl.py" "$URL" used; } > "$P" 2>&1
@@ -791,6 +809,7 @@ for ph in "$@"; do
     prefillcost) phase_prefillcost ;;
     offab) phase_offab ;;
     offpair) phase_offpair ;;
+    earlypub) phase_earlypub ;;
     fixcheck) phase_fixcheck ;;
     compare) phase_compare ;;
     pack) phase_pack ;;

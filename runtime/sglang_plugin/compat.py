@@ -87,6 +87,48 @@ class ReadDoneNames:
 
 
 @dataclass(frozen=True)
+class EarlyPublishNames:
+    """What fast_off's opt-in early publish relies on (docs/fast-off.md, "Early publish").
+
+    ``publish_kwarg``: the step's keyword through which the scheduler hands
+    over ``partial(FutureMap.publish, future_indices)``; ``plan_stream_attr``:
+    the spec worker's plan stream (None unless SGLANG_ENABLE_OVERLAP_PLAN_STREAM);
+    ``facts``: (file under sglang/, text) pairs that make "the new lengths of
+    an off step are seq_lens + 1, of a prefill seq_lens, and the scheduler
+    waits on the host for their publish" true for the release.
+    """
+
+    publish_kwarg: str
+    plan_stream_attr: str
+    facts: tuple[tuple[str, str], ...]
+
+
+# The same in both releases (line numbers in docs/fast-off.md, "Early publish").
+_EARLY_FACTS = (
+    # FlashInfer keeps the base class's True; the scheduler ORs the spec worker's backends.
+    ("srt/layers/attention/base_attn_backend.py", "needs_cpu_seq_lens: bool = True"),
+    ("srt/managers/overlap_utils.py", 'getattr(b, "needs_cpu_seq_lens", True) for b in attn_backends'),
+    # The host wait: a private stream gated on the publish event, then synchronized.
+    ("srt/managers/overlap_utils.py",
+     "self.fwd_prepare_d2h_stream.wait_event(self.publish_ready)\n"
+     "        with torch.get_device_module(self.device).stream(self.fwd_prepare_d2h_stream):\n"
+     "            self.new_seq_lens_cpu_pinned.copy_(self.new_seq_lens_buf, non_blocking=True)\n"
+     "        self.fwd_prepare_d2h_stream.synchronize()"),
+    ("srt/managers/scheduler.py", 'fwd_kwargs["on_publish"] = partial(\n'
+                              "                                self.future_map.publish, future_indices"),
+    ("srt/managers/scheduler.py", "batch, **fwd_kwargs"),
+    # What SGLang publishes: a prefill's lengths as they came, a verify's plus accept_lens,
+    # which is the number of correct drafts + 1 (0 drafts in the 1-node tree while off).
+    ("srt/speculative/eagle_worker_v2.py", "batch_output.new_seq_lens = batch.seq_lens\n"),
+    ("srt/speculative/eagle_worker_v2.py", "on_publish(batch_output.new_seq_lens)"),
+    ("srt/speculative/eagle_worker_common.py", "new_seq_lens = batch.seq_lens + accept_lens"),
+    ("srt/speculative/eagle_worker_v2.py", "self.plan_stream, self.plan_stream_ctx = get_plan_stream(self.device)"),
+    ("srt/speculative/eagle_worker_common.py", "with plan_stream_ctx:"),
+    ("srt/speculative/spec_utils.py", "if envs.SGLANG_ENABLE_OVERLAP_PLAN_STREAM.get():"),
+)
+
+
+@dataclass(frozen=True)
 class Release:
     """One supported SGLang release and how the plugin reaches into it."""
 
@@ -105,6 +147,7 @@ class Release:
     # fast_off's AROUND hooks, in registration order (fast_off.hooks_for picks those in use).
     fast_off_hooks: tuple[HookSpec, ...]
     read_done: ReadDoneNames
+    early_publish: EarlyPublishNames
 
 
 _PARAMS_HOOK = HookSpec(PARAMS_CLASS, "REPLACE", "params", ("initial_steps", "cfg_path"))
@@ -163,6 +206,9 @@ RELEASES: dict[str, Release] = {
             _SPEC_ALLOC,
         ),
         read_done=ReadDoneNames("war_fastpath_runner", "war_fastpath_read_done_event"),
+        early_publish=EarlyPublishNames("on_publish", "plan_stream", _EARLY_FACTS + (
+            ("srt/speculative/eagle_utils.py", "return predict, num_correct_drafts + 1, accept_index"),
+        )),
     ),
     "0.5.23": Release(
         version="0.5.23",
@@ -205,6 +251,15 @@ RELEASES: dict[str, Release] = {
                      ("batch", "on_publish", "grammar_barrier", "pp_proxy_tensors")),
         ),
         read_done=ReadDoneNames("last_shared_read_runner", "shared_read_done_event"),
+        early_publish=EarlyPublishNames("on_publish", "plan_stream", _EARLY_FACTS + (
+            ("srt/speculative/eagle_utils.py", "accept_lens = num_correct_drafts + 1"),
+            # The fused commit kernel (topk 1) stores the same sum.
+            ("kernels/ops/speculative/eagle.py", "tl.store(new_seq_lens + row, length + accepted, valid)"),
+            # The prefill path moved into a method of its own; the scheduler's prefill
+            # call reaches it with on_publish.
+            ("srt/speculative/eagle_worker_v2.py",
+             "return self._forward_prefill_batch(batch, on_publish, pp_proxy_tensors)"),
+        )),
     ),
 }
 
@@ -229,6 +284,8 @@ FAST_OFF_CALLS = (
     CallSpec("sglang.kernels.ops.speculative.cache_locs.assign_extend_cache_locs_uniform_func",
              ("req_pool_indices", "req_to_token", "start_offset", "batch_size", "draft_token_num", "device")),
     CallSpec("sglang.srt.utils.common.get_available_gpu_memory", ("device", "gpu_id")),
+    # Reached through the scheduler's partial(publish, future_indices) (early publish).
+    CallSpec("sglang.srt.managers.overlap_utils.FutureMap.publish", ("future_indices", "new_seq_lens")),
 )
 # Class fields and enum members fast_off reads or sets, the same in every release.
 FAST_OFF_NAMES = (
