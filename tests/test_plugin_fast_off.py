@@ -672,7 +672,8 @@ def test_the_server_log_counts_the_early_publishes(monkeypatch, caplog) -> None:
     caplog.set_level("INFO", logger=fast_off.logger.name)
     run_step(monkeypatch, EARLY, decode_batch(), SpecWorker([], off=True))  # the first off step logs
     assert "early publish on (SPECCTL_EARLY_PUBLISH=1: decode+extend)" in caplog.text
-    assert "1 off decode steps and 0 prefills published early, 1 of SGLang's publishes swallowed, 0 mismatches" in caplog.text
+    assert ("1 off decode steps and 0 prefills published early, 1 of SGLang's publishes swallowed, "
+            "0 mismatches") in caplog.text
     caplog.clear()
     run_step(monkeypatch, {fast_off.ENV_EARLY: "0"}, decode_batch(), SpecWorker([], off=True))
     assert "early publish" not in caplog.text
