@@ -25,7 +25,9 @@ _EVENTS = {"server_start": ("START", "plain"), "server_ready": ("READY", "good")
            "settings_restore_failed": ("SETTINGS", "bad"), "slow_off_state": ("SLOW OFF", "bad"),
            "eager_prefill": ("EAGER", "warn"), "journal_gap": ("JOURNAL", "bad"),
            "attached_simulator": ("SIM", "warn"), "backend_thresholds": ("SETTINGS", "plain"),
-           "backend_thresholds_failed": ("SETTINGS", "bad")}
+           "backend_thresholds_failed": ("SETTINGS", "bad"),
+           # made by the console itself, not journaled: its link to the supervisor went and came back
+           "link_lost": ("LINK", "bad"), "link_restored": ("LINK", "good")}
 
 
 def describe(record: dict[str, Any]) -> tuple[str, str, str]:

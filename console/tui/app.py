@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+import time
 from contextlib import suppress
 from typing import Any, Iterable
 
@@ -102,6 +103,8 @@ class SpecctlApp(App[int]):
         self._initial_theme = theme
         self._remember_theme = remember_theme
         self._closed = False
+        self.lost_since: float | None = None  # wall time the link was lost, while it is
+        self.wall_clock = time.time  # the wall clock of "lost since" (a snapshot test freezes it)
         self._quit_signals = tuple(sig for sig in stop_signals() if sig != signal.SIGINT)  # ctrl+c is Textual's
 
     # -- start and stop -----------------------------------------------------
@@ -113,6 +116,7 @@ class SpecctlApp(App[int]):
         self.theme_changed_signal.subscribe(self, lambda theme: self._remember(theme.name))
         self.push_screen(Dashboard(self.link.describe, self.link.can_control))
         self._pump()
+        self.set_interval(1.0, self._tick_lost)
         for sig in self._quit_signals:  # quit as `q` does, so the server we started is stopped
             asyncio.get_running_loop().add_signal_handler(sig, self.call_later, self.action_quit)
 
@@ -148,9 +152,11 @@ class SpecctlApp(App[int]):
     @work(exclusive=True, group="link", exit_on_error=False)
     async def _pump(self) -> None:
         """Open the link and fold its records in; a socket link reconnects with backoff."""
+        was_up = False  # once open, every later failure is a loss ("lost: ..."), retries included
         for attempt in itertools.count():
             try:
                 await self.link.open()
+                was_up = True
                 self.post_message(LinkChanged(""))
                 async for record in self.link.records():
                     self.timeline.fold(record)
@@ -158,7 +164,7 @@ class SpecctlApp(App[int]):
                     self.post_message(kind(record))
                 return
             except (LinkError, OSError, ConnectionError) as exc:
-                self.post_message(LinkChanged(f"{'lost' if self.connected else 'cannot connect'}: {exc}"))
+                self.post_message(LinkChanged(f"{'lost' if was_up else 'cannot connect'}: {exc}"))
             if self.link.kind != "socket":
                 return
             await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
@@ -175,16 +181,52 @@ class SpecctlApp(App[int]):
     def _link_changed(self, message: LinkChanged) -> None:
         if message.text and message.text != self._link_text:
             self.notify(message.text, title=self.link.describe, severity="error", timeout=10)
+        self._note_loss(message.text)
         self.connected = not message.text
         self._link_text = message.text
         self.refresh_bindings()
-        with suppress(NoMatches):  # see _redraw
-            self.dashboard.show_status(self.timeline, self.status_text())
+        if self.paused:
+            with suppress(NoMatches):  # see _redraw
+                self.dashboard.show_status(self.timeline, self.status_text(), self.lost)
+        else:
+            self._redraw()
+        with suppress(NoMatches):
             self.dashboard.set_can_control(self.can_steer)
+
+    def _note_loss(self, text: str) -> None:
+        """The link went (or came back): the event log says so, with the time, like any other event.
+
+        These records are the console's own (the supervisor cannot journal its own loss); they go
+        through the timeline so that the log shows them in order with the rest.
+        """
+        now = self.wall_clock()
+        if text.startswith("lost") and self.lost_since is None:
+            self.lost_since = now
+            self.timeline.fold({"v": 1, "t": now, "kind": "event", "event": "link_lost",
+                                "error": text.removeprefix("lost: ")})
+        elif not text and self.lost_since is not None:
+            self.timeline.fold({"v": 1, "t": now, "kind": "event", "event": "link_restored",
+                                "lost_s": round(now - self.lost_since, 1)})
+            self.lost_since = None
+
+    @property
+    def lost(self) -> tuple[float, float] | None:
+        """(since, now) in wall time while the link to the supervisor is lost, else None."""
+        return None if self.lost_since is None else (self.lost_since, self.wall_clock())
+
+    def _tick_lost(self) -> None:
+        """Keep "lost since ... (12s ago)" counting while no records arrive to redraw it."""
+        if self.lost_since is not None:
+            with suppress(NoMatches):
+                self.dashboard.show_status(self.timeline, self.status_text(), self.lost)
 
     def status_text(self) -> str:
         """The banner's extra words: link trouble, pause, replay position."""
-        words = [self._link_text] if self._link_text else []
+        words = []
+        if self.lost_since is not None:
+            words.append(f"retrying · {self._link_text.removeprefix('lost: ')}")
+        elif self._link_text:
+            words.append(self._link_text)
         link = self.link
         if isinstance(link, ReplayLink):
             state = "⏸" if link.paused else "▶"
@@ -299,7 +341,7 @@ class SpecctlApp(App[int]):
         # A record can still be queued while the app shuts down and the dashboard's
         # widgets are already gone; there is nothing left to draw it on.
         with suppress(NoMatches):
-            self.dashboard.show(self.timeline, self.status_text(), self.paused)
+            self.dashboard.show(self.timeline, self.status_text(), self.paused, self.lost)
 
     def action_cycle_theme(self) -> None:
         names = [theme.name for theme in THEMES]

@@ -40,6 +40,8 @@ class Timeline:
     reset_log: bool = False  # the log must be cleared before pending_log is shown
     now: float | None = None  # journal time of the newest record: "ago" is measured from it
     supervisor_stopped: bool = False  # its last word was supervisor_stop: the server it sampled is no longer watched
+    last_ready: dict[str, Any] | None = None  # the newest sample of a ready server: "last seen" while it is not
+    unreachable_since: float | None = None  # journal time of the first sample of the current UNREACHABLE spell
 
     def fold(self, record: dict[str, Any]) -> None:
         kind = record.get("kind")
@@ -72,6 +74,8 @@ class Timeline:
         self.reset_log = True
         self.now = None
         self.supervisor_stopped = False
+        self.last_ready = None
+        self.unreachable_since = None
 
     def _fold_sample(self, record: dict[str, Any]) -> None:
         if not isinstance(record.get("t"), (int, float)):
@@ -79,6 +83,13 @@ class Timeline:
         self.latest = record
         self.supervisor_stopped = False
         server = obj(record.get("server"))
+        state = server.get("state")
+        if state == "ready":
+            self.last_ready = record
+        if state != "unreachable":
+            self.unreachable_since = None
+        elif self.unreachable_since is None:
+            self.unreachable_since = float(record["t"])
         spec = record.get("spec")
         point = Point(float(record["t"]), num(server.get("gen_tps")), num(server.get("accept_len")),
                       num(server.get("running")), num(server.get("queued")),
