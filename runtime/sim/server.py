@@ -13,6 +13,7 @@ import asyncio
 import json
 import random
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -29,6 +30,7 @@ from specctl.runtime.sim.presets import Preset
 TICK_S = 0.025
 CPU_BUDGET_S = 0.015  # per tick; beyond it the simulated clock falls behind rather than hog the CPU
 MAX_LAG_S = 1.0  # lag beyond this is dropped, not caught up, so a stall does not cause a burst
+UTIL_WINDOW_S = 1.0  # simulated GPU utilisation is measured over this much recent time, as NVML's is
 SGLANG_VERSION = "0.5.17"  # the SGLang release whose endpoints the simulator answers like
 MAX_PROMPT_TOKENS = 131_072
 MAX_NEW_TOKENS = 131_072
@@ -72,6 +74,7 @@ class SimServer:
         self.gpus = SimGpus(p.gpu, cfg.gpus, mem_fraction_static=p.mem_fraction_static, seed=cfg.seed,
                             preset=p.name, failed=cfg.failed_gpus)
         self._waiters: dict[int, asyncio.Future[SimRequest]] = {}
+        self._busy: deque[tuple[float, float]] = deque()  # simulated (start, end) spells in which steps ran
         self._started = time.monotonic()
         self._lag_dropped_s = 0.0
         self.health_checks = 0  # /health and /health_generate answered: each costs SGLang a generation
@@ -100,19 +103,18 @@ class SimServer:
         while True:
             await asyncio.sleep(TICK_S)
             now = loop.time()
-            busy0, sim0 = self.engine.busy_s, self.engine.now
-            self._advance(now + offset)
-            lag = now + offset - self.engine.now
+            target = now + offset
+            self._advance(target)
+            lag = target - self.engine.now
             if lag > MAX_LAG_S:
                 offset -= lag
                 self._lag_dropped_s += lag
-            span = self.engine.now - sim0
-            busy = (self.engine.busy_s - busy0) / span if span > 0 else 0.0
-            self.gpus.update(now - last, busy, len(self.engine.running))
+            self.gpus.update(now - last, self.busy_fraction(min(target, self.engine.now)),
+                             len(self.engine.running))
             last = now
 
     def _advance(self, target: float) -> None:
-        """Run simulated steps up to ``target`` (or the tick's CPU budget)."""
+        """Run simulated steps up to ``target`` (or the tick's CPU budget), noting when the GPUs computed."""
         engine = self.engine
         deadline = time.perf_counter() + CPU_BUDGET_S
         while engine.now < target:
@@ -120,9 +122,31 @@ class SimServer:
             if not engine.has_work:
                 engine.idle_until(target)
                 return
+            start = engine.now
             engine.step()
+            self._note_busy(start, engine.now)
             if time.perf_counter() > deadline:
                 return
+
+    def _note_busy(self, start: float, end: float) -> None:
+        if self._busy and self._busy[-1][1] >= start:  # back-to-back steps: one busy spell
+            self._busy[-1] = (self._busy[-1][0], end)
+        else:
+            self._busy.append((start, end))
+
+    def busy_fraction(self, end: float) -> float:
+        """The share of the last UTIL_WINDOW_S of simulated time (up to ``end``) in which a step ran.
+
+        As NVML's utilisation: the share of a recent period in which a kernel was running. A step
+        that outlasts a tick keeps the GPUs busy through it (measuring per tick, a tick in which no
+        step finished read 0 % under full load), and a step still running past ``end`` counts up
+        to ``end``.
+        """
+        start = end - UTIL_WINDOW_S
+        while self._busy and self._busy[0][1] < start:
+            self._busy.popleft()
+        covered = sum(max(0.0, min(b, end) - max(a, start)) for a, b in self._busy)
+        return min(1.0, covered / UTIL_WINDOW_S)
 
     def _finished(self, req: SimRequest) -> None:
         fut = self._waiters.pop(req.rid, None)
