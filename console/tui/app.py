@@ -18,7 +18,6 @@ from typing import Any, Iterable
 
 from textual import on, work
 from textual.app import App, SystemCommand
-from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.screen import Screen
@@ -30,19 +29,14 @@ from specctl.console.cli.headless import stop_signals
 from specctl.console.tui.links import Link, LinkError, ReplayLink
 from specctl.console.tui.screens.confirm import ConfirmScreen
 from specctl.console.tui.screens.dashboard import Dashboard
-from specctl.console.tui.screens.help import HelpScreen, key_rows
+from specctl.console.tui import actions
+from specctl.console.tui.actions import SERVER_QUESTIONS
+from specctl.console.tui.screens.help import HelpScreen
 from specctl.console.tui.messages import LinkChanged, LogArrived, SampleArrived
 from specctl.console.tui.prefs import save_prefs
 from specctl.console.tui.screens.thresholds import ThresholdsScreen
 from specctl.console.tui.model.timeline import Timeline
 
-CONTROL_ACTIONS = {"force_on", "force_off", "auto", "thresholds", "server"}
-SERVER_QUESTIONS = {  # what each server action does to the requests in flight, asked before it is done
-    "stop": "Stop the model server? Requests in flight fail, and it stays stopped until started again.",
-    "restart": "Restart the model server? Requests in flight fail while it starts again.",
-    "start": "Start the model server?",
-}
-REPLAY_ACTIONS = {"seek", "speed", "seek_start", "seek_end"}
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 
 
@@ -56,41 +50,7 @@ class SpecctlApp(App[int]):
 
     CSS_PATH = ["app.tcss"]
     TITLE = "specctl"
-    BINDINGS = [
-        # The controls bar shows these five with their keys; the footer keeps its 80 columns for the rest.
-        Binding("o", "force_on", "Force on", show=False),
-        Binding("x", "force_off", "Force off", show=False),
-        Binding("a", "auto", "Auto", show=False),
-        Binding("t", "thresholds", "Thresholds", show=False),
-        Binding("p,space", "toggle_pause", "Pause", key_display="p", show=False),
-        Binding("left", "seek(-10)", "-10s"),
-        Binding("right", "seek(10)", "+10s"),
-        Binding("home", "seek_start", "Start", show=False),
-        Binding("end", "seek_end", "End", show=False),
-        Binding("minus", "speed(0.5)", "Slower"),
-        Binding("plus,equals_sign", "speed(2)", "Faster", key_display="+"),
-        Binding("c", "cycle_theme", "Theme"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
-    ]
-    APPLIES = {**{a: "live" for a in CONTROL_ACTIONS},
-               **{a: "replay only" for a in REPLAY_ACTIONS}}
-    DETAILS = {
-        "force_on": "Force speculation on (mode on)",
-        "force_off": "Force speculation off (mode off)",
-        "auto": "Let the policy decide (mode auto)",
-        "thresholds": "Edit thresholds: off_at, on_at, min_accept, ...",
-        "toggle_pause": "Pause or resume the view (in a replay: the playback)",
-        "seek(-10)": "Seek back 10 s",
-        "seek(10)": "Seek forward 10 s",
-        "seek_start": "Seek to the start",
-        "seek_end": "Seek to the end",
-        "speed(0.5)": "Play at half the speed",
-        "speed(2)": "Play at twice the speed",
-        "cycle_theme": "Next theme: dark, light, high contrast (remembered)",
-        "help": "This screen",
-        "quit": "Quit (also stops what the console started)",
-    }
+    BINDINGS = actions.bindings()
 
     paused: reactive[bool] = reactive(False)
 
@@ -240,7 +200,7 @@ class SpecctlApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Replay keys exist only in a replay. Control keys always run: where they cannot act, they say why
         (a greyed key that does nothing when pressed looks broken; the buttons are greyed as well)."""
-        if action in REPLAY_ACTIONS:
+        if actions.applies(action) == "replay":
             return isinstance(self.link, ReplayLink)
         return True
 
@@ -350,7 +310,7 @@ class SpecctlApp(App[int]):
         self.notify(f"Theme: {self.theme}")
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(key_rows(self.BINDINGS, self.DETAILS, self.APPLIES)))
+        self.push_screen(HelpScreen(actions.help_rows()))
 
     def _remember(self, name: str) -> None:
         if self._remember_theme:
@@ -363,24 +323,8 @@ class SpecctlApp(App[int]):
     # -- command palette ------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        entries = [
-            ("Force speculation on", "Mode on: speculate at every batch size", "force_on"),
-            ("Force speculation off", "Mode off: never speculate", "force_off"),
-            ("Auto speculation", "Let the policy switch on load and acceptance", "auto"),
-            ("Edit thresholds", "off_at, on_at, min_accept, ... applied all or nothing", "thresholds"),
-            ("Restart the model server", "Stop it and start it again (asks first)", "server('restart')"),
-            ("Stop the model server", "It stays stopped until started (asks first)", "server('stop')"),
-            ("Start the model server", "After a stop, or a start that failed", "server('start')"),
-            ("Pause or resume", "Freeze the view (or the replay)", "toggle_pause"),
-            ("Cycle theme", "specctl dark, light and high contrast", "cycle_theme"),
-            ("Keys", "Every key of the console", "help"),
-            ("Replay: back 10 s", "Seek the replay back", "seek(-10)"),
-            ("Replay: forward 10 s", "Seek the replay forward", "seek(10)"),
-            ("Replay: slower", "Halve the playback speed", "speed(0.5)"),
-            ("Replay: faster", "Double the playback speed", "speed(2)"),
-        ]
         controls = self.can_steer
-        for title, help_text, action in entries:
-            name = action.split("(")[0]
-            if self.check_action(name, ()) and (controls or name not in CONTROL_ACTIONS):
-                yield SystemCommand(title, help_text, lambda a=action: self.run_action(a))
+        for entry in actions.palette_entries():
+            if self.check_action(entry.name, ()) and (controls or entry.applies != "live"):
+                yield SystemCommand(entry.palette, entry.palette_help or entry.help,
+                                    lambda a=entry.action: self.run_action(a))

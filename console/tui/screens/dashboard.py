@@ -23,6 +23,7 @@ from specctl.widgets.gpu_panel import GpuPanel
 from specctl.widgets.startup import StartupProgress
 from specctl.widgets.timechart import TimeChart
 
+from specctl.console.tui.actions import buttons
 from specctl.console.tui.model.charts import build_charts
 from specctl.console.tui.model.timeline import Timeline, num, obj, text
 
@@ -46,7 +47,7 @@ class Dashboard(Screen):
     def compose(self) -> ComposeResult:
         yield SpecBanner()
         yield StartupProgress()
-        yield ControlBar()
+        yield ControlBar(buttons())
         yield VerticalScroll(id="gpus")
         with Horizontal(id="charts"):
             yield TimeChart(id="chart-tps")
