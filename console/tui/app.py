@@ -25,6 +25,8 @@ from textual.worker import WorkerCancelled, WorkerFailed
 
 from specctl.themes.console_themes import DEFAULT_THEME, HIGH_CONTRAST, THEMES
 
+from specctl.runtime.supervisor.commands import VIEW_ONLY
+
 from specctl.console.cli.headless import stop_signals
 from specctl.console.tui.links import Link, LinkError, ReplayLink
 from specctl.console.tui.screens.confirm import ConfirmScreen
@@ -37,6 +39,7 @@ from specctl.console.tui.prefs import save_prefs
 from specctl.console.tui.screens.thresholds import ThresholdsScreen
 from specctl.console.tui.model.timeline import Timeline
 
+VIEW_ONLY_BANNER = "view only: this server runs without the specctl plugin"
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 
 
@@ -106,7 +109,10 @@ class SpecctlApp(App[int]):
 
     @property
     def dashboard(self) -> Dashboard:
-        return next(s for s in self.screen_stack if isinstance(s, Dashboard))
+        for screen in self.screen_stack:
+            if isinstance(screen, Dashboard):
+                return screen
+        raise NoMatches("no dashboard: the app is starting or shutting down")  # callers suppress NoMatches
 
     # -- records in -----------------------------------------------------------
     @work(exclusive=True, group="link", exit_on_error=False)
@@ -187,6 +193,8 @@ class SpecctlApp(App[int]):
             words.append(f"retrying · {self._link_text.removeprefix('lost: ')}")
         elif self._link_text:
             words.append(self._link_text)
+        if self.timeline.view_only:
+            words.append(VIEW_ONLY_BANNER)
         link = self.link
         if isinstance(link, ReplayLink):
             state = "⏸" if link.paused else "▶"
@@ -206,8 +214,8 @@ class SpecctlApp(App[int]):
 
     @property
     def can_steer(self) -> bool:
-        """Whether commands can reach a supervisor now: a live link that is connected."""
-        return self.link.can_control and self.connected
+        """Whether commands can steer the server now: a live link, connected, to a server with the plugin."""
+        return self.link.can_control and self.connected and not self.timeline.view_only
 
     def controls_refused(self) -> bool:
         """True, after saying why, where this console cannot steer a supervisor right now."""
@@ -215,6 +223,8 @@ class SpecctlApp(App[int]):
             why = "a replay has no controls: it only plays a journal back"
         elif not self.connected:
             why = "not connected to the supervisor (the banner says why)"
+        elif self.timeline.view_only:
+            why = VIEW_ONLY
         else:
             return False
         self.notify(why, severity="warning")
@@ -302,6 +312,7 @@ class SpecctlApp(App[int]):
         # widgets are already gone; there is nothing left to draw it on.
         with suppress(NoMatches):
             self.dashboard.show(self.timeline, self.status_text(), self.paused, self.lost)
+            self.dashboard.set_can_control(self.can_steer)
 
     def action_cycle_theme(self) -> None:
         names = [theme.name for theme in THEMES]

@@ -53,6 +53,7 @@ class SimConfig:
     failed_gpus: frozenset[int] = frozenset()
     slow_off: bool = False  # as a server whose fast off is not in place (SGLang's own steps-0 state)
     eager_prefill: bool = False  # as a server launched with --disable-prefill-cuda-graph
+    plugin: bool = True  # False: as SGLang without the specctl plugin (static EAGLE-3, no specctl keys)
 
 
 class BadRequest(Exception):
@@ -65,7 +66,8 @@ class SimServer:
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
         p = cfg.preset
-        self.policy = SpecPolicy(p.default_settings().with_changes(cfg.policy_changes))
+        changes = cfg.policy_changes if cfg.plugin else {**cfg.policy_changes, "mode": "on"}  # no policy: static
+        self.policy = SpecPolicy(p.default_settings().with_changes(changes))
         # Like SGLang under specctl's generated config, only the launch's step count has a runtime state.
         self.built_steps = self.policy.settings.steps
         self.engine: SimEngine = p.engine(self.policy, seed=cfg.seed, fast_off=not cfg.slow_off)
@@ -161,14 +163,16 @@ class SimServer:
     def internal_state(self) -> dict[str, Any]:
         """What SGLang's scheduler reports per DP rank, plus the specctl policy's state."""
         e = self.engine
-        return {
-            "specctl": {**self.policy.state(), "off_state": self.off_state()},
+        state: dict[str, Any] = {
             "avg_spec_accept_length": round(e.accept_len(), 4),
             "last_gen_throughput": round(e.gen_throughput(), 2),
             "num_running_reqs": len(e.running),
             "num_queue_reqs": len(e.queue),
             "token_usage": round(e.token_usage(), 4),
         }
+        if self.cfg.plugin:  # the plugin adds its block; a server without it has none
+            state = {"specctl": {**self.policy.state(), "off_state": self.off_state()}, **state}
+        return state
 
     def off_state(self) -> dict[str, Any]:
         """As the plugin reports it (fast_off.summary): whether "off" costs what no speculation costs."""
@@ -245,6 +249,8 @@ class SimServer:
         if not isinstance(body, dict) or not isinstance(body.get("server_args"), dict):
             raise BadRequest('body must be a JSON object with a "server_args" object')
         args: dict[str, Any] = body["server_args"]
+        if not self.cfg.plugin:  # SGLang without the plugin knows none of our keys
+            return [False]
         for key, value in args.items():
             if not key.startswith(WIRE_PREFIX) or isinstance(value, bool) or not isinstance(value, (int, float)):
                 return [False]
@@ -333,6 +339,8 @@ class _Collector:
         c.add_metric(values + ("decode",), float(e.decode_tokens_total))
         c.add_metric(values + ("prefill",), float(e.prefill_tokens_total))
         yield c
+        if not s.cfg.plugin:
+            return
         yield GaugeMetricFamily("specctl:spec_on", "1 while speculation is on.", value=float(state["on"]))
         yield GaugeMetricFamily("specctl:spec_steps", "Draft steps run now (0 = off).", value=float(state["steps"]))
         yield CounterMetricFamily("specctl:spec_switches", "Speculation on/off switches.",

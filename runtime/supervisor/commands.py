@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 COMMANDS = ("ping", "status", "mode", "set", "server")
 JOURNALED = ("mode", "set", "server")
 SERVER_ACTIONS = ("restart", "stop", "start")
+#: A ready server whose /server_info has no specctl block: it was launched without the plugin.
+VIEW_ONLY = ("view only: this server runs without the specctl plugin; relaunch it with the environment and "
+             "flags `specctl sglang-args` prints (docs/deployment.md)")
 
 
 class CommandHandler:
@@ -98,6 +101,8 @@ class CommandHandler:
         """The server's settings as last read; refuses when the server cannot be asked."""
         sample = self.sup.latest_sample or {}
         spec = sample.get("spec")
+        if not spec and (sample.get("server") or {}).get("state") == "ready":  # answering, and no plugin state
+            raise CommandError(UNAVAILABLE, VIEW_ONLY)
         if not spec or not isinstance(spec.get("settings"), dict):
             raise CommandError(UNAVAILABLE, "the model server's policy state is not known yet "
                                             f"(server {self.sup.state}); try again when it is ready")

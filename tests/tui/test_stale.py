@@ -7,6 +7,7 @@ way it goes away in production (SIGKILL, a server process that hangs).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from pathlib import Path
@@ -104,7 +105,7 @@ async def test_a_killed_supervisor_greys_the_whole_view_and_the_log_says_so(head
             assert note(app) == ""
             await until(pilot, lambda: not any(p.stale for p in app.dashboard.query(GpuPanel)), "live GPU panels")
         finally:
-            stop(second)
+            await asyncio.to_thread(stop, second)  # not on the loop: the console must read its goodbye
 
 
 async def test_a_server_that_stops_answering_marks_its_last_figures_old(headless: Headless) -> None:

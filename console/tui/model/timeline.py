@@ -98,6 +98,12 @@ class Timeline:
         while self.points and self.points[0].t < point.t - HISTORY_S:
             self.points.popleft()
 
+    @property
+    def view_only(self) -> bool:
+        """The server answers but reports no specctl state: it runs without the plugin, nothing can steer it."""
+        sample = obj(self.latest)
+        return obj(sample.get("server")).get("state") == "ready" and sample.get("spec") is None
+
     def thresholds(self) -> tuple[float | None, float | None]:
         """(off_at, on_at) of the latest sample's settings, for the request chart."""
         settings = self.settings()

@@ -32,6 +32,7 @@ PANEL_WIDTH, PANEL_HEIGHT, MAX_COLUMNS = 40, 7, 4
 WINDOW_S = 300.0
 #: Above the footer while the view is not live: what an operator can still do (80 columns each).
 LOST_NOTE = "still works: ? help, c theme, q quit; controls return when the supervisor does"
+VIEW_ONLY_NOTE = "fix: relaunch it with what `specctl sglang-args` prints (docs/deployment.md)"
 UNREACHABLE_NOTE = "server not answering · controls still work: ctrl+p Restart the model server"
 
 
@@ -99,7 +100,8 @@ class Dashboard(Screen):
 
     def _show_note(self, timeline: Timeline, lost: tuple[float, float] | None) -> None:
         unreachable = timeline.unreachable_since is not None and self._can_control  # a replay has no controls
-        note = LOST_NOTE if lost else UNREACHABLE_NOTE if unreachable else ""
+        note = (LOST_NOTE if lost else UNREACHABLE_NOTE if unreachable
+                else VIEW_ONLY_NOTE if timeline.view_only and self._can_control else "")
         widget = self.query_one("#stale-note", Static)
         widget.update(note)
         widget.display = bool(note)
