@@ -15,13 +15,15 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from specctl.runtime.core.policy import SettingsError, SpecPolicy, WIRE_PREFIX, settings_from_wire
+from specctl.runtime.sim import api
+from specctl.runtime.sim.api import words
 from specctl.runtime.sim.gpus import SimGpus
 from specctl.runtime.sim.load import LoadDriver, LoadSpec, parse_load
 from specctl.runtime.sim.model import SimEngine, SimRequest
@@ -35,7 +37,6 @@ SGLANG_VERSION = "0.5.17"  # the SGLang release whose endpoints the simulator an
 MAX_PROMPT_TOKENS = 131_072
 MAX_NEW_TOKENS = 131_072
 HTTP_TAG = "http"
-_WORDS = ("the", "model", "drafts", "tokens", "and", "verifies", "them", "in", "one", "pass")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -76,6 +77,7 @@ class SimServer:
         self.gpus = SimGpus(p.gpu, cfg.gpus, mem_fraction_static=p.mem_fraction_static, seed=cfg.seed,
                             preset=p.name, failed=cfg.failed_gpus)
         self._waiters: dict[int, asyncio.Future[SimRequest]] = {}
+        self._tick = asyncio.Event()  # set (and replaced) after every engine tick: streams wake on it
         self._busy: deque[tuple[float, float]] = deque()  # simulated (start, end) spells in which steps ran
         self._started = time.monotonic()
         self._lag_dropped_s = 0.0
@@ -93,6 +95,7 @@ class SimServer:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        self._tick.set()  # streams waiting for the next tick see the engine stopped
         for fut in self._waiters.values():
             if not fut.done():
                 fut.set_exception(ConnectionAbortedError("simulator stopping"))
@@ -114,6 +117,8 @@ class SimServer:
             self.gpus.update(now - last, self.busy_fraction(min(target, self.engine.now)),
                              len(self.engine.running))
             last = now
+            self._tick.set()
+            self._tick = asyncio.Event()
 
     def _advance(self, target: float) -> None:
         """Run simulated steps up to ``target`` (or the tick's CPU budget), noting when the GPUs computed."""
@@ -222,12 +227,42 @@ class SimServer:
         }
 
     # -- /generate --------------------------------------------------------
+    def fit_problem(self, prompt_tokens: int, max_new: int) -> str | None:
+        """Why a request cannot be admitted at all, or None."""
+        if prompt_tokens + max_new > self.engine.kv_pool_tokens:
+            return (f"prompt plus max_new_tokens ({prompt_tokens + max_new}) exceeds the KV pool "
+                    f"({self.engine.kv_pool_tokens} tokens)")
+        return None
+
+    async def tokens(self, prompt_tokens: int, max_new: int) -> AsyncIterator[list[int]]:
+        """A request's output ids as the engine produces them, a tick's worth at a time.
+
+        The performance model decides when each appears (the first after the prefill and a decode
+        step, then as steps finish), so a streaming client sees the simulated TTFT and inter-token
+        latency. A client that leaves early aborts the request, as SGLang does.
+        """
+        if max_new == 0:
+            return
+        req = self.engine.submit(prompt_tokens, max_new, HTTP_TAG)
+        ids = _output_ids(self.cfg.seed, req.rid, max_new)
+        sent = 0
+        try:
+            while sent < max_new:
+                if self._task is None or self._task.done():
+                    raise ConnectionAbortedError("simulator stopping")
+                await self._tick.wait()
+                if req.done > sent:
+                    yield ids[sent:req.done]
+                    sent = req.done
+        finally:
+            if req.finished_at is None:
+                self.engine.abort(req)
+
     async def generate(self, body: Any) -> dict[str, Any]:
         """Queue one request and answer when its simulated tokens are done."""
         prompt_tokens, max_new = _parse_generate(body)
-        if prompt_tokens + max_new > self.engine.kv_pool_tokens:
-            raise BadRequest(f"prompt plus max_new_tokens ({prompt_tokens + max_new}) exceeds the KV pool "
-                             f"({self.engine.kv_pool_tokens} tokens)")
+        if problem := self.fit_problem(prompt_tokens, max_new):
+            raise BadRequest(problem)
         t0 = self.engine.now
         if max_new == 0:
             return _generate_answer(prompt_tokens, [], None, 0.0, 0)
@@ -268,8 +303,6 @@ def _parse_generate(body: Any) -> tuple[int, int]:
     """Prompt length and max_new_tokens from an SGLang /generate body; BadRequest on anything else."""
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
-    if body.get("stream"):
-        raise BadRequest("streaming is not supported by the simulator")
     ids, text = body.get("input_ids"), body.get("text")
     if ids is not None:
         if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
@@ -299,7 +332,7 @@ def _output_ids(seed: int, rid: int, n: int) -> list[int]:
 def _generate_answer(prompt: int, ids: list[int], accept: float | None, latency: float,
                      verifies: int) -> dict[str, Any]:
     return {
-        "text": " ".join(_WORDS[i % len(_WORDS)] for i in ids),
+        "text": words(ids),
         "output_ids": ids,
         "meta_info": {
             "prompt_tokens": prompt,
@@ -401,10 +434,27 @@ def build_app(server: SimServer) -> web.Application:
         text = generate_latest(server.registry).decode()
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
-    async def generate(request: web.Request) -> web.Response:
+    async def generate(request: web.Request) -> web.StreamResponse:
         if not server.ready:
             return _error(503, "starting")
-        return web.json_response(await server.generate(await _json_body(request)))
+        body = await _json_body(request)
+        if isinstance(body, dict) and body.get("stream"):
+            return await generate_stream(request, body)
+        return web.json_response(await server.generate(body))
+
+    async def generate_stream(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        prompt, max_new = _parse_generate(body)
+        if problem := server.fit_problem(prompt, max_new):
+            raise BadRequest(problem)
+        t0 = server.engine.now
+
+        def answer(ids: list[int], finished: bool) -> dict[str, Any]:
+            out = _generate_answer(prompt, ids, None, server.engine.now - t0, 0)
+            if not finished:
+                out["meta_info"]["finish_reason"] = None
+            return out
+
+        return await api.generate_stream(request, server, prompt, max_new, answer)
 
     async def sim_gpus(_: web.Request) -> web.Response:
         return web.json_response(server.gpus.snapshot())
@@ -446,4 +496,5 @@ def build_app(server: SimServer) -> web.Application:
     app.router.add_post("/sim/gpus", set_failed_gpus)
     app.router.add_get("/sim/load", get_load)
     app.router.add_post("/sim/load", set_load)
+    api.add_routes(app, server)  # /v1/*, /model_info and the old /get_* names (api.py)
     return app
