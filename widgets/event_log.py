@@ -103,19 +103,22 @@ class EventLog(RichLog):
                          "event-log--warn"}
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_lines=500, wrap=False, markup=False, auto_scroll=True, **kwargs)
+        # wrap: a refusal or an error is read whole, not cut at 80 columns
+        super().__init__(max_lines=500, wrap=True, markup=False, auto_scroll=True, min_width=20, **kwargs)
 
     def show(self, records: list[dict[str, Any]], clear: bool = False) -> None:
         if clear:
             self.clear()
+        # wrapped at the log's own width (the console's may differ, in a test); unknown yet: RichLog defers
+        width = self.scrollable_content_region.width or None
         for record in records:
             if record.get("event") == "server_log":  # the server's own log: one line each, dimmed
                 lines = record.get("lines")
                 for text in lines if isinstance(lines, list) else [lines]:
-                    self.write(self._stamped(record, "LOG", "time", str(text)))
+                    self.write(self._stamped(record, "LOG", "time", str(text)), width=width)
             else:
                 tag, text, tone = describe(record)
-                self.write(self._stamped(record, tag, tone, text))
+                self.write(self._stamped(record, tag, tone, text), width=width)
 
     def _stamped(self, record: dict[str, Any], tag: str, tone: str, text: str) -> Text:
         style = self.get_component_rich_style
