@@ -36,6 +36,7 @@ class HelpScreen(ModalScreen[None]):
             table.add_columns("Key", "Action", "Applies")
             table.add_rows(self._rows)
             yield table
-            yield Static("Keys marked live are greyed out in a replay and while a connection is lost. "
+            yield Static("Keys marked live cannot act in a replay, while a connection is lost, or on a server "
+                         "without the specctl plugin: they say why. "
                          "Every action is also in the command palette (ctrl+p), and the buttons "
                          "under the banner run the same actions.", id="help-note")
