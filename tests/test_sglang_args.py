@@ -32,6 +32,7 @@ def test_shell_output_evaluated_by_bash_gives_the_plugin_its_settings(tmp_path: 
     assert enabled == "1"
     assert settings["steps"] == 2 and settings["off_at"] == BY_BACKEND["triton"]["off_at"]
     assert read_candidate_steps(config) == [0, 2], "the config lists off and on in every bucket"
+    assert config.stat().st_mode & 0o777 == 0o644, "readable by a server running as another user"
 
 
 def test_flags_are_the_launchers_own_less_the_operators(tmp_path: Path) -> None:

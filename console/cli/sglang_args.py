@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return _usage(str(exc))
     try:
         write_config(path, args.steps)
+        path.chmod(0o644)  # written as root for a server that runs as its own user: it must be able to read it
     except OSError as exc:
         return _usage(f"cannot write the adaptive config at {path}: {exc.strerror or exc}")
     env = launch_env(settings, os.environ)
