@@ -10,7 +10,9 @@ import pytest
 
 
 def run(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPECCTL_CONFIG": str(tmp_path / "none.toml")}
+    config = tmp_path / "empty.toml"  # an empty config: not the user's (a missing one would be an error)
+    config.touch()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPECCTL_CONFIG": str(config)}
     return subprocess.run([sys.executable, "-m", "specctl.console.cli.main", *argv], capture_output=True,
                           text=True, env=env, timeout=60)
 

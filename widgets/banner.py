@@ -38,6 +38,10 @@ class BannerState:
     failed_gpus: tuple[int, ...] = ()  # said here too: with many GPUs their panels may be scrolled away
     source: str = ""
     status: str = ""  # "PAUSED", "replay 0:42 / 5:00 ▶ x1", a lost connection...
+    lost_since: float | None = None  # wall time the link to the supervisor was lost: nothing below is live
+    lost_now: float | None = None  # wall time now, for how long ago
+    last_seen_on: bool | None = None  # speculation in the last sample of a ready server (while it is unreachable)
+    unreachable_since: float | None = None  # journal time the server stopped answering
 
 
 def clock(t: float) -> str:
@@ -96,10 +100,27 @@ class SpecBanner(Widget):
             line.truncate(width, overflow="ellipsis")
         return Text("\n").join([first, second])
 
+    def _lost_line(self) -> Text:
+        """The link is gone: say so first, and that every figure below is from before it went."""
+        s = self.state
+        assert s.lost_since is not None
+        line = Text.assemble((" SUPERVISOR LOST ", self._style("off")), f" since {clock(s.lost_since)}")
+        if s.lost_now is not None:
+            line.append(f" ({ago(s.lost_now - s.lost_since)})")
+        line.append("  figures below are old, not live", self._style("muted"))
+        if s.sim:
+            line.append("  ")
+            line.append(" SIM ", self._style("sim"))
+        return line
+
     def _first_line(self, steps: bool = True) -> Text:
         s = self.state
+        if s.lost_since is not None:
+            return self._lost_line()
         badge = {True: (" SPEC ON ", "on"), False: (" SPEC OFF ", "off"), None: (" SPEC ? ", "unknown")}
         word, style = badge[s.spec_on]
+        if s.spec_on is None and s.last_seen_on is not None:  # an unreachable server: what it did last, marked old
+            word = f" SPEC ? (was {'ON' if s.last_seen_on else 'OFF'}) "
         mode = MODE_WORDS.get(s.mode or "", "mode ?")
         line = Text.assemble((word, self._style(style)), " ",
                              (mode, self._style("mode" if s.mode in (None, "auto") else "forced")))
@@ -112,6 +133,8 @@ class SpecBanner(Widget):
         line.append("  server ", self._style("muted"))
         server = (s.server_state or "?").upper()
         line.append(server, self._style("mode" if s.server_state in GOOD_SERVER_STATES else "bad"))
+        if s.unreachable_since is not None:
+            line.append(f" since {clock(s.unreachable_since)}", self._style("bad"))
         if s.server_error and s.server_state not in GOOD_SERVER_STATES:
             line.append(f" {s.server_error}", self._style("bad"))
         if s.failed_gpus:

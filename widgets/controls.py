@@ -1,26 +1,29 @@
 """Buttons for the same actions the keys run, for operators who reach for the mouse.
 
 Each button names an app action, so a click takes exactly the path of its
-key: ``check_action``, ``Link.request``, the supervisor's journal.
+key: ``check_action``, ``Link.request``, the supervisor's journal. The app
+hands the bar its buttons (from its one actions table); the bar knows
+nothing of the app.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from textual.app import ComposeResult
 from textual.containers import HorizontalGroup
 from textual.reactive import reactive
 from textual.widgets import Button
 
-#: (id, label, action) in display order; the key is in the label so the mouse teaches the keys.
-BUTTONS = (
-    ("force-on", "On [o]", "app.force_on"),
-    ("force-off", "Off [x]", "app.force_off"),
-    ("auto", "Auto [a]", "app.auto"),
-    ("thresholds", "Thresholds [t]", "app.thresholds"),
-    ("pause", "Pause [p]", "app.toggle_pause"),
-    ("help", "Help [?]", "app.help"),
-)
-CONTROL_BUTTONS = ("force-on", "force-off", "auto", "thresholds")
+
+class ButtonSpec(NamedTuple):
+    """One button: its widget id, label (with the key in brackets), the action it runs, whether it steers."""
+
+    ident: str
+    label: str
+    action: str
+    steers: bool
 
 
 class ControlBar(HorizontalGroup):
@@ -38,14 +41,21 @@ class ControlBar(HorizontalGroup):
     can_control: reactive[bool] = reactive(True)
     paused: reactive[bool] = reactive(False)
 
+    def __init__(self, buttons: Sequence[ButtonSpec], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._buttons = tuple(buttons)
+
     def compose(self) -> ComposeResult:
-        for ident, label, action in BUTTONS:
-            yield Button(label.replace("[", "\\["), id=ident, action=action, compact=True)
+        for spec in self._buttons:
+            yield Button(spec.label.replace("[", "\\["), id=spec.ident, action=spec.action, compact=True)
 
     def watch_can_control(self, can_control: bool) -> None:
-        for ident in CONTROL_BUTTONS:
-            self.query_one(f"#{ident}", Button).disabled = not can_control
+        for spec in self._buttons:
+            if spec.steers:
+                self.query_one(f"#{spec.ident}", Button).disabled = not can_control
 
     def watch_paused(self, paused: bool) -> None:
-        label = "Resume \\[p]" if paused else "Pause \\[p]"
-        self.query_one("#pause", Button).label = label
+        for spec in self._buttons:
+            if spec.action.endswith("toggle_pause"):
+                label = spec.label.replace("Pause", "Resume") if paused else spec.label
+                self.query_one(f"#{spec.ident}", Button).label = label.replace("[", "\\[")

@@ -28,7 +28,9 @@ _EVENTS = {ev.SERVER_START: ("START", "plain"), ev.SERVER_READY: ("READY", "good
            ev.SETTINGS_RESTORE_FAILED: ("SETTINGS", "bad"), ev.SLOW_OFF_STATE: ("SLOW OFF", "bad"),
            ev.EAGER_PREFILL: ("EAGER", "warn"), ev.JOURNAL_GAP: ("JOURNAL", "bad"),
            ev.ATTACHED_SIMULATOR: ("SIM", "warn"), ev.BACKEND_THRESHOLDS: ("SETTINGS", "plain"),
-           ev.BACKEND_THRESHOLDS_FAILED: ("SETTINGS", "bad")}
+           ev.BACKEND_THRESHOLDS_FAILED: ("SETTINGS", "bad"), ev.EXTERNAL_CHANGE: ("SETTINGS", "warn"),
+           # made by the console itself, not journaled: its link to the supervisor went and came back
+           "link_lost": ("LINK", "bad"), "link_restored": ("LINK", "good")}
 
 
 def describe(record: dict[str, Any]) -> tuple[str, str, str]:
@@ -104,19 +106,22 @@ class EventLog(RichLog):
                          "event-log--warn"}
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_lines=500, wrap=False, markup=False, auto_scroll=True, **kwargs)
+        # wrap: a refusal or an error is read whole, not cut at 80 columns
+        super().__init__(max_lines=500, wrap=True, markup=False, auto_scroll=True, min_width=20, **kwargs)
 
     def show(self, records: list[dict[str, Any]], clear: bool = False) -> None:
         if clear:
             self.clear()
+        # wrapped at the log's own width (the console's may differ, in a test); unknown yet: RichLog defers
+        width = self.scrollable_content_region.width or None
         for record in records:
             if record.get("event") == ev.SERVER_LOG:  # the server's own log: one line each, dimmed
                 lines = record.get("lines")
                 for text in lines if isinstance(lines, list) else [lines]:
-                    self.write(self._stamped(record, "LOG", "time", str(text)))
+                    self.write(self._stamped(record, "LOG", "time", str(text)), width=width)
             else:
                 tag, text, tone = describe(record)
-                self.write(self._stamped(record, tag, tone, text))
+                self.write(self._stamped(record, tag, tone, text), width=width)
 
     def _stamped(self, record: dict[str, Any], tag: str, tone: str, text: str) -> Text:
         style = self.get_component_rich_style

@@ -48,6 +48,7 @@ class GpuPanel(Widget):
         border-title-color: $foreground;
         border-title-style: bold;
         &.-dead { border: round $error; }
+        &.-stale { border: round $panel; border-title-color: $foreground-muted; }
         &.-compact { height: 1; border: none; padding: 0; }
         & > .gpu-panel--label { color: $foreground-muted; }
         & > .gpu-panel--util { color: $accent; }
@@ -56,24 +57,38 @@ class GpuPanel(Widget):
         & > .gpu-panel--high { color: $error; }
         & > .gpu-panel--empty { color: $panel-lighten-2; }
         & > .gpu-panel--dead { color: $error; text-style: bold; }
+        & > .gpu-panel--stale { color: $foreground-muted; text-style: dim; }
     }
     """
     COMPONENT_CLASSES = {"gpu-panel--label", "gpu-panel--util", "gpu-panel--low", "gpu-panel--mid",
-                         "gpu-panel--high", "gpu-panel--empty", "gpu-panel--dead"}
+                         "gpu-panel--high", "gpu-panel--empty", "gpu-panel--dead", "gpu-panel--stale"}
 
     gpu: reactive[Gpu | None] = reactive(None)
     compact: reactive[bool] = reactive(False, toggle_class="-compact")
+    #: The readings are old (the link to the supervisor is lost): drawn grey, the title says "old".
+    stale: reactive[bool] = reactive(False, toggle_class="-stale")
 
     def watch_gpu(self, gpu: Gpu | None) -> None:
-        gpu = gpu or {}
-        self.border_title = f"GPU {gpu.get('index', '?')} · {short_name(gpu.get('name'))}"
+        self._title()
+
+    def watch_stale(self, stale: bool) -> None:
+        self._title()
+
+    def _title(self) -> None:
+        gpu = self.gpu or {}
+        old = " · old" if self.stale else ""
+        self.border_title = f"GPU {gpu.get('index', '?')} · {short_name(gpu.get('name'))}{old}"
         self.set_class(gpu.get("state") in DEAD_STATES, "-dead")
 
     def render(self) -> Text:
         gpu = self.gpu or {}
         if gpu.get("state") in NO_READING_STATES:
-            return self._render_dead(gpu)
-        return self._render_line(gpu) if self.compact else self._render_full(gpu)
+            text = self._render_dead(gpu)
+        else:
+            text = self._render_line(gpu) if self.compact else self._render_full(gpu)
+        if self.stale:  # one colour for all of it: a coloured bar reads as a live one
+            text = Text(text.plain, style=self._style("stale"))
+        return text
 
     # -- pieces -------------------------------------------------------------
     def _style(self, name: str) -> Style:

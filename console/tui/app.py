@@ -12,36 +12,33 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+import time
 from collections.abc import Iterable
 from contextlib import suppress
 from typing import Any
 
 from textual import on, work
 from textual.app import App, SystemCommand
-from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.worker import WorkerCancelled, WorkerFailed
 
 from specctl.console.cli.headless import stop_signals
+from specctl.console.tui import actions
+from specctl.console.tui.actions import SERVER_QUESTIONS
 from specctl.console.tui.links import Link, LinkError, ReplayLink
 from specctl.console.tui.messages import LinkChanged, LogArrived, SampleArrived
 from specctl.console.tui.model.timeline import Timeline
 from specctl.console.tui.prefs import save_prefs
 from specctl.console.tui.screens.confirm import ConfirmScreen
 from specctl.console.tui.screens.dashboard import Dashboard
-from specctl.console.tui.screens.help import HelpScreen, key_rows
+from specctl.console.tui.screens.help import HelpScreen
 from specctl.console.tui.screens.thresholds import ThresholdsScreen
+from specctl.runtime.supervisor.commands import VIEW_ONLY
 from specctl.themes.console_themes import DEFAULT_THEME, HIGH_CONTRAST, THEMES
 
-CONTROL_ACTIONS = {"force_on", "force_off", "auto", "thresholds", "server"}
-SERVER_QUESTIONS = {  # what each server action does to the requests in flight, asked before it is done
-    "stop": "Stop the model server? Requests in flight fail, and it stays stopped until started again.",
-    "restart": "Restart the model server? Requests in flight fail while it starts again.",
-    "start": "Start the model server?",
-}
-REPLAY_ACTIONS = {"seek", "speed", "seek_start", "seek_end"}
+VIEW_ONLY_BANNER = "view only: this server runs without the specctl plugin"
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 
 
@@ -55,41 +52,7 @@ class SpecctlApp(App[int]):
 
     CSS_PATH = ["app.tcss"]
     TITLE = "specctl"
-    BINDINGS = [
-        # The controls bar shows these five with their keys; the footer keeps its 80 columns for the rest.
-        Binding("o", "force_on", "Force on", show=False),
-        Binding("x", "force_off", "Force off", show=False),
-        Binding("a", "auto", "Auto", show=False),
-        Binding("t", "thresholds", "Thresholds", show=False),
-        Binding("p,space", "toggle_pause", "Pause", key_display="p", show=False),
-        Binding("left", "seek(-10)", "-10s"),
-        Binding("right", "seek(10)", "+10s"),
-        Binding("home", "seek_start", "Start", show=False),
-        Binding("end", "seek_end", "End", show=False),
-        Binding("minus", "speed(0.5)", "Slower"),
-        Binding("plus,equals_sign", "speed(2)", "Faster", key_display="+"),
-        Binding("c", "cycle_theme", "Theme"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
-    ]
-    APPLIES = {**dict.fromkeys(CONTROL_ACTIONS, "live"),
-               **dict.fromkeys(REPLAY_ACTIONS, "replay only")}
-    DETAILS = {
-        "force_on": "Force speculation on (mode on)",
-        "force_off": "Force speculation off (mode off)",
-        "auto": "Let the policy decide (mode auto)",
-        "thresholds": "Edit thresholds: off_at, on_at, min_accept, ...",
-        "toggle_pause": "Pause or resume the view (in a replay: the playback)",
-        "seek(-10)": "Seek back 10 s",
-        "seek(10)": "Seek forward 10 s",
-        "seek_start": "Seek to the start",
-        "seek_end": "Seek to the end",
-        "speed(0.5)": "Play at half the speed",
-        "speed(2)": "Play at twice the speed",
-        "cycle_theme": "Next theme: dark, light, high contrast (remembered)",
-        "help": "This screen",
-        "quit": "Quit (also stops what the console started)",
-    }
+    BINDINGS = actions.bindings()
 
     paused: reactive[bool] = reactive(False)
 
@@ -102,6 +65,8 @@ class SpecctlApp(App[int]):
         self._initial_theme = theme
         self._remember_theme = remember_theme
         self._closed = False
+        self.lost_since: float | None = None  # wall time the link was lost, while it is
+        self.wall_clock = time.time  # the wall clock of "lost since" (a snapshot test freezes it)
         self._quit_signals = tuple(sig for sig in stop_signals() if sig != signal.SIGINT)  # ctrl+c is Textual's
 
     # -- start and stop -----------------------------------------------------
@@ -113,6 +78,7 @@ class SpecctlApp(App[int]):
         self.theme_changed_signal.subscribe(self, lambda theme: self._remember(theme.name))
         self.push_screen(Dashboard(self.link.describe, self.link.can_control))
         self._pump()
+        self.set_interval(1.0, self._tick_lost)
         for sig in self._quit_signals:  # quit as `q` does, so the server we started is stopped
             asyncio.get_running_loop().add_signal_handler(sig, self.call_later, self.action_quit)
 
@@ -142,15 +108,20 @@ class SpecctlApp(App[int]):
 
     @property
     def dashboard(self) -> Dashboard:
-        return next(s for s in self.screen_stack if isinstance(s, Dashboard))
+        for screen in self.screen_stack:
+            if isinstance(screen, Dashboard):
+                return screen
+        raise NoMatches("no dashboard: the app is starting or shutting down")  # callers suppress NoMatches
 
     # -- records in -----------------------------------------------------------
     @work(exclusive=True, group="link", exit_on_error=False)
     async def _pump(self) -> None:
         """Open the link and fold its records in; a socket link reconnects with backoff."""
+        was_up = False  # once open, every later failure is a loss ("lost: ..."), retries included
         for attempt in itertools.count():
             try:
                 await self.link.open()
+                was_up = True
                 self.post_message(LinkChanged(""))
                 async for record in self.link.records():
                     self.timeline.fold(record)
@@ -158,7 +129,7 @@ class SpecctlApp(App[int]):
                     self.post_message(kind(record))
                 return
             except (LinkError, OSError, ConnectionError) as exc:
-                self.post_message(LinkChanged(f"{'lost' if self.connected else 'cannot connect'}: {exc}"))
+                self.post_message(LinkChanged(f"{'lost' if was_up else 'cannot connect'}: {exc}"))
             if self.link.kind != "socket":
                 return
             await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
@@ -175,16 +146,54 @@ class SpecctlApp(App[int]):
     def _link_changed(self, message: LinkChanged) -> None:
         if message.text and message.text != self._link_text:
             self.notify(message.text, title=self.link.describe, severity="error", timeout=10)
+        self._note_loss(message.text)
         self.connected = not message.text
         self._link_text = message.text
         self.refresh_bindings()
-        with suppress(NoMatches):  # see _redraw
-            self.dashboard.show_status(self.timeline, self.status_text())
+        if self.paused:
+            with suppress(NoMatches):  # see _redraw
+                self.dashboard.show_status(self.timeline, self.status_text(), self.lost)
+        else:
+            self._redraw()
+        with suppress(NoMatches):
             self.dashboard.set_can_control(self.can_steer)
+
+    def _note_loss(self, text: str) -> None:
+        """The link went (or came back): the event log says so, with the time, like any other event.
+
+        These records are the console's own (the supervisor cannot journal its own loss); they go
+        through the timeline so that the log shows them in order with the rest.
+        """
+        now = self.wall_clock()
+        if text.startswith("lost") and self.lost_since is None:
+            self.lost_since = now
+            self.timeline.fold({"v": 1, "t": now, "kind": "event", "event": "link_lost",
+                                "error": text.removeprefix("lost: ")})
+        elif not text and self.lost_since is not None:
+            self.timeline.fold({"v": 1, "t": now, "kind": "event", "event": "link_restored",
+                                "lost_s": round(now - self.lost_since, 1)})
+            self.lost_since = None
+
+    @property
+    def lost(self) -> tuple[float, float] | None:
+        """(since, now) in wall time while the link to the supervisor is lost, else None."""
+        return None if self.lost_since is None else (self.lost_since, self.wall_clock())
+
+    def _tick_lost(self) -> None:
+        """Keep "lost since ... (12s ago)" counting while no records arrive to redraw it."""
+        if self.lost_since is not None:
+            with suppress(NoMatches):
+                self.dashboard.show_status(self.timeline, self.status_text(), self.lost)
 
     def status_text(self) -> str:
         """The banner's extra words: link trouble, pause, replay position."""
-        words = [self._link_text] if self._link_text else []
+        words = []
+        if self.lost_since is not None:
+            words.append(f"retrying · {self._link_text.removeprefix('lost: ')}")
+        elif self._link_text:
+            words.append(self._link_text)
+        if self.timeline.view_only:
+            words.append(VIEW_ONLY_BANNER)
         link = self.link
         if isinstance(link, ReplayLink):
             state = "⏸" if link.paused else "▶"
@@ -198,14 +207,14 @@ class SpecctlApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Replay keys exist only in a replay. Control keys always run: where they cannot act, they say why
         (a greyed key that does nothing when pressed looks broken; the buttons are greyed as well)."""
-        if action in REPLAY_ACTIONS:
+        if actions.applies(action) == "replay":
             return isinstance(self.link, ReplayLink)
         return True
 
     @property
     def can_steer(self) -> bool:
-        """Whether commands can reach a supervisor now: a live link that is connected."""
-        return self.link.can_control and self.connected
+        """Whether commands can steer the server now: a live link, connected, to a server with the plugin."""
+        return self.link.can_control and self.connected and not self.timeline.view_only
 
     def controls_refused(self) -> bool:
         """True, after saying why, where this console cannot steer a supervisor right now."""
@@ -213,6 +222,8 @@ class SpecctlApp(App[int]):
             why = "a replay has no controls: it only plays a journal back"
         elif not self.connected:
             why = "not connected to the supervisor (the banner says why)"
+        elif self.timeline.view_only:
+            why = VIEW_ONLY
         else:
             return False
         self.notify(why, severity="warning")
@@ -299,7 +310,8 @@ class SpecctlApp(App[int]):
         # A record can still be queued while the app shuts down and the dashboard's
         # widgets are already gone; there is nothing left to draw it on.
         with suppress(NoMatches):
-            self.dashboard.show(self.timeline, self.status_text(), self.paused)
+            self.dashboard.show(self.timeline, self.status_text(), self.paused, self.lost)
+            self.dashboard.set_can_control(self.can_steer)
 
     def action_cycle_theme(self) -> None:
         names = [theme.name for theme in THEMES]
@@ -308,7 +320,7 @@ class SpecctlApp(App[int]):
         self.notify(f"Theme: {self.theme}")
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(key_rows(self.BINDINGS, self.DETAILS, self.APPLIES)))
+        self.push_screen(HelpScreen(actions.help_rows()))
 
     def _remember(self, name: str) -> None:
         if self._remember_theme:
@@ -321,24 +333,8 @@ class SpecctlApp(App[int]):
     # -- command palette ------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        entries = [
-            ("Force speculation on", "Mode on: speculate at every batch size", "force_on"),
-            ("Force speculation off", "Mode off: never speculate", "force_off"),
-            ("Auto speculation", "Let the policy switch on load and acceptance", "auto"),
-            ("Edit thresholds", "off_at, on_at, min_accept, ... applied all or nothing", "thresholds"),
-            ("Restart the model server", "Stop it and start it again (asks first)", "server('restart')"),
-            ("Stop the model server", "It stays stopped until started (asks first)", "server('stop')"),
-            ("Start the model server", "After a stop, or a start that failed", "server('start')"),
-            ("Pause or resume", "Freeze the view (or the replay)", "toggle_pause"),
-            ("Cycle theme", "specctl dark, light and high contrast", "cycle_theme"),
-            ("Keys", "Every key of the console", "help"),
-            ("Replay: back 10 s", "Seek the replay back", "seek(-10)"),
-            ("Replay: forward 10 s", "Seek the replay forward", "seek(10)"),
-            ("Replay: slower", "Halve the playback speed", "speed(0.5)"),
-            ("Replay: faster", "Double the playback speed", "speed(2)"),
-        ]
         controls = self.can_steer
-        for title, help_text, action in entries:
-            name = action.split("(")[0]
-            if self.check_action(name, ()) and (controls or name not in CONTROL_ACTIONS):
-                yield SystemCommand(title, help_text, lambda a=action: self.run_action(a))
+        for entry in actions.palette_entries():
+            if self.check_action(entry.name, ()) and (controls or entry.applies != "live"):
+                yield SystemCommand(entry.palette, entry.palette_help or entry.help,
+                                    lambda a=entry.action: self.run_action(a))

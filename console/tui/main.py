@@ -34,8 +34,30 @@ def run_tui(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(f"specctl: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        if config.socket_path is not None and not _probe(SocketLink(config.socket_path)):
+            return _offer_connect(config.socket_path)  # a supervisor answers there: a second one could not start
         link = LocalLink(Supervisor(config))
     return _run(link)
+
+
+def _offer_connect(path: Path) -> int:
+    """A supervisor already holds the socket: offer to view it (``--connect``) rather than open a dead console.
+
+    In a terminal the operator is asked (Enter means yes); without one, the message says what to type.
+    """
+    told = (f"a supervisor is already running on {path}: view and steer it with "
+            f"`specctl tui --connect {path}`, or give this console another --socket")
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print(f"specctl: {told}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        answer = input(f"specctl: a supervisor is already running on {path}. Connect to it instead? [Y/n] ")
+    except EOFError:
+        answer = "n"
+    if answer.strip().lower() not in ("", "y", "yes"):
+        print(f"specctl: {told}", file=sys.stderr)
+        return EXIT_USAGE
+    return _run(SocketLink(path))
 
 
 def run_replay(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ were not measured.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from specctl.runtime.core.policy import MAX_BATCH
@@ -43,6 +44,20 @@ BY_BACKEND: dict[str, dict[str, float]] = {
 # Settings that only make sense together: an operator who sets one of a group
 # keeps the policy's value for the others rather than a mix of two designs.
 GROUPS: tuple[tuple[str, ...], ...] = (("off_at", "on_at"), ("min_accept", "accept_slope"))
+
+
+def set_together(field: str | None, changes: Iterable[str]) -> str:
+    """A hint for a refused setting that is half of a pair the operator changed only the other half of.
+
+    ``set off_at=8`` against the default on_at 24 is refused for on_at, which the operator never
+    typed: say which pair to set, and how.
+    """
+    changed = set(changes)
+    for group in GROUPS:
+        if field in group and not set(group) <= changed and changed & set(group):
+            given = " ".join(f"{k}=..." for k in group)
+            return f"; {' and '.join(group)} go together: set both in one command (specctl set {given})"
+    return ""
 
 
 def unset_groups(measured: dict[str, float], chosen: dict[str, Any]) -> dict[str, float]:

@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                          "if set; else they are open)")
     ap.add_argument("--eager-prefill", action="store_true",
                     help="report prefill CUDA graphs off, as a server launched with --disable-prefill-cuda-graph")
+    ap.add_argument("--no-plugin", action="store_true",
+                    help="act as SGLang without the specctl plugin: static EAGLE-3, no specctl keys or metrics")
     return ap
 
 
@@ -83,7 +85,7 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
     if not 0.0 <= ns.startup_delay < 86_400:
         ap.error("--startup-delay must be between 0 and 86400 seconds")
     cfg = SimConfig(preset, gpus, load, changes, ns.seed, ns.startup_delay, frozenset(ns.fail_gpu), ns.slow_off,
-                    ns.eager_prefill)
+                    ns.eager_prefill, plugin=not ns.no_plugin)
     return ns, cfg
 
 

@@ -13,7 +13,8 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from specctl.runtime.core.policy import WIRE_PREFIX, SettingsError, SpecPolicy, settings_from_wire
+from specctl.runtime.sim import api
+from specctl.runtime.sim.api import words
 from specctl.runtime.sim.gpus import SimGpus
 from specctl.runtime.sim.load import LoadDriver, LoadSpec, parse_load
 from specctl.runtime.sim.model import SimEngine, SimRequest, tree_tokens
@@ -30,11 +33,11 @@ from specctl.runtime.sim.presets import Preset
 TICK_S = 0.025
 CPU_BUDGET_S = 0.015  # per tick; beyond it the simulated clock falls behind rather than hog the CPU
 MAX_LAG_S = 1.0  # lag beyond this is dropped, not caught up, so a stall does not cause a burst
+UTIL_WINDOW_S = 1.0  # simulated GPU utilisation is measured over this much recent time, as NVML's is
 SGLANG_VERSION = "0.5.17"  # the SGLang release whose endpoints the simulator answers like
 MAX_PROMPT_TOKENS = 131_072
 MAX_NEW_TOKENS = 131_072
 HTTP_TAG = "http"
-_WORDS = ("the", "model", "drafts", "tokens", "and", "verifies", "them", "in", "one", "pass")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -52,6 +55,7 @@ class SimConfig:
     failed_gpus: frozenset[int] = frozenset()
     slow_off: bool = False  # as a server whose fast off is not in place (SGLang's own steps-0 state)
     eager_prefill: bool = False  # as a server launched with --disable-prefill-cuda-graph
+    plugin: bool = True  # False: as SGLang without the specctl plugin (static EAGLE-3, no specctl keys)
 
 
 class BadRequest(Exception):
@@ -64,7 +68,8 @@ class SimServer:
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg
         p = cfg.preset
-        self.policy = SpecPolicy(p.default_settings().with_changes(cfg.policy_changes))
+        changes = cfg.policy_changes if cfg.plugin else {**cfg.policy_changes, "mode": "on"}  # no policy: static
+        self.policy = SpecPolicy(p.default_settings().with_changes(changes))
         # Like SGLang under specctl's generated config, only the launch's step count has a runtime state.
         self.built_steps = self.policy.settings.steps
         self.engine: SimEngine = p.engine(self.policy, seed=cfg.seed, fast_off=not cfg.slow_off)
@@ -73,6 +78,8 @@ class SimServer:
         self.gpus = SimGpus(p.gpu, cfg.gpus, mem_fraction_static=p.mem_fraction_static, seed=cfg.seed,
                             preset=p.name, failed=cfg.failed_gpus)
         self._waiters: dict[int, asyncio.Future[SimRequest]] = {}
+        self._tick = asyncio.Event()  # set (and replaced) after every engine tick: streams wake on it
+        self._busy: deque[tuple[float, float]] = deque()  # simulated (start, end) spells in which steps ran
         self._started = time.monotonic()
         self._lag_dropped_s = 0.0
         self.health_checks = 0  # /health and /health_generate answered: each costs SGLang a generation
@@ -89,6 +96,7 @@ class SimServer:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        self._tick.set()  # streams waiting for the next tick see the engine stopped
         for fut in self._waiters.values():
             if not fut.done():
                 fut.set_exception(ConnectionAbortedError("simulator stopping"))
@@ -101,19 +109,20 @@ class SimServer:
         while True:
             await asyncio.sleep(TICK_S)
             now = loop.time()
-            busy0, sim0 = self.engine.busy_s, self.engine.now
-            self._advance(now + offset)
-            lag = now + offset - self.engine.now
+            target = now + offset
+            self._advance(target)
+            lag = target - self.engine.now
             if lag > MAX_LAG_S:
                 offset -= lag
                 self._lag_dropped_s += lag
-            span = self.engine.now - sim0
-            busy = (self.engine.busy_s - busy0) / span if span > 0 else 0.0
-            self.gpus.update(now - last, busy, len(self.engine.running))
+            self.gpus.update(now - last, self.busy_fraction(min(target, self.engine.now)),
+                             len(self.engine.running))
             last = now
+            self._tick.set()
+            self._tick = asyncio.Event()
 
     def _advance(self, target: float) -> None:
-        """Run simulated steps up to ``target`` (or the tick's CPU budget)."""
+        """Run simulated steps up to ``target`` (or the tick's CPU budget), noting when the GPUs computed."""
         engine = self.engine
         deadline = time.perf_counter() + CPU_BUDGET_S
         while engine.now < target:
@@ -121,9 +130,31 @@ class SimServer:
             if not engine.has_work:
                 engine.idle_until(target)
                 return
+            start = engine.now
             engine.step()
+            self._note_busy(start, engine.now)
             if time.perf_counter() > deadline:
                 return
+
+    def _note_busy(self, start: float, end: float) -> None:
+        if self._busy and self._busy[-1][1] >= start:  # back-to-back steps: one busy spell
+            self._busy[-1] = (self._busy[-1][0], end)
+        else:
+            self._busy.append((start, end))
+
+    def busy_fraction(self, end: float) -> float:
+        """The share of the last UTIL_WINDOW_S of simulated time (up to ``end``) in which a step ran.
+
+        As NVML's utilisation: the share of a recent period in which a kernel was running. A step
+        that outlasts a tick keeps the GPUs busy through it (measuring per tick, a tick in which no
+        step finished read 0 % under full load), and a step still running past ``end`` counts up
+        to ``end``.
+        """
+        start = end - UTIL_WINDOW_S
+        while self._busy and self._busy[0][1] < start:
+            self._busy.popleft()
+        covered = sum(max(0.0, min(b, end) - max(a, start)) for a, b in self._busy)
+        return min(1.0, covered / UTIL_WINDOW_S)
 
     def _finished(self, req: SimRequest) -> None:
         fut = self._waiters.pop(req.rid, None)
@@ -138,14 +169,16 @@ class SimServer:
     def internal_state(self) -> dict[str, Any]:
         """What SGLang's scheduler reports per DP rank, plus the specctl policy's state."""
         e = self.engine
-        return {
-            "specctl": {**self.policy.state(), "off_state": self.off_state()},
+        state: dict[str, Any] = {
             "avg_spec_accept_length": round(e.accept_len(), 4),
             "last_gen_throughput": round(e.gen_throughput(), 2),
             "num_running_reqs": len(e.running),
             "num_queue_reqs": len(e.queue),
             "token_usage": round(e.token_usage(), 4),
         }
+        if self.cfg.plugin:  # the plugin adds its block; a server without it has none
+            state = {"specctl": {**self.policy.state(), "off_state": self.off_state()}, **state}
+        return state
 
     def off_state(self) -> dict[str, Any]:
         """As the plugin reports it (fast_off.summary): whether "off" costs what no speculation costs."""
@@ -195,12 +228,42 @@ class SimServer:
         }
 
     # -- /generate --------------------------------------------------------
+    def fit_problem(self, prompt_tokens: int, max_new: int) -> str | None:
+        """Why a request cannot be admitted at all, or None."""
+        if prompt_tokens + max_new > self.engine.kv_pool_tokens:
+            return (f"prompt plus max_new_tokens ({prompt_tokens + max_new}) exceeds the KV pool "
+                    f"({self.engine.kv_pool_tokens} tokens)")
+        return None
+
+    async def tokens(self, prompt_tokens: int, max_new: int) -> AsyncIterator[list[int]]:
+        """A request's output ids as the engine produces them, a tick's worth at a time.
+
+        The performance model decides when each appears (the first after the prefill and a decode
+        step, then as steps finish), so a streaming client sees the simulated TTFT and inter-token
+        latency. A client that leaves early aborts the request, as SGLang does.
+        """
+        if max_new == 0:
+            return
+        req = self.engine.submit(prompt_tokens, max_new, HTTP_TAG)
+        ids = _output_ids(self.cfg.seed, req.rid, max_new)
+        sent = 0
+        try:
+            while sent < max_new:
+                if self._task is None or self._task.done():
+                    raise ConnectionAbortedError("simulator stopping")
+                await self._tick.wait()
+                if req.done > sent:
+                    yield ids[sent:req.done]
+                    sent = req.done
+        finally:
+            if req.finished_at is None:
+                self.engine.abort(req)
+
     async def generate(self, body: Any) -> dict[str, Any]:
         """Queue one request and answer when its simulated tokens are done."""
         prompt_tokens, max_new = _parse_generate(body)
-        if prompt_tokens + max_new > self.engine.kv_pool_tokens:
-            raise BadRequest(f"prompt plus max_new_tokens ({prompt_tokens + max_new}) exceeds the KV pool "
-                             f"({self.engine.kv_pool_tokens} tokens)")
+        if problem := self.fit_problem(prompt_tokens, max_new):
+            raise BadRequest(problem)
         t0 = self.engine.now
         if max_new == 0:
             return _generate_answer(prompt_tokens, [], None, 0.0, 0)
@@ -222,6 +285,8 @@ class SimServer:
         if not isinstance(body, dict) or not isinstance(body.get("server_args"), dict):
             raise BadRequest('body must be a JSON object with a "server_args" object')
         args: dict[str, Any] = body["server_args"]
+        if not self.cfg.plugin:  # SGLang without the plugin knows none of our keys
+            return [False]
         for key, value in args.items():
             if not key.startswith(WIRE_PREFIX) or isinstance(value, bool) or not isinstance(value, (int, float)):
                 return [False]
@@ -239,8 +304,6 @@ def _parse_generate(body: Any) -> tuple[int, int]:
     """Prompt length and max_new_tokens from an SGLang /generate body; BadRequest on anything else."""
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
-    if body.get("stream"):
-        raise BadRequest("streaming is not supported by the simulator")
     ids, text = body.get("input_ids"), body.get("text")
     if ids is not None:
         if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
@@ -270,7 +333,7 @@ def _output_ids(seed: int, rid: int, n: int) -> list[int]:
 def _generate_answer(prompt: int, ids: list[int], accept: float | None, latency: float,
                      verifies: int) -> dict[str, Any]:
     return {
-        "text": " ".join(_WORDS[i % len(_WORDS)] for i in ids),
+        "text": words(ids),
         "output_ids": ids,
         "meta_info": {
             "prompt_tokens": prompt,
@@ -310,6 +373,8 @@ class _Collector:
         c.add_metric(values + ("decode",), float(e.decode_tokens_total))
         c.add_metric(values + ("prefill",), float(e.prefill_tokens_total))
         yield c
+        if not s.cfg.plugin:
+            return
         yield GaugeMetricFamily("specctl:spec_on", "1 while speculation is on.", value=float(state["on"]))
         yield GaugeMetricFamily("specctl:spec_steps", "Draft steps run now (0 = off).", value=float(state["steps"]))
         yield CounterMetricFamily("specctl:spec_switches", "Speculation on/off switches.",
@@ -370,10 +435,27 @@ def build_app(server: SimServer) -> web.Application:
         text = generate_latest(server.registry).decode()
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
-    async def generate(request: web.Request) -> web.Response:
+    async def generate(request: web.Request) -> web.StreamResponse:
         if not server.ready:
             return _error(503, "starting")
-        return web.json_response(await server.generate(await _json_body(request)))
+        body = await _json_body(request)
+        if isinstance(body, dict) and body.get("stream"):
+            return await generate_stream(request, body)
+        return web.json_response(await server.generate(body))
+
+    async def generate_stream(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        prompt, max_new = _parse_generate(body)
+        if problem := server.fit_problem(prompt, max_new):
+            raise BadRequest(problem)
+        t0 = server.engine.now
+
+        def answer(ids: list[int], finished: bool) -> dict[str, Any]:
+            out = _generate_answer(prompt, ids, None, server.engine.now - t0, 0)
+            if not finished:
+                out["meta_info"]["finish_reason"] = None
+            return out
+
+        return await api.generate_stream(request, server, prompt, max_new, answer)
 
     async def sim_gpus(_: web.Request) -> web.Response:
         return web.json_response(server.gpus.snapshot())
@@ -415,4 +497,5 @@ def build_app(server: SimServer) -> web.Application:
     app.router.add_post("/sim/gpus", set_failed_gpus)
     app.router.add_get("/sim/load", get_load)
     app.router.add_post("/sim/load", set_load)
+    api.add_routes(app, server)  # /v1/*, /model_info and the old /get_* names (api.py)
     return app

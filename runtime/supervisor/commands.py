@@ -17,12 +17,15 @@ from specctl.runtime.core import records
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
 from specctl.runtime.core.policy import MODES, PolicySettings, SettingsError
-from specctl.runtime.core.thresholds import attention_backend, for_backend, unset_groups
+from specctl.runtime.core.thresholds import attention_backend, for_backend, set_together, unset_groups
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 
 COMMANDS = ("ping", "status", "mode", "set", "server")
 JOURNALED = ("mode", "set", "server")
 SERVER_ACTIONS = ("restart", "stop", "start")
+#: A ready server whose /server_info has no specctl block: it was launched without the plugin.
+VIEW_ONLY = ("view only: this server runs without the specctl plugin; relaunch it with the environment and "
+             "flags `specctl sglang-args` prints (docs/deployment.md)")
 
 
 class SettingsClient(Protocol):
@@ -113,7 +116,7 @@ class CommandHandler:
         try:
             new = current.with_changes(changes)
         except SettingsError as exc:
-            raise CommandError(INVALID_VALUE, str(exc), field=exc.field) from None
+            raise CommandError(INVALID_VALUE, str(exc) + set_together(exc.field, changes), field=exc.field) from None
         client = self.sup.server_client
         if client is None:
             raise CommandError(UNAVAILABLE, "the model server is not running")
@@ -123,8 +126,7 @@ class CommandHandler:
         except ServerUnreachable as exc:
             raise CommandError(UNAVAILABLE, f"the model server did not answer: {exc}") from None
         if not answers or not all(answers):
-            raise CommandError(INVALID_VALUE, "the model server refused the settings (its log names the field); "
-                                              "nothing changed")
+            raise refused(current, new)
         applied = {k: getattr(new, k) for k in changes}
         self.desired.update(applied)
         self.sup.emit(records.event(records.SETTINGS, changes=applied, settings=new.as_dict()))
@@ -138,7 +140,10 @@ class CommandHandler:
 
     def _current(self) -> PolicySettings:
         """The server's settings as last read; refuses when the server cannot be asked."""
-        spec = self._latest_spec()
+        sample = self.sup.latest_sample
+        spec = None if sample is None else sample["spec"]
+        if not spec and sample is not None and sample["server"].get("state") == "ready":  # no plugin state
+            raise CommandError(UNAVAILABLE, VIEW_ONLY)
         if not spec or not isinstance(spec.get("settings"), dict):
             raise CommandError(UNAVAILABLE, "the model server's policy state is not known yet "
                                             f"(server {self.sup.state}); try again when it is ready")
@@ -198,3 +203,21 @@ class CommandHandler:
         if action in ("start", "restart"):
             await self.sup.start_server()
         return {"state": self.sup.state}
+
+
+def refused(current: PolicySettings, new: PolicySettings) -> CommandError:
+    """The server said no to settings the supervisor found valid: name the field and why where it is known.
+
+    The one setting a server refuses that passes every check here is a step count it has no runtime
+    state for: SGLang builds CUDA graphs at launch for the candidate steps of its adaptive config
+    (specctl writes {0, N}), so another N needs a relaunch, not a set.
+    """
+    if new.steps != current.steps:
+        return CommandError(INVALID_VALUE, (
+            f"the model server was launched for {current.steps} draft steps and built its runtime states "
+            f"(CUDA graphs) for those and for 0 only, so it cannot run {new.steps} without a relaunch "
+            f"(specctl run --speculative-num-steps {new.steps}, or specctl sglang-args --steps {new.steps} "
+            "for your own launch line); nothing changed"), field="steps")
+    changed = ", ".join(k for k, v in new.as_dict().items() if v != current.as_dict()[k]) or "none"
+    return CommandError(INVALID_VALUE, f"the model server refused the settings ({changed}): it validates them "
+                                       "again, and its log says which and why; nothing changed")

@@ -49,14 +49,20 @@ class FileConfig:
 
 
 MAX_BYTES = 1024 * 1024  # a config is a few lines; past this it is a mistake (or /dev/zero)
+CONFIG_ENV = "SPECCTL_CONFIG"
 
 
 def load(path: Path | None = None) -> FileConfig:
-    """The config at ``path`` (default: the usual place); an absent file is an empty config."""
+    """The config at ``path`` (default: the usual place); an absent file is an empty config,
+    unless $SPECCTL_CONFIG named it: a path the operator gave that is not there is a mistake to say."""
+    named = path is None and bool(os.environ.get(CONFIG_ENV))  # the operator pointed at it: it must be there
     path = path or paths.config_file()
     try:
         raw = tomllib.loads(_read(path))
     except FileNotFoundError:
+        if named:
+            raise ConfigFileError(f"{CONFIG_ENV} names {path}, which does not exist "
+                                  f"(unset {CONFIG_ENV} to run without a config file)") from None
         return FileConfig()
     except OSError as exc:
         raise ConfigFileError(f"{path}: {exc.strerror or exc}") from None

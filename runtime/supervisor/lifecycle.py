@@ -18,6 +18,7 @@ from specctl.runtime.control.hub import Hub
 from specctl.runtime.core import records
 from specctl.runtime.core.policy import PolicySettings, SettingsError
 from specctl.runtime.probes.gpus import GpuSource, NvmlUnavailable, open_gpu_source
+from specctl.runtime.probes.hosts import is_local_url
 from specctl.runtime.probes.procs import ProcSampler, listening_pid
 from specctl.runtime.probes.server_info import EAGER_PREFILL_WHY, is_simulator, prefill_graphs, public_spec, spec_state
 from specctl.runtime.probes.sglang_client import ServerUnreachable, SGLangClient
@@ -29,6 +30,9 @@ from specctl.runtime.supervisor.health import ServerHealth
 from specctl.runtime.supervisor.journal import Journal
 
 log = logging.getLogger(__name__)
+REMOTE_GPUS = ("GPU panels need a supervisor on that host: {url} is not on this machine, whose GPUs are not "
+               "the server's (run `specctl run --headless --attach` there and `specctl tui --connect` through "
+               "`ssh -L`, docs/deployment.md)")
 RECENT = 200
 
 
@@ -181,6 +185,10 @@ class Supervisor:
             return None
         if kind == "auto":
             kind = "sim" if self.sim else "nvml"
+        if kind == "nvml" and not self.backend.owns_process and not await asyncio.to_thread(
+                is_local_url, self.backend.url):  # this machine's GPUs are not the server's
+            self.emit(records.event("gpu_unavailable", error=REMOTE_GPUS.format(url=self.backend.url)))
+            return None
         try:
             return await open_gpu_source(kind, self._client)
         except NvmlUnavailable as exc:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,9 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from specctl.console.tui.app import SpecctlApp
-from specctl.console.tui.links import ReplayLink
+from specctl.console.tui.links import Link, LinkError, ReplayLink
+from specctl.runtime.core.errors import UNAVAILABLE
+from specctl.runtime.supervisor.journal import read_journal
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tui" / "fixtures"
 T0 = 1764400000.0  # the fixtures' first sample (tests/tui/fixtures/make_fixtures.py)
@@ -41,3 +44,39 @@ async def until(pilot: Pilot, predicate: Callable[[], Any], what: str) -> Any:
             return value
         await pilot.pause(0.05)
     raise AssertionError(f"gave up waiting for {what}")
+
+
+class JournalThenGone(Link):
+    """A stand-in for a supervisor behind a socket, for snapshots: it streams a fixture journal up to
+    ``until`` seconds after T0, then either goes away (``lose=True``, as a killed supervisor does) or
+    falls silent. The live tests (test_stale.py) kill a real one; this one makes the same view
+    deterministic for a picture."""
+
+    kind = "socket"
+
+    def __init__(self, name: str, until: float, *, lose: bool) -> None:
+        self.path, self.until, self.lose = FIXTURES / name, T0 + until, lose
+        self.opened = 0
+
+    @property
+    def describe(self) -> str:
+        return "socket /run/user/1000/specctl.sock"
+
+    async def open(self) -> None:
+        self.opened += 1
+        if self.opened > 1:
+            raise LinkError(UNAVAILABLE, GONE)
+
+    async def records(self) -> AsyncIterator[dict[str, Any]]:
+        for record in read_journal(self.path):
+            if isinstance(record.get("t"), (int, float)) and record["t"] <= self.until:
+                yield record
+        if self.lose:
+            raise LinkError(UNAVAILABLE, GONE)
+        await asyncio.Event().wait()
+
+    async def request(self, cmd: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        raise LinkError(UNAVAILABLE, GONE)
+
+
+GONE = "lost the supervisor: connection reset by peer"

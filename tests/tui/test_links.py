@@ -37,7 +37,7 @@ async def test_connect_views_and_steers_a_running_supervisor(tmp_path: Path) -> 
             await pilot.press("x")
             await until(pilot, lambda: "FORCED OFF" in banner(app), "FORCED OFF")
             await sup.stop()
-            await until(pilot, lambda: "lost" in banner(app), "the lost connection in the banner")
+            await until(pilot, lambda: "SUPERVISOR LOST" in banner(app), "the lost connection in the banner")
             assert app.dashboard.query_one("#force-on").disabled, "the buttons greyed while the link is lost"
             await pilot.press("o")
             await until(pilot, lambda: any("not connected to the supervisor" in n.message

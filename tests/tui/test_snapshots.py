@@ -29,6 +29,43 @@ def test_dashboard_with_the_server_unreachable(snap_compare, replay, settled, si
     assert snap_compare(replay("eight_gpu.jsonl", 290), terminal_size=size, run_before=settled)
 
 
+async def _lost_in_view(pilot) -> None:
+    from support.tui import T0, until
+
+    await until(pilot, lambda: pilot.app.lost_since is not None, "the lost link")
+    pilot.app.wall_clock = lambda: T0 + OFF_AT + 30  # 18 s later: "(18s ago)" counts on by itself
+    await until(pilot, lambda: "18s ago" in str(pilot.app.dashboard.query_one("SpecBanner").render()),
+                "the banner counting")
+    await pilot.pause()
+
+
+def test_supervisor_lost(snap_compare):
+    """A supervisor gone 12 s ago: the banner says so, every figure is grey or `–`, the note says what works."""
+    from specctl.console.tui.app import SpecctlApp
+
+    from support.tui import T0, JournalThenGone
+
+    app = SpecctlApp(JournalThenGone("eight_gpu.jsonl", OFF_AT, lose=True), remember_theme=False)
+    app.wall_clock = lambda: T0 + OFF_AT + 12
+    assert snap_compare(app, terminal_size=SMALL, run_before=_lost_in_view)
+
+
+def test_server_unreachable_live(snap_compare):
+    """Live (not a replay): the last figures are marked old and the note says the controls still work."""
+    from specctl.console.tui.app import SpecctlApp
+
+    from support.tui import JournalThenGone, until
+
+    async def unreachable_in_view(pilot) -> None:
+        await until(pilot, lambda: pilot.app.timeline.unreachable_since is not None
+                    and pilot.app.timeline.now is not None and pilot.app.timeline.now >= 1764400000.0 + 290,
+                    "the unreachable spell")
+        await pilot.pause()
+
+    app = SpecctlApp(JournalThenGone("eight_gpu.jsonl", 290, lose=False), remember_theme=False)
+    assert snap_compare(app, terminal_size=SMALL, run_before=unreachable_in_view)
+
+
 def test_server_start_up_progress(snap_compare, replay, settled):
     assert snap_compare(replay("eight_gpu.jsonl", 12), terminal_size=SMALL, run_before=settled)
 

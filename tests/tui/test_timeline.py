@@ -132,3 +132,34 @@ def test_failed_gpus_are_named_in_the_banner_where_their_panels_may_be_scrolled_
     record["gpus"] = [{"index": i, "state": "failed" if i in (3, 12) else "ok"} for i in range(16)]
     timeline.fold(record)
     assert banner_state(timeline, "replay", "").failed_gpus == (3, 12)
+
+
+def test_accept_length_reads_a_dash_while_speculation_is_off_even_if_the_server_still_reports_one() -> None:
+    timeline = Timeline()
+    timeline.fold(sample(T, True))
+    off = sample(T + 1, False)
+    off["server"]["accept_len"] = 2.4  # SGLang's gauge keeps its last value after speculation stops
+    timeline.fold(off)
+    _, accept, _ = build_charts(timeline, 300.0)
+    assert accept.legend == "–"
+    timeline.fold(sample(T + 2, True))
+    assert build_charts(timeline, 300.0)[1].legend == "2.50"
+
+
+def test_a_lost_link_leaves_no_figure_looking_live() -> None:
+    timeline = Timeline()
+    timeline.fold(sample(T, True))
+    legends = [c.legend for c in build_charts(timeline, 300.0, lost=True)]
+    assert legends == ["–", "–", "run – · queue –"]
+
+
+def test_an_unreachable_server_s_last_figures_are_marked_old() -> None:
+    timeline = Timeline()
+    timeline.fold(sample(T, True))
+    gone = records.sample({"state": "unreachable"}, None, [], [], sim=True, t=T + 1)
+    timeline.fold(gone)
+    tps, accept, _ = build_charts(timeline, 300.0)
+    assert tps.legend == "– (was 100)" and accept.legend == "– (was 2.50)"
+    assert banner_state(timeline, "x", "").last_seen_on is True
+    timeline.fold(sample(T + 2, True))
+    assert build_charts(timeline, 300.0)[0].legend == "100" and timeline.unreachable_since is None

@@ -32,14 +32,27 @@ def _last(series: tuple[tuple[float, float], ...], fmt: str, latest: float | Non
     return si(series[-1][1], fmt) if series and series[-1][0] == latest else "–"
 
 
-def build_charts(timeline: Timeline, window_s: float) -> tuple[ChartData, ChartData, ChartData]:
-    """(tok/s, accepted length, requests) over the last ``window_s`` of journal time."""
+def _old(timeline: Timeline, key: str, fmt: str) -> str:
+    """" (was 1.2k)" from the last sample of a ready server, while it does not answer: marked old, not live."""
+    if timeline.unreachable_since is None:
+        return ""
+    value = None if timeline.last_ready is None else timeline.last_ready["server"].get(key)
+    return "" if value is None else f" (was {si(value, fmt)})"
+
+
+def build_charts(timeline: Timeline, window_s: float, *, lost: bool = False) -> tuple[ChartData, ChartData, ChartData]:
+    """(tok/s, accepted length, requests) over the last ``window_s`` of journal time.
+
+    ``lost``: the link to the supervisor is gone, so no figure is the newest any more: every legend is `–`.
+    The accepted length is `–` while speculation is off (there is nothing to accept).
+    """
     now = timeline.now or 0.0
     points = [p for p in timeline.points if p.t >= now - window_s]
-    latest = points[-1].t if points else None
+    latest = None if lost or not points else points[-1].t
     spans = off_spans(points)
     tps = _series(points, lambda p: p.gen_tps)
     accept = _series(points, lambda p: p.accept_len)
+    accept_latest = None if points and points[-1].spec_on is False else latest
     running = _series(points, lambda p: p.running)
     queued = _series(points, lambda p: p.queued)
     off_at, on_at = timeline.thresholds()
@@ -48,8 +61,11 @@ def build_charts(timeline: Timeline, window_s: float) -> tuple[ChartData, ChartD
     run, queue = _last(running, ".0f", latest), _last(queued, ".0f", latest)
     return (
         ChartData("Output tok/s", now, window_s, (tps,), spans,
-                  legend=_last(tps, ".0f", latest), note="shaded: spec off" if spans else ""),
-        ChartData("Accept length", now, window_s, (accept,), spans, legend=_last(accept, ".2f", latest),
+                  legend=_last(tps, ".0f", latest) + _old(timeline, "gen_tps", ".0f"),
+                  legend_narrow=_last(tps, ".0f", latest), note="shaded: spec off" if spans else ""),
+        ChartData("Accept length", now, window_s, (accept,), spans,
+                  legend=_last(accept, ".2f", accept_latest) + _old(timeline, "accept_len", ".2f"),
+                  legend_narrow=_last(accept, ".2f", accept_latest),
                   y_min_top=timeline.max_accept(), unit_fmt=".1f"),
         ChartData("Requests", now, window_s, (running, queued), spans, marks,
                   legend=f"run {run} · queue {queue}", legend_narrow=f"run {run} · q {queue}", note=rules),

@@ -42,6 +42,8 @@ class Timeline:
     reset_log: bool = False  # the log must be cleared before pending_log is shown
     now: float | None = None  # journal time of the newest record: "ago" is measured from it
     supervisor_stopped: bool = False  # its last word was supervisor_stop: the server it sampled is no longer watched
+    last_ready: Sample | None = None  # the newest sample of a ready server: "last seen" while it is not
+    unreachable_since: float | None = None  # journal time of the first sample of the current UNREACHABLE spell
 
     def fold(self, record: Record | dict[str, Any]) -> None:
         """One record in: a typed :data:`Record` (records.parse checked any from outside), or a link's RESET."""
@@ -74,17 +76,32 @@ class Timeline:
         self.reset_log = True
         self.now = None
         self.supervisor_stopped = False
+        self.last_ready = None
+        self.unreachable_since = None
 
     def _fold_sample(self, record: Sample) -> None:
         self.latest = record
         self.supervisor_stopped = False
         server, spec = record["server"], record["spec"]
+        state = server.get("state")
+        if state == "ready":
+            self.last_ready = record
+        if state != "unreachable":
+            self.unreachable_since = None
+        elif self.unreachable_since is None:
+            self.unreachable_since = float(record["t"])
         point = Point(float(record["t"]), server.get("gen_tps"), server.get("accept_len"),
                       server.get("running"), server.get("queued"),
                       None if spec is None else bool(spec.get("on")))
         self.points.append(point)
         while self.points and self.points[0].t < point.t - HISTORY_S:
             self.points.popleft()
+
+    @property
+    def view_only(self) -> bool:
+        """The server answers but reports no specctl state: it runs without the plugin, nothing can steer it."""
+        sample = self.latest
+        return sample is not None and sample["server"].get("state") == "ready" and sample["spec"] is None
 
     def thresholds(self) -> tuple[float | None, float | None]:
         """(off_at, on_at) of the latest sample's settings, for the request chart."""
@@ -95,7 +112,6 @@ class Timeline:
         """The policy settings of the latest sample, {} when it has none."""
         spec = None if self.latest is None else self.latest["spec"]
         return (spec or {}).get("settings") or {}
-
 
     def max_accept(self) -> float:
         """The accept-length chart's top: steps + 1 (every draft token plus the bonus one)."""

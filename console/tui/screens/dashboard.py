@@ -14,8 +14,9 @@ from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer
+from textual.widgets import Footer, Static
 
+from specctl.console.tui.actions import buttons
 from specctl.console.tui.model.charts import build_charts
 from specctl.console.tui.model.timeline import Timeline
 from specctl.runtime.core.records import Gpu, Sample
@@ -29,6 +30,10 @@ from specctl.widgets.timechart import TimeChart
 COMPACT_WIDTH = 100  # below this many columns: one line per GPU
 PANEL_WIDTH, PANEL_HEIGHT, MAX_COLUMNS = 40, 7, 4
 WINDOW_S = 300.0
+#: Above the footer while the view is not live: what an operator can still do (80 columns each).
+LOST_NOTE = "still works: ? help, c theme, q quit; controls return when the supervisor does"
+VIEW_ONLY_NOTE = "fix: relaunch it with what `specctl sglang-args` prints (docs/deployment.md)"
+UNREACHABLE_NOTE = "server not answering · controls still work: ctrl+p Restart the model server"
 
 
 class Dashboard(Screen):
@@ -43,13 +48,14 @@ class Dashboard(Screen):
     def compose(self) -> ComposeResult:
         yield SpecBanner()
         yield StartupProgress()
-        yield ControlBar()
+        yield ControlBar(buttons())
         yield VerticalScroll(id="gpus")
         with Horizontal(id="charts"):
             yield TimeChart(id="chart-tps")
             yield TimeChart(id="chart-accept")
             yield TimeChart(id="chart-requests")
         yield EventLog(id="log")
+        yield Static(id="stale-note")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -64,15 +70,21 @@ class Dashboard(Screen):
         self._lay_out_gpus()
 
     # -- attributes down --------------------------------------------------
-    def show(self, timeline: Timeline, status: str, paused: bool) -> None:
-        """Draw the timeline; ``status`` is the banner's extra words (PAUSED, replay position...)."""
+    def show(self, timeline: Timeline, status: str, paused: bool,
+             lost: tuple[float, float] | None = None) -> None:
+        """Draw the timeline; ``status`` is the banner's extra words (PAUSED, replay position...).
+
+        ``lost`` is (since, now) in wall time while the link to the supervisor is gone: then the banner
+        says SUPERVISOR LOST, every figure is grey or `–`, and the note above the footer says what works.
+        """
         sample = timeline.latest
-        self.query_one(SpecBanner).state = banner_state(timeline, self._source, status)
+        self.query_one(SpecBanner).state = banner_state(timeline, self._source, status, lost)
+        self._show_note(timeline, lost)
         server = {} if sample is None else sample["server"]
         self.query_one(StartupProgress).progress = server.get("progress") if server.get("state") == "starting" else None
         self.query_one(ControlBar).paused = paused
-        self._show_gpus(gpu_list(sample))
-        tps, accept, requests = build_charts(timeline, WINDOW_S)
+        self._show_gpus(gpu_list(sample), stale=lost is not None)
+        tps, accept, requests = build_charts(timeline, WINDOW_S, lost=lost is not None)
         self.query_one("#chart-tps", TimeChart).data = tps
         self.query_one("#chart-accept", TimeChart).data = accept
         self.query_one("#chart-requests", TimeChart).data = requests
@@ -80,11 +92,20 @@ class Dashboard(Screen):
         if clear or records:
             self.query_one(EventLog).show(records, clear=clear)
 
-    def show_status(self, timeline: Timeline, status: str) -> None:
-        """Only the banner: while the view is paused the rest stays as it was."""
-        self.query_one(SpecBanner).state = banner_state(timeline, self._source, status)
+    def show_status(self, timeline: Timeline, status: str, lost: tuple[float, float] | None = None) -> None:
+        """Only the banner and the note: while the view is paused the rest stays as it was."""
+        self.query_one(SpecBanner).state = banner_state(timeline, self._source, status, lost)
+        self._show_note(timeline, lost)
 
-    def _show_gpus(self, gpus: list[dict[str, Any]]) -> None:
+    def _show_note(self, timeline: Timeline, lost: tuple[float, float] | None) -> None:
+        unreachable = timeline.unreachable_since is not None and self._can_control  # a replay has no controls
+        note = (LOST_NOTE if lost else UNREACHABLE_NOTE if unreachable
+                else VIEW_ONLY_NOTE if timeline.view_only and self._can_control else "")
+        widget = self.query_one("#stale-note", Static)
+        widget.update(note)
+        widget.display = bool(note)
+
+    def _show_gpus(self, gpus: list[dict[str, Any]], stale: bool = False) -> None:
         box = self.query_one("#gpus", VerticalScroll)
         panels = list(box.query(GpuPanel))
         if len(panels) != len(gpus):
@@ -98,6 +119,7 @@ class Dashboard(Screen):
             self._lay_out_gpus(panels)
         for panel, gpu in zip(panels, gpus):
             panel.gpu = gpu
+            panel.stale = stale
 
     def _lay_out_gpus(self, panels: list[GpuPanel] | None = None) -> None:
         compact, columns = gpu_layout(self.size.width, self.size.height, self._gpu_count)
@@ -124,7 +146,8 @@ def gpu_list(sample: Sample | None) -> list[Gpu]:
     return [] if sample is None else sample["gpus"]
 
 
-def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:
+def banner_state(timeline: Timeline, source: str, status: str,
+                 lost: tuple[float, float] | None = None) -> BannerState:
     """Pick the banner's fields out of the latest sample and the last switch event."""
     sample = timeline.latest
     spec = None if sample is None else sample["spec"]
@@ -151,4 +174,13 @@ def banner_state(timeline: Timeline, source: str, status: str) -> BannerState:
                           if g.get("state") == "failed" and isinstance(g.get("index"), int)),
         source=source,
         status=status,
+        lost_since=None if lost is None else lost[0],
+        lost_now=None if lost is None else lost[1],
+        last_seen_on=(None if timeline.unreachable_since is None
+                      else _spec_on(None if timeline.last_ready is None else timeline.last_ready["spec"])),
+        unreachable_since=timeline.unreachable_since,
     )
+
+
+def _spec_on(spec: Any) -> bool | None:
+    return bool(spec.get("on")) if isinstance(spec, dict) else None

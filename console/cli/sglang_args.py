@@ -1,0 +1,126 @@
+"""``specctl sglang-args``: what to add to one's own ``python -m sglang.launch_server`` line.
+
+Operators start SGLang from systemd units, Kubernetes manifests and their own
+scripts, not from specctl. This prints the environment and the flags that
+put the specctl plugin in charge of such a server, and writes the adaptive
+config those flags name, so a deployment needs no other change and
+``specctl run --attach URL`` can then steer it. The flags and the environment
+are the ones specctl itself launches with (launcher.build_command,
+launcher.launch_env); nothing here spells them a second time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from specctl.console.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from specctl.runtime.core.adaptive_config import write_config
+from specctl.runtime.core.policy import PolicySettings, SettingsError
+from specctl.runtime.core.thresholds import BY_BACKEND, for_backend
+from specctl.runtime.supervisor import config, paths
+from specctl.runtime.supervisor.launcher import build_command, launch_env
+
+#: The flags of build_command that are the operator's own (their model, address), left off the printout.
+OWN_FLAGS = ("--model-path", "--host", "--port")
+DRAFT_FLAG = "--speculative-draft-model-path"
+FORMATS = ("shell", "systemd", "json")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    text = "print the environment and flags that put specctl in charge of your own SGLang launch"
+    p = sub.add_parser("sglang-args", help=text, description=text[0].upper() + text[1:] + ". "
+                       "Add them to your `python -m sglang.launch_server` line (systemd, Kubernetes, "
+                       "a script), then `specctl run --headless --attach URL` on the same host "
+                       "(docs/deployment.md).")
+    p.add_argument("--steps", type=int, default=3, help="draft steps when speculation is on (default 3)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
+    p.add_argument("--backend", choices=sorted(BY_BACKEND), help="attention backend: adds --attention-backend "
+                   "and the thresholds measured for it (default: SGLang's choice, the policy's defaults)")
+    p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft model (default: keep your own "
+                   f"{DRAFT_FLAG})")
+    p.add_argument("--config", metavar="FILE", type=Path,
+                   help="where to write the adaptive config (default: STATE_DIR/adaptive-steps-N.json); "
+                        "the server must be able to read it")
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="a policy setting the server starts with, e.g. --set off_at=48 (repeatable)")
+    p.add_argument("--format", choices=FORMATS, default="shell",
+                   help="shell (export lines and flags), systemd (Environment= lines) or json")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = _settings(args)
+    except (config.ConfigError, SettingsError) as exc:
+        return _usage(str(exc))
+    if args.tp < 1:
+        return _usage(f"--tp must be at least 1, got {args.tp}")
+    path = (args.config or paths.state_dir() / f"adaptive-steps-{args.steps}.json").expanduser().absolute()
+    try:
+        flags = _flags(args, path)
+    except ValueError as exc:  # build_command's own checks (steps below 1, ...)
+        return _usage(str(exc))
+    try:
+        write_config(path, args.steps)
+        path.chmod(0o644)  # written as root for a server that runs as its own user: it must be able to read it
+    except OSError as exc:
+        return _usage(f"cannot write the adaptive config at {path}: {exc.strerror or exc}")
+    env = launch_env(settings, os.environ)
+    print(_render(args.format, env, flags, path))
+    return EXIT_OK
+
+
+def _settings(args: argparse.Namespace) -> PolicySettings:
+    """Policy defaults, then the backend's measured thresholds, then the operator's --set (which win)."""
+    chosen = config.parse_pairs(args.settings)
+    measured = for_backend(args.backend) or {}
+    base = PolicySettings().with_changes({**measured, "steps": args.steps})
+    return base.with_changes(chosen)
+
+
+def _flags(args: argparse.Namespace, path: Path) -> list[str]:
+    """build_command's line less the interpreter, the module and the operator's own flags."""
+    draft = args.draft or "DRAFT"
+    line = build_command("MODEL", draft, args.tp, args.steps, 0, "HOST", str(path), python="python")
+    flags = line[line.index("sglang.launch_server") + 1:]
+    drop = set(OWN_FLAGS) | (set() if args.draft else {DRAFT_FLAG})
+    out: list[str] = []
+    skip = False
+    for word in flags:
+        if skip:
+            skip = False
+            continue
+        if word in drop:
+            skip = True  # and its value
+            continue
+        out.append(word)
+    if args.backend:
+        out += ["--attention-backend", args.backend]
+    return out
+
+
+def _render(fmt: str, env: dict[str, str], flags: list[str], path: Path) -> str:
+    if fmt == "json":
+        return json.dumps({"env": env, "args": flags, "adaptive_config": str(path)}, indent=2)
+    line = " ".join(shlex.quote(f) for f in flags)
+    if DRAFT_FLAG not in flags:
+        line += f"  # and keep your own {DRAFT_FLAG} (or pass --draft)"
+    if fmt == "systemd":
+        env_lines = [f'Environment="{k}={v.replace(chr(34), chr(92) + chr(34))}"' for k, v in env.items()]
+        return "\n".join([f"# adaptive config written to {path}", "# [Service] lines:", *env_lines,
+                          "# append to ExecStart=... -m sglang.launch_server <your flags>:", line])
+    return "\n".join([f"# adaptive config written to {path} (the server must be able to read it)",
+                      "# the server's Python needs specctl installed: SGLang finds the plugin by its entry point",
+                      "# environment of the server process:",
+                      *[f"export {k}={shlex.quote(v)}" for k, v in env.items()],
+                      "# add to your python -m sglang.launch_server line:", line,
+                      "# then, on the same host: specctl run --headless --attach http://127.0.0.1:PORT"])
+
+
+def _usage(message: str) -> int:
+    print(f"specctl sglang-args: {message}", file=sys.stderr)
+    return EXIT_USAGE

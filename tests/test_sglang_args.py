@@ -1,0 +1,66 @@
+"""`specctl sglang-args`: the environment and flags for an operator's own SGLang launch line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from specctl.runtime.core.adaptive_config import read_candidate_steps
+from specctl.runtime.core.thresholds import BY_BACKEND
+from specctl.runtime.supervisor.launcher import build_command
+
+SPECCTL = [sys.executable, "-m", "specctl.console.cli.main", "sglang-args"]
+
+
+def specctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SPECCTL, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_shell_output_evaluated_by_bash_gives_the_plugin_its_settings(tmp_path: Path) -> None:
+    """The printed lines are run by a real shell, and the plugin's own reader takes the environment."""
+    config = tmp_path / "etc" / "adaptive.json"
+    reader = ("from specctl.runtime.sglang_plugin.plugin import settings_from_env; import os, json; "
+              "print(json.dumps([os.environ['SPECCTL_PLUGIN'], settings_from_env().as_dict()]))")
+    script = (f'out="$({" ".join(SPECCTL)} --tp 8 --steps 2 --backend triton --config {config})" || exit 9; '
+              f'eval "$(printf "%s\\n" "$out" | grep ^export)"; '
+              f'{sys.executable} -c "{reader}"')
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    enabled, settings = json.loads(done.stdout)
+    assert enabled == "1"
+    assert settings["steps"] == 2 and settings["off_at"] == BY_BACKEND["triton"]["off_at"]
+    assert read_candidate_steps(config) == [0, 2], "the config lists off and on in every bucket"
+    assert config.stat().st_mode & 0o777 == 0o644, "readable by a server running as another user"
+
+
+def test_flags_are_the_launchers_own_less_the_operators(tmp_path: Path) -> None:
+    config = tmp_path / "a.json"
+    done = specctl("--tp", "8", "--draft", "/models/eagle3", "--config", str(config), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    ours = build_command("M", "/models/eagle3", 8, 3, 31999, "H", str(config))
+    assert out["args"] == [w for w in ours[ours.index("sglang.launch_server") + 1:]
+                           if w not in ("--model-path", "M", "--host", "H", "--port", "31999")]
+    assert "--speculative-adaptive-config" in out["args"] and str(config) in out["args"]
+    assert out["adaptive_config"] == str(config) and config.is_file()
+    assert out["env"]["SPECCTL_PLUGIN"] == "1"
+
+
+def test_systemd_lines(tmp_path: Path) -> None:
+    done = specctl("--config", str(tmp_path / "a.json"), "--format", "systemd")
+    assert done.returncode == 0, done.stderr
+    assert 'Environment="SPECCTL_PLUGIN=1"' in done.stdout
+    assert 'Environment="SPECCTL_SETTINGS={\\"mode\\":\\"auto\\"' in done.stdout
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "a.json"
+    for args, said in ((["--steps", "0"], "steps"), (["--set", "off_at=8"], "on_at"),
+                       (["--set", "nonsense"], "KEY=VALUE"), (["--tp", "0"], "--tp")):
+        done = specctl(*args, "--config", str(config))
+        assert done.returncode == 2, (args, done.stderr)
+        assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "Traceback" not in done.stderr
+    assert not config.exists()

@@ -1,0 +1,80 @@
+"""`--attach` to a server launched without the specctl plugin: a read-only view that says why and how to fix it.
+
+The simulator runs with --no-plugin (as SGLang does without SPECCTL_PLUGIN=1 and
+the adaptive flags: no specctl block in /server_info, no specctl keys taken);
+a real supervisor attaches to it, the console shows it, and every control
+refuses with the banner's reason, in the console and on the CLI.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specctl.console.tui.app import VIEW_ONLY_BANNER, SpecctlApp
+from specctl.console.tui.links import LocalLink
+from specctl.console.tui.screens.dashboard import VIEW_ONLY_NOTE
+from specctl.runtime.core.errors import CommandError
+from specctl.runtime.supervisor.config import SupervisorConfig
+from specctl.runtime.supervisor.lifecycle import Supervisor
+from specctl.widgets.banner import SpecBanner
+from specctl.widgets.gpu_panel import GpuPanel
+from specctl.widgets.timechart import TimeChart
+
+from support.tui import until
+
+
+@pytest.fixture
+def plain_server(tmp_path: Path) -> Iterator[str]:
+    """A simulator acting as SGLang without the plugin, under load."""
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--no-plugin", "--port", "0",
+                             "--port-file", str(port_file), "--load", "steady:c=6", "--gpus", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            if port_file.exists():
+                break
+            assert proc.poll() is None, "the simulator exited"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{int(port_file.read_text())}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def banner(app: SpecctlApp) -> str:
+    return app.dashboard.query_one(SpecBanner).render().plain
+
+
+async def test_attach_without_the_plugin_is_a_read_only_view_that_says_why(plain_server: str,
+                                                                           tmp_path: Path) -> None:
+    sup = Supervisor(SupervisorConfig(backend="attach", url=plain_server, interval=0.2, socket_path=None,
+                                      journal_path=tmp_path / "run.jsonl"))
+    app = SpecctlApp(LocalLink(sup), remember_theme=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: VIEW_ONLY_BANNER in banner(app), "the view-only banner")
+        assert "READY" in banner(app)
+        note = app.dashboard.query_one("#stale-note")
+        assert note.display and "specctl sglang-args" in str(note.render()), "how to fix it"
+        # what it can read, it shows: tok/s, accept length, requests, the GPUs
+        await until(pilot, lambda: app.dashboard.query_one("#chart-tps", TimeChart).data.legend != "–", "tok/s")
+        await until(pilot, lambda: app.dashboard.query_one("#chart-accept", TimeChart).data.legend != "–",
+                    "the accept length")
+        assert len(app.dashboard.query(GpuPanel)) == 2
+        # every control refuses, saying why
+        assert app.dashboard.query_one("#force-off").disabled and app.dashboard.query_one("#thresholds").disabled
+        await pilot.press("x")
+        await until(pilot, lambda: any(VIEW_ONLY_BANNER in n.message for n in app._notifications),
+                    "the key saying why")
+        assert "Force speculation off" not in [c.title for c in app.get_system_commands(app.screen)]
+        # the supervisor refuses too (the CLI and the socket go through it), with the same reason
+        with pytest.raises(CommandError) as refused:
+            await sup.execute("mode", {"mode": "off"}, None)
+        assert refused.value.message.startswith(VIEW_ONLY_BANNER) and "sglang-args" in refused.value.message
+        assert VIEW_ONLY_NOTE.startswith("fix:")
