@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from specctl.runtime.core.adaptive_config import read_candidate_steps
+from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.core.thresholds import BY_BACKEND
 from specctl.runtime.supervisor.launcher import build_command
 
@@ -64,3 +65,14 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
         assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "Traceback" not in done.stderr
     assert not config.exists()
+
+
+def test_flashinfer_is_named_with_its_workspace_and_the_policys_defaults(tmp_path: Path) -> None:
+    """The report's Blackwell runs FlashInfer: an operator can say so, and the workspace verify graphs need is set."""
+    done = specctl("--backend", "flashinfer", "--config", str(tmp_path / "a.json"), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    args = out["args"]
+    assert args[args.index("--attention-backend") + 1] == "flashinfer"
+    assert int(out["env"]["SGLANG_FLASHINFER_WORKSPACE_SIZE"]) >= 601_882_624
+    assert json.loads(out["env"]["SPECCTL_SETTINGS"])["off_at"] == PolicySettings().off_at  # no measured row
