@@ -11,7 +11,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_USAGE
+from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from specctl.console.tui.links import MAX_SPEED, MIN_SPEED, Link, LinkError, ReplayLink, SocketLink
 from specctl.runtime.supervisor.journal import read_records
 
@@ -36,8 +36,25 @@ def run_tui(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         if config.socket_path is not None and not _probe(SocketLink(config.socket_path)):
             return _offer_connect(config.socket_path)  # a supervisor answers there: a second one could not start
+        if problem := _socket_folder_problem(config.socket_path):
+            print(f"specctl tui: cannot start: {problem}", file=sys.stderr)  # as `specctl run` says it
+            return EXIT_REFUSED
         link = LocalLink(Supervisor(config))
     return _run(link)
+
+
+def _socket_folder_problem(path: Path | None) -> str | None:
+    """Why the supervisor would refuse the socket's folder, said before the screen takes the terminal
+    (a console whose supervisor cannot start is a dead one). A folder not made yet is the supervisor's to make."""
+    from specctl.runtime.control.server import ControlSocketError, check_runtime_dir
+
+    if path is None or not path.parent.is_dir():
+        return None
+    try:
+        check_runtime_dir(path.parent)
+    except ControlSocketError as exc:
+        return str(exc)
+    return None
 
 
 def _offer_connect(path: Path) -> int:

@@ -83,6 +83,20 @@ def test_tui_while_a_supervisor_holds_the_socket_says_to_connect(headless: Headl
     assert f"specctl tui --connect {headless.socket}" in out.stderr
 
 
+def test_tui_refuses_a_socket_folder_others_can_write_before_taking_the_screen(tmp_path: Path) -> None:
+    """A console whose supervisor cannot bind is a dead one: one line, as `specctl run` says it, instead."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
+    out = subprocess.run([sys.executable, "-m", "specctl.console.cli.main", "tui", "--socket", str(shared / "s.sock")],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        f"specctl tui: cannot start: refusing {shared} for the control socket: others can write it (mode 1777); "
+        "choose a folder of your own with --socket, or chmod go-w it"]
+    assert not (shared / "s.sock").exists()
+
+
 def test_tui_in_a_terminal_offers_to_connect_and_does(headless: Headless, tmp_path: Path) -> None:
     master, slave = os.openpty()
     env = dict(os.environ, TERM="xterm-256color", SPECCTL_STATE_DIR=str(tmp_path / "state"))
