@@ -18,8 +18,8 @@ import pytest
 from specctl.runtime.control.server import MAX_LINE, ControlServer
 
 from support.control_standin import StandInTarget
+from support.peer import Peer
 
-GUARD = 20.0
 CHANGES = ("mode", "set", "server")  # the commands that change something
 
 
@@ -30,33 +30,6 @@ async def served(sock_dir: Path) -> AsyncIterator[tuple[ControlServer, StandInTa
     await server.start()
     yield server, target
     await server.stop()
-
-
-class Peer:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def greeted(cls, path: Path) -> Peer:
-        reader, writer = await asyncio.open_unix_connection(str(path), limit=4 * MAX_LINE)
-        peer = cls(reader, writer)
-        assert "specctl" in (await peer.read() or {})
-        return peer
-
-    async def read(self) -> dict[str, Any] | None:
-        line = await asyncio.wait_for(self.reader.readline(), GUARD)
-        return json.loads(line) if line else None
-
-    async def send(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
-
-    async def close(self) -> None:
-        self.writer.close()
-        try:
-            await self.writer.wait_closed()
-        except OSError:
-            pass
 
 
 def command_records(sub: Any) -> list[dict[str, Any]]:

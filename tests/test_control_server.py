@@ -22,9 +22,9 @@ from specctl.runtime.control.server import MAX_LINE, ControlServer, ControlSocke
 from specctl.runtime.core import records
 
 from support.control_standin import StandInTarget
+from support.peer import GUARD, Peer
 
 CODES = {"bad_request", "unknown_command", "invalid_value", "unavailable", "internal"}
-GUARD = 20.0  # seconds before a hung test fails instead of hanging
 
 
 @pytest.fixture
@@ -34,42 +34,6 @@ async def served(sock_dir: Path) -> AsyncIterator[tuple[ControlServer, StandInTa
     await server.start()
     yield server, target
     await server.stop()
-
-
-class Peer:
-    """A raw protocol client: bytes out, parsed lines in."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def open(cls, path: Path) -> Peer:
-        reader, writer = await asyncio.open_unix_connection(str(path), limit=4 * MAX_LINE)
-        return cls(reader, writer)
-
-    async def read(self) -> dict[str, Any] | None:
-        line = await asyncio.wait_for(self.reader.readline(), GUARD)
-        return json.loads(line) if line else None
-
-    async def send(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
-
-    async def ask(self, cmd: str, args: dict[str, Any] | None = None, req_id: Any = 1) -> dict[str, Any]:
-        req: dict[str, Any] = {"id": req_id, "cmd": cmd}
-        if args is not None:
-            req["args"] = args
-        await self.send(json.dumps(req).encode() + b"\n")
-        answer = await self.read()
-        assert answer is not None
-        return answer
-
-    async def close(self) -> None:
-        self.writer.close()
-        try:
-            await self.writer.wait_closed()
-        except OSError:
-            pass
 
 
 async def greeted(path: Path) -> Peer:
