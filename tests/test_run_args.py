@@ -85,3 +85,10 @@ def test_a_journal_or_socket_that_cannot_be_made_is_one_line(tmp_path: Path, fla
     assert out.returncode == 1, out.stderr
     assert named in out.stderr and str(blocker) in out.stderr and "Traceback" not in out.stderr
     assert "[Errno" not in out.stderr
+
+
+def test_candidate_steps_that_miss_the_launch_steps_are_one_line(tmp_path: Path) -> None:
+    out = run(tmp_path, "run", "--headless", "--socket", str(tmp_path / "s.sock"),
+              "--speculative-candidate-steps", "0,1,2")
+    assert out.returncode == 2, out.stderr
+    assert "--set steps: must be one of the candidates [1, 2], got 3" in out.stderr and "Traceback" not in out.stderr

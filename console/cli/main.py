@@ -26,6 +26,10 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
     g.add_argument("--speculative-num-steps", type=int, default=3, dest="spec_steps",
                    help="draft steps when speculation is on (default 3)")
+    g.add_argument("--speculative-candidate-steps", metavar="0,1,2,3", dest="candidate_steps",
+                   help="draft depths auto chooses among, each built at start (default: 0 and the steps)")
+    g.add_argument("--depth-costs", metavar="FILE.json",
+                   help="step time per (batch, depth) the depth choice prices with (docs/policy.md)")
     g.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     g.add_argument("--attach", metavar="URL", help="supervise a server started elsewhere")
     g.add_argument("--sim-preset", help="simulator preset (default h200-llama8b)")

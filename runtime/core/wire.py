@@ -10,3 +10,4 @@ WIRE_PREFIX = "specctl_"  # every /set_internal_state and /get_internal_state ke
 ENABLE_ENV = "SPECCTL_PLUGIN"  # "1": the plugin takes over SGLang's adaptive policy
 SETTINGS_ENV = "SPECCTL_SETTINGS"  # JSON object of PolicySettings fields at start-up
 PLUGINS_ENV = "SGLANG_PLUGINS"  # SGLang's own allow-list of plugin entry points
+COSTS_ENV = "SPECCTL_DEPTH_COSTS"  # path of the step-time table per (batch, depth) the depth choice prices with
