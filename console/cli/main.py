@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                        ("auto", "let the policy decide (default)")):
         p = verb(name, text)
         p.add_argument("--socket", help="control socket path")
+        if name == "force-on":
+            p.add_argument("--steps", type=int, metavar="N",
+                           help="the draft depth to pin (one of the server's candidate depths)")
     setp = verb("set", "change thresholds, all or nothing: specctl set off_at=64 on_at=32")
     setp.add_argument("pairs", nargs="+", metavar="KEY=VALUE",
                       help="KEY is one of " + ", ".join(f.name for f in fields(PolicySettings)) + " (docs/policy.md)")

@@ -168,12 +168,14 @@ class AcceptStats:
         self.hits = [0.0] * (MAX_DEPTH + 1)
         self._top = 0  # deepest position with any evidence
         self._expected: list[float] | None = None
+        self.verifies = 0  # verifies with drafts since the last reset (not decayed)
 
     def reset(self) -> None:
         for k in range(self._top + 1):
             self.tries[k] = self.hits[k] = 0.0
         self._top = 0
         self._expected = None
+        self.verifies = 0
 
     def set_window(self, window: int) -> None:
         self.decay = 1.0 - 1.0 / max(window, 1)
@@ -200,6 +202,7 @@ class AcceptStats:
             hits[k] *= lam
         self._top = max(self._top, depth)
         self._expected = None
+        self.verifies += 1
 
     def evidence(self) -> float:
         """Decayed requests behind the first position's estimate."""

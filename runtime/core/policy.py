@@ -44,6 +44,10 @@ QUIET_SHARE = 0.8
 # above the current one's: the hysteresis of the depth choice, so that two depths whose
 # scores are within the estimate's noise do not alternate every dwell.
 DEPTH_MARGIN = 0.03
+# Verifies the depth choice waits for after a start or a probe before it takes over from the
+# on/off rules: two verifies of a large batch hold enough requests, but their mean scatters by
+# more than the margin, and one unlucky read that switches off for load would never be revised.
+DEPTH_MIN_VERIFIES = 8
 
 
 class SettingsError(ValueError):
@@ -442,6 +446,7 @@ class SpecPolicy:
         the deepest allowed depth, whose verifies inform every shallower one.
         """
         return (self._costs is not None and len(self._depths) > 2
+                and self._stats.verifies >= DEPTH_MIN_VERIFIES
                 and self._stats.evidence() >= self._settings.accept_window / 2)
 
     def _auto_depth(self, bs: int) -> None:
@@ -457,6 +462,12 @@ class SpecPolicy:
                 self._accepts.clear()
                 self._accept_sum = 0.0
                 self._to(s.steps, "probe", bs)
+            return
+        if self._depth == 0 and self._last_switch_step is not None \
+                and self._step - self._last_switch_step >= s.probe_after:
+            # off for load on an estimate no verify has revised since: look again at the deepest depth,
+            # whose verifies refresh every shallower estimate; dwell steps later the model decides anew
+            self._to(s.steps, "probe", bs)
             return
         best, best_score, current_score = self._best(bs)
         if best == self._depth or best_score <= current_score * (1.0 + DEPTH_MARGIN):

@@ -309,7 +309,8 @@ class Supervisor:
         for sw in switches:
             if sw.get("seq", 0) > self._last_seq:
                 self.emit(records.event("spec_switch", on=sw.get("on"), reason=sw.get("reason"),
-                                        batch_size=sw.get("batch_size"), step=sw.get("step")))
+                                        batch_size=sw.get("batch_size"), step=sw.get("step"),
+                                        **{"from": sw.get("from"), "to": sw.get("to")}))
         self._last_seq = newest
 
     def _note_off_state(self, spec: dict[str, Any]) -> None:
