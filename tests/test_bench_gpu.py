@@ -518,3 +518,24 @@ def test_depth_table_says_which_window_is_missing(tmp_path: Path) -> None:
                                             ["x", 8, "off", 0, 1, 7, 1]])
     done = tool(str(GPU / "depth_table.py"), str(tmp_path / "o.json"), str(tmp_path / "il.csv"))
     assert done.returncode != 0 and "(8, 1)" in done.stderr
+
+
+def test_rank_switches_compares_the_depth_when_there_are_several(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    from specctl.runtime.sglang_plugin.plugin import log_switch
+
+    state = {"switches": 1, "last_switch_step": 50, "on": True, "reason": "depth", "batch_size": 40, "steps": 1,
+             "candidates": [0, 1, 2, 3], "recent_switches": [{"from": 3, "to": 1}]}
+    with caplog.at_level(logging.INFO, logger="specctl.plugin"):
+        log_switch(state)
+    line = caplog.records[0].getMessage()
+    assert line.endswith("batch 40, depth 3 -> 1")
+    agree = tmp_path / "agree.log"
+    agree.write_text(f"[2026-12-01 10:00:00 TP0] {line}\n[2026-12-01 10:00:00 TP1] {line}\n")
+    assert tool(str(GPU / "rank_switches.py"), str(agree)).returncode == 0
+    apart = tmp_path / "apart.log"
+    apart.write_text(f"[2026-12-01 10:00:00 TP0] {line}\n"
+                     f"[2026-12-01 10:00:00 TP1] {line.replace('-> 1', '-> 2')}\n")
+    done = tool(str(GPU / "rank_switches.py"), str(apart))
+    assert done.returncode == 1
+    assert "TP0 at step 50 (on at depth 1, depth), TP1 at step 50 (on at depth 2, depth)" in done.stdout

@@ -735,7 +735,8 @@ phase_depthcheck() {  # correctness first: every depth's greedy outputs, switchi
   python3 "$HERE/ctl.py" "$URL" set steps="$STEPS" >/dev/null
   corr "dc-off-$ATTN" --mode off
   corr "dc-cycle-$ATTN" --set min_accept=0 --mode on --toggle 0.03 --cycle-steps 1,3,0,2,3,1,0,2
-  corr "dc-auto-$ATTN" --set min_accept=0 accept_slope=0 accept_window=2 probe_after=16 dwell=1 --mode auto
+  corr "dc-auto-$ATTN" --set steps="$STEPS" min_accept=0 accept_slope=0 accept_window=2 probe_after=16 dwell=1 \
+    --mode auto
   python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_window=64 probe_after=256 dwell=8 steps="$STEPS" >/dev/null
   runs+=("$WORK/corr-dc-off-$ATTN.json" "$WORK/corr-dc-cycle-$ATTN.json" "$WORK/corr-dc-auto-$ATTN.json")
   python3 "$HERE/correctness.py" compare "${runs[@]}" | tee -a "$P"

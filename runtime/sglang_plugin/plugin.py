@@ -93,6 +93,10 @@ class SglangParams(SpecctlParams):
         logger.info("specctl: policy in charge, candidate steps %s, settings %s, depth costs %s",
                     self.candidate_steps, self.policy.settings.as_dict(),
                     "none (on/off)" if costs is None else costs.source or "given")
+        unpriced = [d for d in self.candidate_steps if costs is not None and d not in costs.depths]
+        if unpriced:  # auto never chooses a depth it cannot price; forced on still can
+            logger.warning("specctl: the depth cost table has no step times for depths %s: auto will not "
+                           "choose them", unpriced)
 
 
 def set_internal_state(original: Callable[..., Any], owner: Any, recv_req: Any) -> Any:
