@@ -275,3 +275,16 @@ def test_two_copies_choose_the_same_depth_at_every_step(dwell: int, inputs: list
     moves = a.recent_switches()
     assert all(sw.reason in REASONS and sw.reason != "forced" for sw in moves)
     assert all(y.step - x.step >= dwell for x, y in zip(moves, moves[1:]))
+
+
+def test_lowering_steps_in_auto_caps_the_depth_at_once() -> None:
+    p = SpecPolicy(DEPTHS.with_changes({"dwell": 50}), TABLE)
+    run(p, [1] * 300)
+    assert p.depth == 3
+    p.apply({"steps": 2})
+    assert run(p, [1])[-1] == 2, "not after dwell: steps is a cap"
+    assert (p.recent_switches()[-1].depth_to, p.recent_switches()[-1].reason) == (2, "forced")
+    p.apply({"candidates": "0,1,3", "steps": 3})
+    run(p, [1] * 60)
+    p.apply({"candidates": "0,1,2,3"})
+    assert p.state()["candidates"] == [0, 1, 2, 3]

@@ -359,12 +359,13 @@ class SpecPolicy:
             self._to(s.steps, "forced", batch_size)
         elif s.mode == "off":
             self._to(0, "forced", batch_size)
-        elif self._choosing_depth():
-            self._auto_depth(batch_size)
         else:
-            if self._depth and self._depth != s.steps:  # steps or the candidates changed under it
+            if self._depth and self._depth not in self._depths:  # steps or the candidates changed under it
                 self._to(s.steps, "forced", batch_size)
-            self._auto(batch_size)
+            if self._choosing_depth():
+                self._auto_depth(batch_size)
+            else:
+                self._auto(batch_size)
         depth = self._depth
         if depth:
             self._steps_on += 1
