@@ -82,3 +82,14 @@ def test_a_bad_value_from_the_file_is_named_as_the_files(tmp_path: Path, monkeyp
         SupervisorConfig.from_args(build_parser().parse_args(["run", "--headless"]))
     assert str(caught.value).startswith(f"{path}: ") and named in str(caught.value)
     assert flag not in str(caught.value), "nobody typed that flag"
+
+
+def test_candidate_depths_in_the_file_reach_the_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load(write(tmp_path, "[policy]\ncandidates = [0, 1, 2, 3]\n")).policy == {"candidates": [0, 1, 2, 3]}
+    monkeypatch.setenv("SPECCTL_CONFIG", str(tmp_path / "specctl.toml"))
+    cfg = SupervisorConfig.from_args(build_parser().parse_args(["run", "--headless"]))
+    assert cfg.settings["candidates"] == (0, 1, 2, 3)
+    flag = build_parser().parse_args(["run", "--headless", "--speculative-candidate-steps", "0,3"])
+    assert SupervisorConfig.from_args(flag).settings["candidates"] == (0, 3), "the flag wins over the file"
+    with pytest.raises(ConfigFileError, match="candidates"):
+        load(write(tmp_path, "[policy]\ncandidates = [1, 2, 3]\n"))
