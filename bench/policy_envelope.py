@@ -212,6 +212,7 @@ def render_trace(preset: Preset, settings: dict[str, Any], depths: tuple[int, ..
     auto = results["auto"]
     lines = [f"trace: concurrency changes every 10-20 s across {', '.join(map(str, TRACE_LEVELS))} for "
              f"{TRACE_S:g} s (SIMULATED)",
+             "(TPOT here: a request's latency over its output tokens, queueing and prefill included)",
              "| configuration | output tok/s | p50 TPOT ms | switches |", "| --- | ---: | ---: | ---: |"]
     lines += [f"| {n} | {r[0]:.0f} | {r[1]:.2f} | {r[2]} |" for n, r in results.items()]
     lines.append(f"auto / best single static ({best}): tok/s {auto[0] / results[best][0]:.3f} "
