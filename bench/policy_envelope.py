@@ -20,7 +20,9 @@ each static depth, at c = 1, 4, 8, 16, 24, 32, 48, 64, 128, 256 (goal: auto >=
 middle depth wins), then on a trace whose concurrency changes every 10-20 s
 (whole-trace tok/s and p50 TPOT against each static configuration).
 --decline D makes each draft position's acceptance D below the one before
-(a non-geometric law; the preset's accept length still holds at its steps).
+(a non-geometric law; the preset's accept length still holds at its steps);
+--sglang-law uses SGLang's simulated acceptance instead (the same accepted
+drafts at every depth: what the GPU's depthsweep sees, so what predicts it).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import random
 import statistics
 
 from specctl.runtime.core.policy import SettingsError, SpecPolicy
-from specctl.runtime.sim.depth import AcceptLaw, law_for, policy_costs
+from specctl.runtime.sim.depth import AcceptLaw, law_for, match_expected_law, policy_costs
 from specctl.runtime.sim.offline import PointResult, Server, run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
 from specctl.runtime.core.thresholds import for_backend, unset_groups
@@ -251,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decline", type=float, default=0.0, metavar="D",
                     help="with --depths: each draft position accepted D less often than the one before")
     ap.add_argument("--no-trace", action="store_true", help="with --depths: skip the changing-load trace")
+    ap.add_argument("--sglang-law", action="store_true",
+                    help="with --depths: SGLang's simulated acceptance (match-expected), what the GPU sweeps see")
     ns = ap.parse_args(argv)
     settings: dict[str, Any] = {}
     for item in ns.set:
@@ -273,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             if ns.depths:
                 try:
                     variant = dataclasses.replace(preset, accept_len=accept_len)
-                    law = law_for(accept_len, preset.steps, ns.decline)
+                    law = match_expected_law(accept_len) if ns.sglang_law else \
+                        law_for(accept_len, preset.steps, ns.decline)
                     print(render_depths(variant, ns.depths, sweep_depths(variant, chosen_settings, ns.depths, law),
                                         law))
                     if not ns.no_trace:

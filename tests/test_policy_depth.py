@@ -162,7 +162,7 @@ def test_a_shallow_depth_still_estimates_the_deeper_ones() -> None:
     for _ in range(30):  # a short while at depth 1: deeper positions still known
         stats.add([int(rng.random() < 0.8) for _ in range(16)], 1)
     assert stats.expected(3)[3] == pytest.approx(at_three[3], abs=0.06)
-    for _ in range(2000):  # long at depth 1: deeper positions fade to position 1's rate
+    for _ in range(16_000):  # long at depth 1 (IDLE_MEMORY windows): deeper positions fade to position 1's rate
         stats.add([int(rng.random() < 0.8) for _ in range(16)], 1)
     assert stats.rates(3) == pytest.approx([0.8, 0.8, 0.8], abs=0.05)
 

@@ -87,3 +87,15 @@ def test_auto_over_depths_keeps_the_on_off_envelope_where_no_middle_depth_wins(c
     law = law_for(2.8, 3)
     best = max(point(TRITON, c, "nospec", law), point(TRITON, c, "on", law, min_accept=0))
     assert point(TRITON, c, "auto", law, candidates="0,1,2,3", **for_backend("triton")) >= 0.97 * best
+
+
+def test_sglangs_simulated_acceptance_accepts_the_same_drafts_at_every_depth() -> None:
+    """What SGLANG_SIMULATE_ACC_LEN=2.8 (match-expected) gives: 2 at depth 1, 2.8 at depths 2 and 3."""
+    from specctl.runtime.sim.depth import match_expected_law
+
+    law = match_expected_law(2.8)
+    assert [round(law.accept_len(d), 6) for d in (1, 2, 3)] == [2.0, 2.8, 2.8]
+    flat = match_expected_law(2.0)
+    assert [flat.accept_len(d) for d in (1, 2, 3)] == [2.0, 2.0, 2.0]
+    draws = law.draw(random.Random(0), 10_000, 3)
+    assert set(draws) == {1, 2} and sum(draws) / len(draws) == pytest.approx(1.8, abs=0.02)

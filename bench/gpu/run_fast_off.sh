@@ -66,6 +66,11 @@
 #   depthauto      a fresh specctl server with the measured table (or DEPTH_COSTS): auto over DEPTHS
 #                  against d3 and off in the same load (CONCS3), its depth per window in the CSV; the
 #                  no-spec reference is nospec2's CSV (same IL_* load)
+#                  CAVEAT for depthsweep/depthauto: SGLang's simulated acceptance (match-expected) accepts
+#                  ACC_LEN-1 drafts whatever the depth (clamped to it): at 2.8 depth 2 yields what depth 3
+#                  does, at 2.0 depth 1 yields what any does, so a middle depth "wins" by construction.
+#                  It still tests auto against the statics under one law; the simulator's prediction of
+#                  it is `bench/policy_envelope.py --depths 0,1,2,3 --sglang-law` (docs/policy.md)
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN

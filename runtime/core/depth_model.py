@@ -28,6 +28,11 @@ MAX_DEPTH = 16  # PolicySettings.steps' upper bound
 # position not drafted lately is taken to accept as often as the one before it,
 # weighted like one request's worth of evidence (docs/policy.md, "Depth").
 PRIOR_REQUESTS = 1.0
+# Positions deeper than the drafted depth keep their evidence this many times longer than drafted
+# ones: their estimate drifts to the geometric tail, and the policy re-tries the deeper depth, only
+# after about this many windows, not every few hundred verifies (the simulator's traces under
+# SGLang's simulated acceptance switched about once a second with 1).
+IDLE_MEMORY = 8
 
 
 class DepthCostsError(ValueError):
@@ -154,8 +159,9 @@ class AcceptStats:
     and E[min(L, d)] the sum of those products.
 
     Positions deeper than the current depth get no new evidence; theirs decays
-    with every verify, and each is pulled toward the rate of the position before
-    it (a geometric tail) with the weight of ``PRIOR_REQUESTS``. So after a long
+    (``IDLE_MEMORY`` times slower than a drafted position's), and each is pulled
+    toward the rate of the position before it (a geometric tail) with the weight
+    of ``PRIOR_REQUESTS``. So after a long
     time shallow the estimate of deeper depths drifts to the geometric
     extrapolation of the shallow ones, which for drafts whose acceptance falls
     with position is optimistic: the policy tries the deeper depth again and
@@ -164,6 +170,7 @@ class AcceptStats:
 
     def __init__(self, window: int) -> None:
         self.decay = 1.0 - 1.0 / max(window, 1)
+        self.idle_decay = 1.0 - 1.0 / (max(window, 1) * IDLE_MEMORY)
         self.tries = [0.0] * (MAX_DEPTH + 1)
         self.hits = [0.0] * (MAX_DEPTH + 1)
         self._top = 0  # deepest position with any evidence
@@ -179,6 +186,7 @@ class AcceptStats:
 
     def set_window(self, window: int) -> None:
         self.decay = 1.0 - 1.0 / max(window, 1)
+        self.idle_decay = 1.0 - 1.0 / (max(window, 1) * IDLE_MEMORY)
 
     def add(self, accepted: Sequence[int | float], depth: int) -> None:
         """One verify's accepted drafts per request, drafted at ``depth`` (values 0..depth)."""
@@ -197,9 +205,10 @@ class AcceptStats:
             tries[k] = tries[k] * lam + reached
             hits[k] = hits[k] * lam + passed
             reached = passed
+        idle = self.idle_decay
         for k in range(depth + 1, self._top + 1):
-            tries[k] *= lam
-            hits[k] *= lam
+            tries[k] *= idle
+            hits[k] *= idle
         self._top = max(self._top, depth)
         self._expected = None
         self.verifies += 1

@@ -100,6 +100,25 @@ def law_for(accept_len: float, steps: int, decline: float = 0.0) -> AcceptLaw:
     return _declining((lo + hi) / 2, decline, steps)
 
 
+def match_expected_law(accept_len: float) -> AcceptLaw:
+    """SGLang's simulated acceptance (SGLANG_SIMULATE_ACC_METHOD=match-expected), as a law per position.
+
+    SGLang draws each verify's accept length as floor(a) or floor(a)+1 around
+    SGLANG_SIMULATE_ACC_LEN = a, clamped to the depth + 1 (speculative/spec_utils.py,
+    ``_sample_simulated_acc_len``): the accepted drafts are a - 1 whatever the depth,
+    so position k is always accepted below a - 1, with the fraction at it, never
+    beyond. At 2.8: rates 1, 0.8, 0 (depth 2 yields as much as depth 3); at 2.0:
+    1, 0 (depth 1 as much as any). The GPU sweeps that simulate acceptance see this
+    law, not a trained head's, so it predicts them.
+    """
+    drafts = accept_len - 1.0
+    if drafts < 0:
+        raise ValueError(f"accept_len must be at least 1, got {accept_len}")
+    whole = int(drafts)
+    rates = [1.0] * whole + [round(drafts - whole, 9)] + [0.0]
+    return AcceptLaw(tuple(rates))
+
+
 def _declining(first: float, decline: float, steps: int) -> AcceptLaw:
     return AcceptLaw(tuple(max(0.0, first - decline * k) for k in range(max(steps, 16))))
 
