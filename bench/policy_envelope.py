@@ -12,18 +12,32 @@ and ends with one auto / max(on, off) grid per preset.
 
     python bench/policy_envelope.py [--preset h200-llama8b-fa3 | --all-presets] [--set off_at=48 ...]
                                     [--accept-lens 1.5,2.0,2.8]
+
+--depths 0,1,2,3 instead compares auto choosing among those depths (the
+``candidates`` setting, with the preset's cost table) with no speculation and
+each static depth, at c = 1, 4, 8, 16, 24, 32, 48, 64, 128, 256 (goal: auto >=
+0.97 x the best static; >= 1.05 x the best of none and the deepest where a
+middle depth wins), then on a trace whose concurrency changes every 10-20 s
+(whole-trace tok/s and p50 TPOT against each static configuration).
+--decline D makes each draft position's acceptance D below the one before
+(a non-geometric law; the preset's accept length still holds at its steps);
+--sglang-law uses SGLang's simulated acceptance instead (the same accepted
+drafts at every depth: what the GPU's depthsweep sees, so what predicts it).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import random
+import statistics
 import sys
 import time
 from typing import Any
 
-from specctl.runtime.core.policy import SettingsError
+from specctl.runtime.core.policy import SettingsError, SpecPolicy
 from specctl.runtime.core.thresholds import for_backend, unset_groups
+from specctl.runtime.sim.depth import AcceptLaw, law_for, match_expected_law, policy_costs
 from specctl.runtime.sim.offline import PointResult, Server, run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
 
@@ -81,6 +95,140 @@ def render_grid(name: str, grid: dict[float, list[Row]]) -> str:
     return "\n".join(lines)
 
 
+DEPTH_CONCURRENCIES = (1, 4, 8, 16, 24, 32, 48, 64, 128, 256)
+DEPTH_GOAL = 0.97
+MIDDLE_GOAL = 1.05
+TRACE_S = 600.0  # simulated seconds of the changing-load trace
+TRACE_LEVELS = (1, 4, 8, 16, 24, 32, 48, 64, 128, 256)
+
+
+def static_settings(depth: int, depths: tuple[int, ...]) -> dict[str, Any]:
+    """Forced on at one depth, with every depth built (as a server with those candidates)."""
+    return {"candidates": ",".join(map(str, depths)), "steps": depth, "mode": "on", "min_accept": 0.0,
+            "accept_slope": 0.0}
+
+
+def sweep_depths(preset: Preset, settings: dict[str, Any], depths: tuple[int, ...],
+                 law: AcceptLaw | None, concurrencies: tuple[int, ...] = DEPTH_CONCURRENCIES,
+                 seed: int = 0) -> list[tuple[int, dict[str, PointResult]]]:
+    """Per concurrency: 'none', each positive depth forced on, and 'auto' over ``depths``."""
+    warmup_s, window_s = max(WARMUP_S, preset.warmup_s), max(WINDOW_S, preset.window_s)
+    auto = {**settings, "candidates": ",".join(map(str, depths)), "steps": max(depths)}
+    rows = []
+    for c in concurrencies:
+        def point(server: Server, chosen: dict[str, Any] | None = None, c: int = c) -> PointResult:
+            return run_point(preset, c, server, settings=chosen, seed=seed, warmup_s=warmup_s,
+                             window_s=window_s, accept_law=law)
+        row = {"none": point("nospec")}
+        for d in depths:
+            if d:
+                row[str(d)] = point("on", static_settings(d, depths))
+        row["auto"] = point("auto", auto)
+        rows.append((c, row))
+    return rows
+
+
+def render_depths(preset: Preset, depths: tuple[int, ...], rows: list[tuple[int, dict[str, PointResult]]],
+                  law: AcceptLaw) -> str:
+    """One line per concurrency: each static configuration, auto, and the two ratios."""
+    statics = ["none", *[str(d) for d in depths if d]]
+    deepest = str(max(depths))
+    lens = ", ".join(f"{law.accept_len(d):.2f} at {d}" for d in depths if d)
+    lines = [f"preset {preset.name} (SIMULATED, not measured); accept length {lens}",
+             "| c | " + " | ".join(f"{k} tok/s" for k in statics) + " | auto tok/s | best static | "
+             f"auto / best | auto / max(none, {deepest}) |",
+             "| ---: |" + " ---: |" * (len(statics) + 1) + " :---: | ---: | ---: |"]
+    misses, middles = [], []
+    for c, row in rows:
+        best = max(statics, key=lambda k: row[k].tok_s)
+        ratio = row["auto"].tok_s / row[best].tok_s
+        binary = row["auto"].tok_s / max(row["none"].tok_s, row[deepest].tok_s)
+        if ratio < DEPTH_GOAL:
+            misses.append(c)
+        if best not in ("none", deepest):
+            middles.append((c, best, binary))
+        cells = " | ".join(f"{row[k].tok_s:.0f}" for k in statics)
+        miss = "*" if ratio < DEPTH_GOAL else ""
+        lines.append(f"| {c} | {cells} | {row['auto'].tok_s:.0f} | {best} | {ratio:.3f}{miss} | {binary:.3f} |")
+    lines.append(f"goal auto >= {DEPTH_GOAL} x best static: " +
+                 ("met at every point" if not misses else f"missed at c = {', '.join(map(str, misses))}"))
+    if middles:
+        lines.append("a middle depth wins at " + ", ".join(
+            f"c={c} (depth {d}, auto / binary {b:.3f}{' < ' + str(MIDDLE_GOAL) if b < MIDDLE_GOAL else ''})"
+            for c, d, b in middles))
+    else:
+        lines.append("no middle depth wins at any concurrency: the best static is none or the deepest everywhere")
+    return "\n".join(lines)
+
+
+def trace_levels(seed: int, total_s: float = TRACE_S) -> list[tuple[float, int]]:
+    """(until, concurrency) phases of 10-20 s each across 1..256, the same for every configuration."""
+    rng = random.Random(seed)
+    t, phases = 0.0, []
+    while t < total_s:
+        t += rng.uniform(10.0, 20.0)
+        phases.append((t, rng.choice(TRACE_LEVELS)))
+    return phases
+
+
+def run_trace(preset: Preset, server: Server, settings: dict[str, Any] | None, law: AcceptLaw | None,
+              seed: int = 0) -> tuple[float, float, int]:
+    """(output tok/s over the trace, p50 TPOT in ms, switches) of one configuration."""
+    policy = None
+    if server != "nospec":
+        chosen = preset.default_settings().with_changes(settings or {})
+        policy = SpecPolicy(chosen, policy_costs(preset.params, preset.workload, chosen.candidates))
+    engine = preset.engine(policy, seed=seed)
+    engine.accept_law = law
+    phases = trace_levels(seed)
+    target = phases[0][1]
+    tpots: list[float] = []
+
+    def finished(req: Any) -> None:
+        tpots.append((req.finished_at - req.arrived) / max(req.done, 1))
+        if engine.in_flight("load") < target:
+            engine.submit_random()
+
+    engine.on_finish = finished
+    for _ in range(target):
+        engine.submit_random()
+    for until, level in phases:
+        target = level
+        while engine.in_flight("load") < target:
+            engine.submit_random()
+        while engine.now < until:
+            engine.step()
+    tok_s = engine.decode_tokens_total / engine.now
+    switches = policy.state()["switches"] if policy is not None else 0
+    return tok_s, statistics.median(tpots) * 1e3, switches
+
+
+def render_trace(preset: Preset, settings: dict[str, Any], depths: tuple[int, ...], law: AcceptLaw | None) -> str:
+    configs: list[tuple[str, Server, dict[str, Any] | None]] = [("none", "nospec", None)]
+    configs += [(f"static {d}", "on", static_settings(d, depths)) for d in depths if d]
+    configs.append((f"auto on/off (0, {max(depths)})", "auto", {**settings, "steps": max(depths)}))
+    configs.append(("auto", "auto", {**settings, "candidates": ",".join(map(str, depths)), "steps": max(depths)}))
+    results = {name: run_trace(preset, server, chosen, law) for name, server, chosen in configs}
+    best = max((n for n in results if not n.startswith("auto")), key=lambda n: results[n][0])
+    auto = results["auto"]
+    lines = [f"trace: concurrency changes every 10-20 s across {', '.join(map(str, TRACE_LEVELS))} for "
+             f"{TRACE_S:g} s (SIMULATED)",
+             "(TPOT here: a request's latency over its output tokens, queueing and prefill included)",
+             "| configuration | output tok/s | p50 TPOT ms | switches |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {n} | {r[0]:.0f} | {r[1]:.2f} | {r[2]} |" for n, r in results.items()]
+    lines.append(f"auto / best single static ({best}): tok/s {auto[0] / results[best][0]:.3f} "
+                 f"(goal >= {MIDDLE_GOAL}), p50 TPOT {auto[1] / results[best][1]:.3f} (goal <= 1)")
+    return "\n".join(lines)
+
+
+def depth_list(text: str) -> tuple[int, ...]:
+    """'0,1,2,3' -> (0, 1, 2, 3); argparse reports a ValueError as a usage error."""
+    depths = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    if 0 not in depths or len(depths) < 3 or any(not 0 <= d <= 16 for d in depths):
+        raise ValueError(text)
+    return depths
+
+
 def accept_lens(text: str) -> list[float]:
     """'1.5,2.0,2.8' -> [1.5, 2.0, 2.8]; argparse reports a ValueError as a usage error."""
     return [float(part) for part in text.split(",") if part.strip()]
@@ -99,6 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-backend-thresholds", action="store_true",
                     help="use the policy's defaults only, not the thresholds specctl picks for the preset's "
                          "attention backend (runtime/thresholds.py) as it does for a server it launches")
+    ap.add_argument("--depths", type=depth_list, metavar="0,1,2,...",
+                    help="auto over these depths against none and each static depth (0 and two more needed)")
+    ap.add_argument("--decline", type=float, default=0.0, metavar="D",
+                    help="with --depths: each draft position accepted D less often than the one before")
+    ap.add_argument("--no-trace", action="store_true", help="with --depths: skip the changing-load trace")
+    ap.add_argument("--sglang-law", action="store_true",
+                    help="with --depths: SGLang's simulated acceptance (match-expected), what the GPU sweeps see")
     ns = ap.parse_args(argv)
     settings: dict[str, Any] = {}
     for item in ns.set:
@@ -118,6 +273,20 @@ def main(argv: list[str] | None = None) -> int:
         except SettingsError as exc:
             ap.error(str(exc))
         for accept_len in ns.accept_lens or [preset.accept_len]:
+            if ns.depths:
+                try:
+                    variant = dataclasses.replace(preset, accept_len=accept_len)
+                    law = match_expected_law(accept_len) if ns.sglang_law else \
+                        law_for(accept_len, preset.steps, ns.decline)
+                    print(render_depths(variant, ns.depths, sweep_depths(variant, chosen_settings, ns.depths, law),
+                                        law))
+                    if not ns.no_trace:
+                        print()
+                        print(render_trace(variant, chosen_settings, ns.depths, law))
+                except (ValueError, SettingsError) as exc:
+                    ap.error(str(exc))
+                print()
+                continue
             try:
                 variant = dataclasses.replace(preset, accept_len=accept_len)
                 rows = sweep(variant, chosen_settings)

@@ -448,3 +448,98 @@ def test_threads_finds_the_busy_thread_of_a_process_tree(tmp_path: Path) -> None
 def test_threads_refuses_a_command_it_does_not_know() -> None:
     run = subprocess.run([sys.executable, str(GPU / "threads.py"), "snapshot"], capture_output=True, text=True)
     assert run.returncode == 2 and "threads.py snap FILE.jsonl" in run.stderr
+
+
+@pytest.fixture
+def depth_sim(tmp_path: Path) -> Iterator[str]:
+    """A simulator built with depths 0-3 (as a server launched with --speculative-candidate-steps 0,1,2,3)."""
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0", "--port-file",
+                             str(port_file), "--load", "idle", "--set", "off_at=1000", "--set", "on_at=999",
+                             "--set", "candidates=0,1,2,3", "--set", "min_accept=0.3"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + DEADLINE_S
+    while not port_file.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the simulator did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{int(port_file.read_text())}"
+    proc.terminate()
+    proc.wait(timeout=DEADLINE_S)
+
+
+def test_depth_accept_reads_acceptance_right_after_each_change(depth_sim: str, tmp_path: Path) -> None:
+    out = tmp_path / "depth.csv"
+    done = tool(str(GPU / "depth_accept.py"), depth_sim, "--depths", "1,3,0,2", "--period", "1.5",
+                "--concurrency", "8", "--output-len", "400", "--csv", str(out))
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert {r["depth"] for r in rows} >= {"1", "2", "3", "0"}
+    lines = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("| ")}
+    for depth in ("1", "2", "3"):
+        cells = [c.strip() for c in lines[depth].split("|")[1:-1]]
+        assert cells[1] != "-", f"depth {depth} read no acceptance after its change: {lines[depth]}"
+        # the simulator draws each depth from one law: right after a change is as good as settled
+        assert 0.7 < float(cells[3]) < 1.3, lines[depth]
+    state = json.loads(tool(str(GPU / "ctl.py"), depth_sim, "state").stdout)
+    assert state["settings"]["accept_window"] == 64 and state["settings"]["mode"] == "auto", "settings restored"
+
+
+def test_correctness_cycles_depths_mid_generation(depth_sim: str, tmp_path: Path) -> None:
+    out = tmp_path / "cycle.json"
+    done = tool(str(GPU / "correctness.py"), "run", depth_sim, "cycle", str(out), "--toggle", "0.05",
+                "--cycle-steps", "1,3,0,2", "--n", "4")
+    assert done.returncode == 0, done.stderr + done.stdout
+    record = json.loads(out.read_text())
+    assert record["flips"] >= 4 and record["flip_errors"] == []
+    depths = {sw["to"] for sw in record["state_after"]["recent_switches"]}
+    assert depths == {0, 1, 2, 3}
+
+
+def test_depth_table_turns_static_windows_into_the_policys_cost_table(tmp_path: Path) -> None:
+    from specctl.runtime.core.depth_model import read_costs
+
+    fields = ["label", "concurrency", "mode", "round", "tok_s", "tpot_ms", "accept_len"]
+    rows = []
+    for c, base in ((1, 6.0), (64, 14.0)):
+        rows.append(["x", c, "off", 0, 1.0, base, 1.0])
+        rows.append(["x", c, "auto", 0, 1.0, 99.0, 2.0])  # not a static depth: left out
+        for d in (1, 2, 3):
+            for r, jitter in enumerate((0.9, 1.1)):
+                rows.append(["x", c, f"d{d}", r, 1.0, (base + 2 * d) * jitter / (1 + 0.7 * d), 1 + 0.7 * d])
+    write_csv(tmp_path / "il.csv", fields, rows)
+    out = tmp_path / "costs.json"
+    done = tool(str(GPU / "depth_table.py"), str(out), str(tmp_path / "il.csv"))
+    assert done.returncode == 0, done.stderr
+    costs = read_costs(out)  # what the plugin reads from SPECCTL_DEPTH_COSTS
+    assert costs.buckets == (1, 64) and costs.depths == (0, 1, 2, 3)
+    assert costs.row(1)[0] == pytest.approx(6e-3) and costs.row(64)[3] == pytest.approx(20e-3)
+    assert "c=64: d0 14.00 ms" in done.stdout
+
+
+def test_depth_table_says_which_window_is_missing(tmp_path: Path) -> None:
+    fields = ["label", "concurrency", "mode", "round", "tok_s", "tpot_ms", "accept_len"]
+    write_csv(tmp_path / "il.csv", fields, [["x", 1, "off", 0, 1, 6, 1], ["x", 1, "d1", 0, 1, 4, 1.7],
+                                            ["x", 8, "off", 0, 1, 7, 1]])
+    done = tool(str(GPU / "depth_table.py"), str(tmp_path / "o.json"), str(tmp_path / "il.csv"))
+    assert done.returncode != 0 and "(8, 1)" in done.stderr
+
+
+def test_rank_switches_compares_the_depth_when_there_are_several(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    from specctl.runtime.sglang_plugin.plugin import log_switch
+
+    state = {"switches": 1, "last_switch_step": 50, "on": True, "reason": "depth", "batch_size": 40, "steps": 1,
+             "candidates": [0, 1, 2, 3], "recent_switches": [{"from": 3, "to": 1}]}
+    with caplog.at_level(logging.INFO, logger="specctl.plugin"):
+        log_switch(state)
+    line = caplog.records[0].getMessage()
+    assert line.endswith("batch 40, depth 3 -> 1")
+    agree = tmp_path / "agree.log"
+    agree.write_text(f"[2026-12-01 10:00:00 TP0] {line}\n[2026-12-01 10:00:00 TP1] {line}\n")
+    assert tool(str(GPU / "rank_switches.py"), str(agree)).returncode == 0
+    apart = tmp_path / "apart.log"
+    apart.write_text(f"[2026-12-01 10:00:00 TP0] {line}\n"
+                     f"[2026-12-01 10:00:00 TP1] {line.replace('-> 1', '-> 2')}\n")
+    done = tool(str(GPU / "rank_switches.py"), str(apart))
+    assert done.returncode == 1
+    assert "TP0 at step 50 (on at depth 1, depth), TP1 at step 50 (on at depth 2, depth)" in done.stdout

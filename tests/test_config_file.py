@@ -109,3 +109,12 @@ def test_a_hostile_config_is_one_line_and_exit_2_never_a_hang_or_a_traceback(tmp
             continue
         assert out.returncode == 2, (verb, out.stderr)
         assert out.stderr.count("\n") == 1 and str(path) in out.stderr and "Traceback" not in out.stderr
+def test_candidate_depths_in_the_file_reach_the_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load(write(tmp_path, "[policy]\ncandidates = [0, 1, 2, 3]\n")).policy == {"candidates": [0, 1, 2, 3]}
+    monkeypatch.setenv("SPECCTL_CONFIG", str(tmp_path / "specctl.toml"))
+    cfg = SupervisorConfig.from_args(build_parser().parse_args(["run", "--headless"]))
+    assert cfg.settings["candidates"] == (0, 1, 2, 3)
+    flag = build_parser().parse_args(["run", "--headless", "--speculative-candidate-steps", "0,3"])
+    assert SupervisorConfig.from_args(flag).settings["candidates"] == (0, 3), "the flag wins over the file"
+    with pytest.raises(ConfigFileError, match="candidates"):
+        load(write(tmp_path, "[policy]\ncandidates = [1, 2, 3]\n"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -228,3 +229,39 @@ def test_a_real_startup_read_on_carriage_returns_shows_the_bar_grow() -> None:
     pieces = REAL_0517.replace("\r", "\n").split("\n")
     graphs = [p["fraction"] for p in map(progress.feed, pieces) if p and p["phase"] == "cuda_graphs"]
     assert graphs == [0.0, 1 / 27, 2 / 27, 26 / 27, 1.0]
+
+
+def test_env_names_the_depth_cost_table_for_every_rank() -> None:
+    assert "SPECCTL_DEPTH_COSTS" not in launch_env(PolicySettings())
+    assert launch_env(PolicySettings(), depth_costs="/srv/costs.json")["SPECCTL_DEPTH_COSTS"] == "/srv/costs.json"
+
+
+def test_a_launch_with_candidate_depths_builds_each_and_names_the_table(tmp_path: Path) -> None:
+    """--speculative-candidate-steps 0,1,2,3: the adaptive config lists exactly those, steps stays the launch's."""
+    from specctl.runtime.core.adaptive_config import read_candidate_steps
+    from specctl.runtime.supervisor.config import SupervisorConfig
+    from specctl.runtime.supervisor.sglang_backend import SGLangBackend
+
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"buckets": [1, 64], "depths": [0, 1, 2, 3],
+                                 "step_ms": [[6, 7, 8, 9], [14, 19, 26, 32]]}))
+    cfg = SupervisorConfig(backend="sglang", model="/m", draft="/d", settings={"candidates": "0,1,2,3"},
+                           depth_costs=costs)
+    backend = SGLangBackend(cfg)
+    argv = backend.argv
+    adaptive = argv[argv.index("--speculative-adaptive-config") + 1]
+    assert read_candidate_steps(adaptive) == [0, 1, 2, 3]
+    assert argv[argv.index("--speculative-num-steps") + 1] == "3"
+    assert backend.env["SPECCTL_DEPTH_COSTS"] == str(costs.resolve())
+    assert settings_from_env(backend.env).candidates == (0, 1, 2, 3)
+
+
+def test_a_bad_cost_table_or_candidate_set_is_refused_before_the_launch(tmp_path: Path) -> None:
+    from specctl.runtime.supervisor.config import ConfigError, SupervisorConfig
+
+    bad = tmp_path / "costs.json"
+    bad.write_text("[]")
+    with pytest.raises(ConfigError, match="--depth-costs .*costs.json"):
+        SupervisorConfig(backend="sglang", model="/m", draft="/d", depth_costs=bad)
+    with pytest.raises(ConfigError, match="--set steps: must be one of the candidates"):
+        SupervisorConfig(backend="sglang", model="/m", draft="/d", settings={"candidates": "0,1,2"})

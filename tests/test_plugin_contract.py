@@ -358,6 +358,47 @@ def test_sglangs_controller_switches_states_as_the_policy_decides(sglang_source:
     assert controller.params.state()["accept_mean"] == 2.0
 
 
+def test_sglang_builds_a_state_per_candidate_depth_and_switches_among_them(sglang_source: SglangSource,
+                                                                          tmp_path: Path, monkeypatch) -> None:
+    """Candidates 0-3: SGLang reads all four, builds every state at every graph size, follows the depth."""
+    from specctl.runtime.core.depth_model import DepthCosts
+
+    cfg = str(write_config(tmp_path / "adaptive.json", 3, candidates=[0, 1, 2, 3]))
+    loader = adaptive_spec_params(sglang_source, monkeypatch)
+    assert loader.resolve_candidate_steps_from_config(cfg_path=cfg) == [0, 1, 2, 3]
+    costs = DepthCosts((1, 16, 48, 96), (0, 1, 2, 3),
+                       ((6e-3, 7e-3, 8e-3, 8.6e-3), (8e-3, 10.5e-3, 12.5e-3, 15e-3),
+                        (14e-3, 19e-3, 26e-3, 32e-3), (20e-3, 36e-3, 48e-3, 60e-3)))
+    settings = PolicySettings(candidates=(0, 1, 2, 3), off_at=1000, on_at=999, dwell=2)
+
+    def ours(initial_steps: int, cfg_path: str | None = None) -> SpecctlParams:
+        return SpecctlParams(initial_steps, cfg_path, settings=settings, costs=costs)
+
+    module = exec_sglang_module(sglang_source, "speculative/adaptive_runtime_state.py",
+                                {"AdaptiveSpeculativeParams": ours}, monkeypatch)
+    worker = SpecWorker(3)
+    if "policy" in inspect.signature(module.AdaptiveController).parameters:
+        controller = module.AdaptiveController(worker, ours(initial_steps=3, cfg_path=cfg))
+    else:
+        controller = module.AdaptiveController(worker, config_path=cfg)
+    controller.register(types.SimpleNamespace(speculative_num_steps=3))
+    controller.init_states(cuda_graph_bs=[1, 2, 4, 8, 16, 48, 96])
+    assert worker.built == {d: [1, 2, 4, 8, 16, 48, 96] for d in (0, 1, 2)}
+    seen = []
+    pattern = [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]  # about 0.7 a position: 7 in 10 pass the first, 4 the second
+    drawn = 0
+    for bs in [1] * 100 + [16] * 100 + [48] * 100 + [96] * 50:
+        controller.activate_step_by_batch(bs)
+        depth = worker.speculative_num_steps
+        seen.append(depth)
+        accepted = [min(depth, pattern[(drawn + i) % 10]) for i in range(bs)]
+        drawn += bs
+        controller.on_verify_complete(accepted, batch_size=bs)
+    assert set(seen) == {0, 1, 2, 3}
+    assert [seen[i] for i in (99, 199, 299, 349)] == [3, 2, 1, 0]
+    assert controller.params.state()["steps"] == 0
+
+
 # -- the hooks, through SGLang's real HookRegistry -----------------------------
 
 

@@ -262,3 +262,79 @@ def test_load_is_inert_without_the_launchers_variable(monkeypatch) -> None:
     monkeypatch.delenv("SPECCTL_PLUGIN", raising=False)
     load()
     assert not [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]
+
+
+# -- several depths ----------------------------------------------------------------
+
+DEPTH_COSTS = {"source": "test", "buckets": [1, 16, 48, 96], "depths": [0, 1, 2, 3],
+               "step_ms": [[6, 7, 8, 8.6], [8, 10.5, 12.5, 15], [14, 19, 26, 32], [20, 36, 48, 60]]}
+DEPTHS = PolicySettings(candidates=(0, 1, 2, 3), off_at=1000, on_at=999, dwell=2, min_accept=0.3)
+
+
+@pytest.fixture
+def depth_config(tmp_path: Path) -> str:
+    return str(write_config(tmp_path / "adaptive-depths.json", 3, candidates=[0, 1, 2, 3]))
+
+
+def test_config_lists_exactly_the_candidates_in_every_bucket() -> None:
+    config = build_config(3, bucket_sizes(16), candidates=[3, 0, 1, 2])
+    assert {tuple(v["candidate_steps"]) for v in config.values()} == {(0, 1, 2, 3)}
+    assert candidate_steps(config) == [0, 1, 2, 3]
+    assert build_config(3, [1]) == {"1": {"candidate_steps": [0, 3]}}  # the default is unchanged
+
+
+@pytest.mark.parametrize("candidates", [[1, 2, 3], [0, 1, 2]])
+def test_config_candidates_need_off_and_steps(candidates: list[int]) -> None:
+    with pytest.raises(ValueError, match="must hold 0 and steps"):
+        build_config(3, [1], candidates=candidates)
+
+
+def test_candidates_without_a_runtime_state_are_refused(config: str, depth_config: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        make(config, DEPTHS)  # the config built only 0 and 3
+    assert err.value.field == "candidates"
+    p = make(depth_config, DEPTHS)
+    with pytest.raises(SettingsError) as err:
+        p.validate_wire({"specctl_candidates": 0b111001})  # 0, 3, 4, 5
+    assert err.value.field == "candidates" and "[4, 5]" in err.value.message
+    p.apply_settings(p.validate_wire({"specctl_candidates": 0b1011}))  # a subset is fine: 0, 1, 3
+    assert p.state()["settings"]["candidates"] == [0, 1, 3]
+
+
+def test_the_depth_follows_the_load_among_the_candidates(depth_config: str) -> None:
+    from specctl.runtime.core.depth_model import costs_from_dict
+
+    p = make(depth_config, DEPTHS, costs=costs_from_dict(DEPTH_COSTS))
+    pattern = [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]
+    seen = []
+    for i, bs in enumerate([1] * 100 + [16] * 100 + [48] * 100):
+        depth = p.get_steps_for_batch(bs)
+        seen.append(depth)
+        p.on_verify_complete([min(depth, pattern[(i + j) % 10]) for j in range(bs)], bs)
+    assert (seen[99], seen[199], seen[299]) == (3, 2, 1)
+    assert {sw["reason"] for sw in p.state()["recent_switches"]} == {"depth"}
+
+
+def test_a_verify_counts_at_the_depth_its_batch_drafted(depth_config: str) -> None:
+    """Overlap: batch k+1 is decided (at a new depth) before batch k's result comes back."""
+    p = make(depth_config, DEPTHS.with_changes({"mode": "on", "steps": 1}))
+    p.get_steps_for_batch(8)  # drafts 1
+    p.apply_settings(p.validate_wire({"specctl_steps": 3}))
+    assert p.get_steps_for_batch(8) == 3
+    p.on_verify_complete([1] * 8, 8)  # batch 1's: every request accepted its one draft
+    assert p.state()["accept_by_depth"]["3"] == 3.0  # seen as depth 1 (deeper unknown), not as 1 of 3
+
+
+def test_cost_table_from_the_launchers_variable(tmp_path: Path) -> None:
+    from specctl.runtime.sglang_plugin.plugin import costs_from_env
+
+    assert costs_from_env({}) is None
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(DEPTH_COSTS))
+    costs = costs_from_env({"SPECCTL_DEPTH_COSTS": str(path)})
+    assert costs is not None and costs.depths == (0, 1, 2, 3) and costs.source == "test"
+    path.write_text('{"buckets": [1]}')
+    with pytest.raises(SpecctlPluginError) as err:
+        costs_from_env({"SPECCTL_DEPTH_COSTS": str(path)})
+    assert isinstance(err.value, SystemExit) and "SPECCTL_DEPTH_COSTS" in str(err.value.code)
+    assert "depths, step_ms" in str(err.value.code)

@@ -111,3 +111,8 @@ def test_topk_1_in_the_launch_line_is_not_refused_for_it() -> None:
     assert tree_args_problem(["--mem-fraction-static", "0.8"]) is None
     assert tree_args_problem(["--speculative-eagle-topk", "4", "--speculative-eagle-topk", "1"]) is None  # last wins
     assert "got 2" in (tree_args_problem(["--speculative-eagle-topk=1", "--speculative-eagle-topk", "2"]) or "")
+def test_candidate_steps_that_miss_the_launch_steps_are_one_line(tmp_path: Path) -> None:
+    out = run(tmp_path, "run", "--headless", "--socket", str(tmp_path / "s.sock"),
+              "--speculative-candidate-steps", "0,1,2")
+    assert out.returncode == 2, out.stderr
+    assert "--set steps: must be one of the candidates [1, 2], got 3" in out.stderr and "Traceback" not in out.stderr

@@ -111,3 +111,101 @@ def test_every_rank_decides_the_same_at_every_step(tmp_path: Path) -> None:
         assert other["decisions"] == first["decisions"], f"rank {other['rank']} diverged"
         assert other["switches"] == first["switches"] and other["count"] == first["count"]
         assert other["refused"] == first["refused"]
+
+
+# -- several depths: every rank must choose the same depth, not only on/off ------------
+
+DEPTH_COSTS = {"source": "test", "buckets": [1, 16, 48, 96], "depths": [0, 1, 2, 3],
+               "step_ms": [[6, 7, 8, 8.6], [8, 10.5, 12.5, 15], [14, 19, 26, 32], [20, 36, 48, 60]]}
+
+
+def depth_stream(seed: int, steps: int) -> list[tuple[Any, ...]]:
+    """Load that moves the best depth, acceptance that drifts, and an operator pinning depths."""
+    rng = random.Random(seed)
+    stream: list[tuple[Any, ...]] = []
+    rate = 0.7
+    for i in range(steps):
+        if i % 211 == 100:  # pin a depth, then give control back
+            stream.append(("settings", {"specctl_mode": 1, "specctl_steps": rng.choice([1, 2, 3])}))
+        if i % 211 == 140:
+            stream.append(("settings", {"specctl_mode": 0, "specctl_steps": 3}))
+        if i % 307 == 200:  # narrow and widen the candidates live (0b1011: 0, 1, 3)
+            stream.append(("settings", {"specctl_candidates": rng.choice([0b1011, 0b1111, 0b1101])}))
+        if i % 401 == 300:  # refused on every rank: no state for depth 4
+            stream.append(("settings", {"specctl_candidates": 0b11111}))
+        if i % 500 == 0:
+            rate = rng.choice([0.1, 0.5, 0.7, 0.9])
+        bs = rng.choice([1, 2, 8, 16, 24, 48, 64, 96, 200])
+        accepted = []
+        for _ in range(bs):
+            n = 0
+            while n < 3 and rng.random() < rate:
+                n += 1
+            accepted.append(n)
+        stream.append(("step", bs, accepted))
+    return stream
+
+
+def depth_rank_main(rank: int, cfg: str, costs_path: str, conn: Any) -> None:
+    """One scheduler rank choosing depths from the table the launcher named."""
+    from specctl.runtime.sglang_plugin.plugin import costs_from_env
+
+    settings = PolicySettings(candidates=(0, 1, 2, 3), dwell=4, min_accept=0.3, off_at=150, on_at=100,
+                              accept_window=16, probe_after=300)
+    params = SpecctlParams(3, cfg, settings=settings, costs=costs_from_env({"SPECCTL_DEPTH_COSTS": costs_path}))
+    decisions: list[int] = []
+    refused = 0
+    in_flight: list[tuple[int, list[int]]] = []
+    while (msg := conn.recv()) is not None:
+        if msg[0] == "settings":
+            try:
+                params.apply_settings(params.validate_wire(msg[1]))
+            except ValueError:
+                refused += 1
+        else:
+            _, bs, accepts = msg
+            depth = params.get_steps_for_batch(bs)
+            decisions.append(depth)
+            in_flight.append((bs, [min(a, depth) for a in accepts]))
+            if len(in_flight) == 2:  # overlap: batch k's result after batch k+1 is decided
+                done_bs, done = in_flight.pop(0)
+                params.on_verify_complete(done, done_bs)
+    state = params.state()
+    conn.send({"rank": rank, "decisions": decisions, "refused": refused,
+               "switches": [(s["step"], s["from"], s["to"], s["reason"]) for s in state["recent_switches"]],
+               "count": state["switches"], "state": state})
+
+
+def test_every_rank_chooses_the_same_depth_at_every_step(tmp_path: Path) -> None:
+    import json
+
+    cfg = str(write_config(tmp_path / "adaptive.json", 3, candidates=[0, 1, 2, 3]))
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps(DEPTH_COSTS))
+    ctx = mp.get_context("spawn")
+    pipes = [ctx.Pipe() for _ in range(RANKS)]
+    procs = [ctx.Process(target=depth_rank_main, args=(r, cfg, str(costs), child))
+             for r, (_, child) in enumerate(pipes)]
+    for p in procs:
+        p.start()
+    try:
+        for msg in depth_stream(seed=11, steps=4000):
+            for parent, _ in pipes:
+                parent.send(msg)
+        for parent, _ in pipes:
+            parent.send(None)
+        reports = [parent.recv() for parent, _ in pipes]
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    first = reports[0]
+    assert set(first["decisions"]) == {0, 1, 2, 3}, "every depth must be chosen somewhere"
+    reasons = {s[3] for s in first["switches"]}
+    assert {"depth", "forced"} <= reasons and first["count"] >= 100
+    assert first["refused"] > 0
+    for other in reports[1:]:
+        assert other["decisions"] == first["decisions"], f"rank {other['rank']} diverged"
+        assert other["switches"] == first["switches"] and other["count"] == first["count"]
+        assert other["state"] == first["state"] and other["refused"] == first["refused"]

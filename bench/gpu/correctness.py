@@ -13,6 +13,7 @@ against the specctl server in each mode, then compare.
     correctness.py compare REF.json OTHER.json ...
 
 --toggle S flips specctl between forced on and forced off every S seconds
+(with --cycle-steps 1,3,0,2: pins those depths in turn, 0 being forced off)
 while the requests run ("switched mid-generation"). --set applies specctl
 settings first (e.g. an auto policy that switches often). --then MODE --after S
 switches once, S seconds in (the resume experiment: start off, then on).
@@ -66,14 +67,28 @@ def generate(url: str, payload: dict[str, Any], out: list[Any], i: int) -> None:
         out[i] = {"ids": None, "error": repr(exc)[:300]}
 
 
-def toggler(url: str, period: float, stop: threading.Event, flips: list[str]) -> None:
-    """Flip forced on / forced off every ``period`` seconds until told to stop."""
-    mode = "off"
+def toggler(url: str, period: float, stop: threading.Event, flips: list[str],
+            depths: list[int] | None = None) -> None:
+    """Flip forced on / forced off every ``period`` seconds until told to stop.
+
+    With ``depths`` (``--cycle-steps 1,3,0,2``) each flip pins the next depth
+    instead (forced on at that many draft steps; 0 is forced off), so one
+    generation runs through several runtime states.
+    """
+    mode, i = "off", 0
     while not stop.wait(period):
-        mode = "on" if mode == "off" else "off"
+        if depths:
+            depth = depths[i % len(depths)]
+            i += 1
+            args = {"specctl_mode": ctl.MODE_CODES["off"]} if depth == 0 else \
+                {"specctl_mode": ctl.MODE_CODES["on"], "specctl_steps": depth}
+            label = f"depth {depth}"
+        else:
+            mode = "on" if mode == "off" else "off"
+            args, label = {"specctl_mode": ctl.MODE_CODES[mode]}, mode
         try:
-            ctl.set_server_args(url, {"specctl_mode": ctl.MODE_CODES[mode]})
-            flips.append(mode)
+            answer = ctl.set_server_args(url, args)
+            flips.append(label if answer != [False] else f"error refused {label}")
         except Exception as exc:
             flips.append(f"error {exc!r}"[:100])
 
@@ -92,7 +107,7 @@ def switch_once(url: str, after: float, mode: str, stop: threading.Event, flips:
 def run(args: argparse.Namespace) -> int:
     url = args.url
     record: dict[str, Any] = {"label": args.label, "mode": args.mode, "toggle": args.toggle, "set": args.set,
-                              "then": args.then, "after": args.after}
+                              "then": args.then, "after": args.after, "cycle_steps": args.cycle_steps}
     if args.set:
         ctl_args = ["set", *args.set]
         record["set_answer"] = _ctl(url, ctl_args)
@@ -109,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     stop, flips = threading.Event(), []
     flip_thread = None
     if args.toggle:
-        flip_thread = threading.Thread(target=toggler, args=(url, args.toggle, stop, flips))
+        flip_thread = threading.Thread(target=toggler, args=(url, args.toggle, stop, flips, args.cycle_steps))
     elif args.then:
         flip_thread = threading.Thread(target=switch_once, args=(url, args.after, args.then, stop, flips))
     t0 = time.perf_counter()
@@ -196,6 +211,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("out")
     p.add_argument("--mode", choices=["on", "off", "auto"])
     p.add_argument("--toggle", type=float, default=0.0)
+    p.add_argument("--cycle-steps", type=lambda t: [int(x) for x in t.split(",")], metavar="1,3,0,2",
+                   help="with --toggle: pin these depths in turn (0 = forced off) instead of flipping on/off")
     p.add_argument("--then", choices=["on", "off", "auto"], help="switch to this mode once, --after seconds in")
     p.add_argument("--after", type=float, default=1.0)
     p.add_argument("--logprobs", action="store_true")

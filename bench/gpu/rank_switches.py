@@ -21,8 +21,10 @@ import sys
 from collections import defaultdict
 
 # "[2026-11-29 16:22:08 TP1] specctl: switch 3 at step 412: speculation off (load), batch 57"
+# (choosing among depths the line ends ", depth 3 -> 1": ranks must agree on the depth too)
 SWITCH = re.compile(r"^\[[^\]]*?(?: TP(?P<rank>\d+)[^\]]*)?\] specctl: switch (?P<k>\d+) at step (?P<step>\d+): "
-                    r"speculation (?P<on>on|off) \((?P<reason>[^)]*)\), batch (?P<batch>\S+)")
+                    r"speculation (?P<on>on|off) \((?P<reason>[^)]*)\), batch (?P<batch>[^\s,]+)"
+                    r"(?:, depth (?P<from>\d+) -> (?P<to>\d+))?")
 
 Switch = tuple[int, int, str, str]  # (switch number, step, on|off, reason)
 
@@ -35,7 +37,8 @@ def switches(paths: list[str]) -> dict[int, list[Switch]]:
             for line in fh:
                 m = SWITCH.match(line)
                 if m:
-                    by_rank[int(m["rank"] or 0)].append((int(m["k"]), int(m["step"]), m["on"], m["reason"]))
+                    on = m["on"] if m["to"] is None else f"{m['on']} at depth {m['to']}"
+                    by_rank[int(m["rank"] or 0)].append((int(m["k"]), int(m["step"]), on, m["reason"]))
     return dict(by_rank)
 
 

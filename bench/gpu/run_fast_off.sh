@@ -58,6 +58,24 @@
 #                  device sync per step: for correctness, not for the timing)
 #   fixcheck       specctl server: greedy runs forced on / off / toggled / off-then-on (cold
 #                  draft) / auto, compared with each other (and no spec, if here), KV check
+#   depthcheck     specctl server built with DEPTHS (default 0,1,2,3; acceptance NOT simulated): each
+#                  state's build time and memory from the log, greedy runs at every static depth, forced
+#                  off, depths cycled mid-generation (--cycle-steps), auto over the depths with a cost
+#                  table (DEPTH_COSTS, else the simulator's prediction for ATTN) switching often, all
+#                  compared with each other (and no spec, if here); KV before/after; acceptance right
+#                  after each depth change (depth_accept.py); every rank's switches (rank_switches.py)
+#   depthsweep     specctl server built with DEPTHS, simulated acceptance (ACC_LEN): interleave.py over
+#                  CONCS3 with every static depth (d1 d2 d3) and off taking turns under one load, then
+#                  depth_table.py turns those windows into the measured cost table
+#                  ($WORK/depth-costs-measured.json, kept in $OUT)
+#   depthauto      a fresh specctl server with the measured table (or DEPTH_COSTS): auto over DEPTHS
+#                  against d3 and off in the same load (CONCS3), its depth per window in the CSV; the
+#                  no-spec reference is nospec2's CSV (same IL_* load)
+#                  CAVEAT for depthsweep/depthauto: SGLang's simulated acceptance (match-expected) accepts
+#                  ACC_LEN-1 drafts whatever the depth (clamped to it): at 2.8 depth 2 yields what depth 3
+#                  does, at 2.0 depth 1 yields what any does, so a middle depth "wins" by construction.
+#                  It still tests auto against the statics under one law; the simulator's prediction of
+#                  it is `bench/policy_envelope.py --depths 0,1,2,3 --sglang-law` (docs/policy.md)
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
@@ -125,6 +143,9 @@ PAIR_FRAC_B=${PAIR_FRAC_B:-0.84}
 PAIR_MAX_TOKENS=${PAIR_MAX_TOKENS:-340000}
 PAIR_LOAD=${PAIR_LOAD:-arrivals}  # arrivals (the sweep's) | decode (see offpair above)
 PAIR_DECODE_OUTPUT=${PAIR_DECODE_OUTPUT:-2000}  # outlasts warm-up + window at 64-256 requests
+DEPTHS=${DEPTHS:-}                # candidate depths of the specctl server (e.g. 0,1,2,3); empty = 0 and STEPS
+DEPTH_COSTS=${DEPTH_COSTS:-}      # a cost table for the depth choice (JSON); empty = none (on/off policy)
+CONCS3=${CONCS3:-"1 4 8 16 24 32 48 64 128 256"}   # the depth sweep's concurrencies (issue 22's grid)
 PIN_SERVER=${PIN_SERVER:-}       # a CPU list (taskset -c) for every server process, empty = not pinned
 PIN_LOAD=${PIN_LOAD:-}           # a CPU list for the load generators
 SERVER_PIN=(); [ -n "$PIN_SERVER" ] && SERVER_PIN=(taskset -c "$PIN_SERVER")
@@ -219,16 +240,18 @@ COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-len
 
 # The specctl server's command and environment, from the project's own launcher.
 specctl_cmd() {  # prints one argument per line
-  python3 - "$MODELS" "$PORT" "$STEPS" "$WORK/adaptive.json" "$ATTN" "$TP" <<'EOF'
+  python3 - "$MODELS" "$PORT" "$STEPS" "$WORK/adaptive.json" "$ATTN" "$TP" "$DEPTHS" "$DEPTH_COSTS" <<'EOF'
 import json, sys
 from specctl.runtime.supervisor import launcher
 from specctl.runtime.core.policy import PolicySettings
 from specctl.runtime.core.adaptive_config import write_config
 models, port, steps, cfg, attn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-write_config(cfg, steps)
+settings = PolicySettings(steps=steps).with_changes({"candidates": sys.argv[7]}) if sys.argv[7] else \
+    PolicySettings(steps=steps)
+write_config(cfg, steps, candidates=settings.candidates)
 cmd = launcher.build_command(f"{models}/llama3-8b-shape", f"{models}/eagle3-llama3-8b-shape", int(sys.argv[6]), steps,
                              port, "127.0.0.1", cfg, extra_args=["--attention-backend", attn])
-env = launcher.launch_env(PolicySettings(steps=steps))
+env = launcher.launch_env(settings, depth_costs=sys.argv[8] or None)
 for k, v in env.items():
     print(f"ENV {k}={v}")
 for a in cmd:
@@ -702,6 +725,82 @@ phase_fixcheck() {  # the fixed off state's paths on this backend, without a no-
   stop_server
 }
 
+# ------------------------------------------------------------ draft depth (issue 22)
+predicted_costs() {  # predicted_costs FILE: the simulator's cost table for ATTN's preset (a prediction)
+  local preset=h200-llama8b; [ "$ATTN" = fa3 ] && preset=h200-llama8b-fa3
+  python3 -m specctl.runtime.sim.depth --preset "$preset" --depths "$DEPTHS" --out "$1"
+}
+
+depth_switch() {  # a switch command for interleave.py: dN pins depth N (forced on), off and auto as named
+  cat > "$WORK/depth.sh" <<SHEOF
+case \$1 in
+  d*) python3 "$HERE/ctl.py" "$URL" set mode=1 steps=\${1#d} > /dev/null ;;
+  off) python3 "$HERE/ctl.py" "$URL" set mode=2 steps=$STEPS > /dev/null ;;
+  auto) python3 "$HERE/ctl.py" "$URL" set mode=0 steps=$STEPS > /dev/null ;;
+esac
+SHEOF
+  echo "bash $WORK/depth.sh {mode}"
+}
+
+phase_depthcheck() {  # correctness first: every depth's greedy outputs, switching mid-generation, KV, acceptance
+  DEPTHS=${DEPTHS:-0,1,2,3}
+  local costs=${DEPTH_COSTS:-$WORK/depth-costs-predicted.json} P=$WORK/depthcheck-$TAG.txt runs=() d
+  [ -n "$DEPTH_COSTS" ] || predicted_costs "$costs" || return 1
+  DEPTH_COSTS=$costs start_server depthcheck specctl 0 || return 1
+  { echo "== states built (SGLang's log: elapsed and memory per depth)"
+    grep -h "Built adaptive runtime state\|specctl: policy in charge" "$WORK/server-depthcheck.log" | cut -c1-300
+    echo "== KV used before"; python3 "$HERE/ctl.py" "$URL" used; } > "$P" 2>&1
+  for d in ${DEPTHS//,/ }; do
+    [ "$d" = 0 ] && continue
+    corr "dc-d$d-$ATTN" --set steps="$d" min_accept=0 --mode on
+    runs+=("$WORK/corr-dc-d$d-$ATTN.json")
+  done
+  python3 "$HERE/ctl.py" "$URL" set steps="$STEPS" >/dev/null
+  corr "dc-off-$ATTN" --mode off
+  corr "dc-cycle-$ATTN" --set min_accept=0 --mode on --toggle 0.03 --cycle-steps 1,3,0,2,3,1,0,2
+  corr "dc-auto-$ATTN" --set steps="$STEPS" min_accept=0 accept_slope=0 accept_window=2 probe_after=16 dwell=1 \
+    --mode auto
+  python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_window=64 probe_after=256 dwell=8 steps="$STEPS" >/dev/null
+  runs+=("$WORK/corr-dc-off-$ATTN.json" "$WORK/corr-dc-cycle-$ATTN.json" "$WORK/corr-dc-auto-$ATTN.json")
+  python3 "$HERE/correctness.py" compare "${runs[@]}" | tee -a "$P"
+  { echo "== KV used after"; python3 "$HERE/ctl.py" "$URL" used; echo "== state"; python3 "$HERE/ctl.py" "$URL" state; } >> "$P" 2>&1
+  echo "== acceptance right after a depth change (draft not simulated)" >> "$P"
+  python3 "$HERE/depth_accept.py" "$URL" --depths 1,3,2,0,3,1,2,3 --period 4 --concurrency 16 \
+    --csv "$OUT/depth-accept-$TAG.csv" >> "$P" 2>&1 || log "depth_accept failed"
+  python3 "$HERE/rank_switches.py" "$WORK/server-depthcheck.log" >> "$P" 2>&1
+  cat "$P" | cut -c1-300
+  cp -f "$P" "$OUT/"
+  server_facts depthcheck
+  stop_server
+}
+
+phase_depthsweep() {  # every static depth and off under one load; their windows become the measured table
+  DEPTHS=${DEPTHS:-0,1,2,3}
+  local modes="" d
+  for d in ${DEPTHS//,/ }; do [ "$d" = 0 ] || modes="$modes d$d"; done
+  start_server depthsweep specctl 1 || return 1
+  grep -h "Built adaptive runtime state" "$WORK/server-depthsweep.log" | cut -c1-300
+  python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_slope=0 >/dev/null
+  interleave "depth-$ATTN" "$ROUNDS" "$CONCS3" "$modes off" "$(depth_switch)"
+  python3 "$HERE/depth_table.py" "$WORK/depth-costs-measured.json" "$CSV2" | tee "$WORK/depth-table-$TAG.txt"
+  cp -f "$WORK/depth-costs-measured.json" "$OUT/depth-costs-measured-$TAG.json" 2>/dev/null
+  server_facts depthsweep
+  stop_server
+}
+
+phase_depthauto() {  # auto over the depths with the measured table, against d3 and off in the same load
+  DEPTHS=${DEPTHS:-0,1,2,3}
+  local costs=${DEPTH_COSTS:-$WORK/depth-costs-measured.json}
+  [ -f "$costs" ] || { log "no cost table: run depthsweep first or set DEPTH_COSTS"; return 1; }
+  DEPTH_COSTS=$costs start_server depthauto specctl 1 || return 1
+  python3 "$HERE/ctl.py" "$URL" state | cut -c1-400
+  interleave "depthauto-$ATTN" "$ROUNDS" "$CONCS3" "auto d$STEPS off" "$(depth_switch)"
+  python3 "$HERE/ctl.py" "$URL" state | cut -c1-600
+  python3 "$HERE/rank_switches.py" "$WORK/server-depthauto.log"
+  server_facts depthauto
+  stop_server
+}
+
 # ------------------------------------------------------------------ phases
 phase_nospec() {
   start_server nospec nospec 0 || return 1
@@ -811,6 +910,9 @@ for ph in "$@"; do
     offpair) phase_offpair ;;
     earlypub) phase_earlypub ;;
     fixcheck) phase_fixcheck ;;
+    depthcheck) phase_depthcheck ;;
+    depthsweep) phase_depthsweep ;;
+    depthauto) phase_depthauto ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
     *) log "unknown phase $ph" ;;

@@ -24,6 +24,10 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
     g.add_argument("--speculative-num-steps", type=int, default=3, dest="spec_steps",
                    help="draft steps when speculation is on (default 3)")
+    g.add_argument("--speculative-candidate-steps", metavar="0,1,2,3", dest="candidate_steps",
+                   help="draft depths auto chooses among, each built at start (default: 0 and the steps)")
+    g.add_argument("--depth-costs", metavar="FILE.json",
+                   help="step time per (batch, depth) the depth choice prices with (docs/policy.md)")
     g.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     g.add_argument("--attach", metavar="URL", help="supervise a server started elsewhere")
     g.add_argument("--admin-key-file", metavar="FILE",
@@ -72,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                        ("auto", "let the policy decide (default)")):
         p = verb(name, text)
         p.add_argument("--socket", help="control socket path")
+        if name == "force-on":
+            p.add_argument("--steps", type=int, metavar="N",
+                           help="the draft depth to pin (one of the server's candidate depths)")
     setp = verb("set", "change thresholds, all or nothing: specctl set off_at=64 on_at=32")
     setp.add_argument("pairs", nargs="+", metavar="KEY=VALUE",
                       help="KEY is one of " + ", ".join(f.name for f in fields(PolicySettings)) + " (docs/policy.md)")

@@ -70,8 +70,9 @@ def _describe(e: ControlError) -> str:
 # -- mode ---------------------------------------------------------------------------
 
 def _mode(mode: str) -> Callable[[Path, argparse.Namespace], int]:
-    def verb(path: Path, _args: argparse.Namespace) -> int:
-        settings = call(path, "mode", {"mode": mode})["settings"]
+    def verb(path: Path, args: argparse.Namespace) -> int:
+        steps = getattr(args, "steps", None)
+        settings = call(path, "mode", {"mode": mode} if steps is None else {"mode": mode, "steps": steps})["settings"]
         print(_mode_line(settings))
         return EXIT_OK
     return verb
@@ -82,7 +83,8 @@ def _mode_line(settings: dict[str, Any]) -> str:
     if mode == "off":
         return "speculation forced OFF (mode off; `specctl auto` hands it back to the policy)"
     if mode == "on":
-        return "speculation forced ON (mode on; `specctl auto` hands it back to the policy)"
+        return (f"speculation forced ON at {settings.get('steps')} draft steps "
+                "(mode on; `specctl auto` hands it back to the policy)")
     return (f"speculation under the policy (mode auto: off at batch >= {settings.get('off_at')}, "
             f"on at <= {settings.get('on_at')})")
 

@@ -2,10 +2,11 @@
 
 SGLang builds one runtime state (attention backends and CUDA graphs) per step
 count listed under ``candidate_steps`` in this file, at start-up, and sizes
-its draft-token buffers from the largest one. specctl only ever uses two step
-counts, ``0`` (speculation off) and ``N`` (on), so every batch-size bucket
-lists exactly ``[0, N]``: both states exist, with CUDA graphs at every batch
-size, whatever the policy or a forced mode picks later.
+its draft-token buffers from the largest one. By default specctl uses two
+step counts, ``0`` (speculation off) and ``N`` (on), so every batch-size
+bucket lists exactly ``[0, N]``; with the ``candidates`` setting (e.g. 0,1,2,3)
+every bucket lists exactly those. Either way every state exists with CUDA
+graphs at every batch size, whatever the policy or a forced mode picks later.
 
 The file is read by SGLang's ``_load_adaptive_config`` (keys that are decimal
 batch sizes; other keys are knobs of SGLang's own EMA policy, which specctl
@@ -38,21 +39,32 @@ def bucket_sizes(max_batch: int = DEFAULT_MAX_BATCH) -> list[int]:
     return sizes
 
 
-def build_config(steps: int, buckets: Iterable[int] | None = None) -> dict[str, Any]:
-    """The config dict: ``{"1": {"candidate_steps": [0, steps]}, "2": ..., ...}``."""
+def build_config(steps: int, buckets: Iterable[int] | None = None,
+                 candidates: Iterable[int] | None = None) -> dict[str, Any]:
+    """The config dict: ``{"1": {"candidate_steps": [0, steps]}, "2": ..., ...}``.
+
+    ``candidates`` (the policy setting of that name; empty or None: ``[0, steps]``)
+    must hold 0 and ``steps``: SGLang refuses a --speculative-num-steps outside them.
+    """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    depths = sorted(set(candidates or ())) or [0, steps]
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in depths):
+        raise ValueError(f"candidates must be non-negative integers, got {depths}")
+    if 0 not in depths or steps not in depths:
+        raise ValueError(f"candidates must hold 0 and steps ({steps}), got {depths}")
     keys = sorted(set(bucket_sizes() if buckets is None else buckets))
     if not keys or keys[0] != 1:
         raise ValueError(f"buckets must start at batch size 1, got {keys}")
-    return {str(bs): {"candidate_steps": [0, steps]} for bs in keys}
+    return {str(bs): {"candidate_steps": list(depths)} for bs in keys}
 
 
-def write_config(path: str | os.PathLike[str], steps: int, buckets: Iterable[int] | None = None) -> Path:
+def write_config(path: str | os.PathLike[str], steps: int, buckets: Iterable[int] | None = None,
+                 candidates: Iterable[int] | None = None) -> Path:
     """Write the config atomically (a half-written file would fail SGLang's start-up)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(build_config(steps, buckets)) + "\n"
+    text = json.dumps(build_config(steps, buckets, candidates)) + "\n"
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

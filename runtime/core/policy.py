@@ -10,6 +10,10 @@ Vocabulary:
 - *step*: one call of :meth:`SpecPolicy.decide`, i.e. one decode batch.
 - *accepted*: accepted draft tokens of one request in one verify, not
   counting the bonus token (so 0..steps).
+- *depth*: the draft steps a decode batch runs (0 = off). With the default
+  candidate set {0, steps} the policy is the on/off machine it always was;
+  with more positive candidates and a cost table it chooses the depth with
+  the most expected tokens per second of step time (docs/policy.md, "Depth").
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
+from specctl.runtime.core.depth_model import MAX_DEPTH, AcceptStats, DepthCosts
 from specctl.runtime.core.wire import WIRE_PREFIX
 
 Mode = Literal["auto", "on", "off"]
 MODES: tuple[Mode, ...] = ("auto", "on", "off")
 # Reasons a switch happened; clients branch on these strings.
-REASONS = ("load", "quiet", "low_accept", "probe", "forced")
+REASONS = ("load", "quiet", "low_accept", "probe", "forced", "depth")
 
 # SGLang's /set_internal_state takes numbers only, so the mode travels as one.
 MODE_CODES: dict[Mode, int] = {"auto": 0, "on": 1, "off": 2}
@@ -36,6 +41,14 @@ RECENT_SWITCHES = 64
 # that the floor sits this far under the acceptance that switched it off: the
 # 20 % gap is the hysteresis, so acceptance near the floor cannot flap the state.
 QUIET_SHARE = 0.8
+# A depth change needs the new depth's expected tokens per second of step time this much
+# above the current one's: the hysteresis of the depth choice, so that two depths whose
+# scores are within the estimate's noise do not alternate every dwell.
+DEPTH_MARGIN = 0.03
+# Verifies the depth choice waits for after a start or a probe before it takes over from the
+# on/off rules: two verifies of a large batch hold enough requests, but their mean scatters by
+# more than the margin, and one unlucky read that switches off for load would never be revised.
+DEPTH_MIN_VERIFIES = 8
 
 
 class SettingsError(ValueError):
@@ -72,6 +85,11 @@ class PolicySettings:
     # plugin's fast off reads it each off step and prefill. A warm draft costs a draft extend
     # per off step and a draft prefill per prompt (docs/fast-off.md), so keep it where cheap.
     warm_below: int = 0
+    # Depths auto chooses among (0 = off), each with a runtime state SGLang built at start
+    # (the adaptive config lists exactly these). Empty: {0, steps}, the on/off policy. Auto
+    # only uses candidates up to ``steps``, so ``steps`` caps the depth in auto and pins it
+    # in forced on. Travels on the wire as a bit mask (bit d set: depth d is a candidate).
+    candidates: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -80,9 +98,6 @@ class PolicySettings:
         """A new, validated settings object; raises SettingsError and changes nothing on bad input."""
         return replace(self, **check_fields(changes))
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def to_wire(self, keys: Iterable[str] | None = None) -> dict[str, int | float]:
         """The numeric ``server_args`` form that SGLang's /set_internal_state accepts."""
         values = self.as_dict()
@@ -90,8 +105,23 @@ class PolicySettings:
         wire: dict[str, int | float] = {}
         for key in chosen:
             value = values[key]
-            wire[WIRE_PREFIX + key] = MODE_CODES[value] if key == "mode" else value
+            if key == "mode":
+                value = MODE_CODES[value]
+            elif key == "candidates":
+                value = candidates_mask(value)
+            wire[WIRE_PREFIX + key] = value
         return wire
+
+    def as_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["candidates"] = list(self.candidates)
+        return values
+
+    def depths(self) -> tuple[int, ...]:
+        """The depths auto may choose now: the candidates up to ``steps`` ({0, steps} by default)."""
+        if not self.candidates:
+            return (0, self.steps)
+        return tuple(d for d in self.candidates if d <= self.steps)
 
 
 def check_fields(changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,8 +142,28 @@ _INT_FIELDS = ("steps", "off_at", "on_at", "accept_window", "probe_after", "dwel
 _FLOAT_FIELDS = ("min_accept", "accept_slope")
 
 
+def candidates_mask(depths: Iterable[int]) -> int:
+    """{0, 1, 3} -> 0b1011: SGLang's /set_internal_state takes numbers only."""
+    return sum(1 << d for d in depths)
+
+
+def _coerce_candidates(value: Any) -> tuple[int, ...]:
+    """"0,1,2,3", [0, 1, 2, 3] or "" (the default, {0, steps}) -> sorted depths; the rest is refused."""
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",")] if value.strip() else []
+        if not all(re.fullmatch(r"[0-9]{1,2}", p) for p in parts):
+            raise SettingsError("candidates", f"must be draft depths like 0,1,2,3, got {value[:40]!r}")
+        value = [int(p) for p in parts]
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in value):
+        raise SettingsError("candidates", f"must be a list of draft depths like 0,1,2,3, got {value!r}")
+    return tuple(sorted(set(value)))
+
+
 def _coerce(key: str, value: Any) -> Any:
     """Turn text or JSON numbers into the field's type, refusing anything lossy."""
+    if key == "candidates":
+        return _coerce_candidates(value)
     if key == "mode":
         if isinstance(value, str) and value.lower() in MODES:
             return value.lower()
@@ -192,53 +242,95 @@ def _validate(s: PolicySettings) -> None:
         raise SettingsError("dwell", f"must be between 0 and 1000000, got {s.dwell}")
     if not 0 <= s.warm_below <= 1_000_000:
         raise SettingsError("warm_below", f"must be between 0 and 1000000, got {s.warm_below}")
+    _validate_candidates(s)
+
+
+def _validate_candidates(s: PolicySettings) -> None:
+    c = s.candidates
+    if not isinstance(c, tuple) or list(c) != sorted(set(c)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in c):
+        raise SettingsError("candidates", f"must be ascending distinct draft depths, got {c!r}")
+    if not c:
+        return
+    if any(not 0 <= d <= MAX_DEPTH for d in c):
+        raise SettingsError("candidates", f"depths must be between 0 and {MAX_DEPTH}, got {list(c)}")
+    if 0 not in c or len(c) < 2:
+        raise SettingsError("candidates", f"must hold 0 (off) and at least one depth, got {list(c)}")
+    if s.steps not in c:
+        raise SettingsError("steps", f"must be one of the candidates {[d for d in c if d]}, got {s.steps}")
 
 
 def settings_from_wire(current: PolicySettings, wire: Mapping[str, Any]) -> PolicySettings:
     """Apply the ``specctl_*`` keys of a /set_internal_state body; other keys are ignored."""
     changes = {k[len(WIRE_PREFIX):]: v for k, v in wire.items() if k.startswith(WIRE_PREFIX)}
+    if "candidates" in changes:
+        changes["candidates"] = _candidates_from_mask(changes["candidates"])
     return current.with_changes(changes)
+
+
+def _candidates_from_mask(mask: Any) -> list[int]:
+    if isinstance(mask, float) and mask.is_integer():
+        mask = int(mask)
+    if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask < 1 << (MAX_DEPTH + 1):
+        raise SettingsError("candidates", f"must be a bit mask of depths 0..{MAX_DEPTH} on the wire, got {mask!r}")
+    return [d for d in range(MAX_DEPTH + 1) if mask >> d & 1]
 
 
 @dataclass(frozen=True)
 class Switch:
-    """One change of the on/off state, and why."""
+    """One change of the depth (on/off included), and why."""
 
     seq: int
     step: int
     on: bool
     reason: str
     batch_size: int
+    depth_from: int = 0
+    depth_to: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"seq": self.seq, "step": self.step, "on": self.on, "reason": self.reason,
+                "batch_size": self.batch_size, "from": self.depth_from, "to": self.depth_to}
 
 
 class SpecPolicy:
-    """Deterministic on/off state machine over scheduler steps."""
+    """Deterministic depth chooser over scheduler steps (the on/off machine by default).
 
-    def __init__(self, settings: PolicySettings | None = None) -> None:
+    ``costs``: the step-time table per (batch, depth) the depth choice prices
+    candidates with; without one, or with a single positive candidate, the
+    policy is the on/off machine and drafts ``steps`` whenever it is on.
+    """
+
+    def __init__(self, settings: PolicySettings | None = None, costs: DepthCosts | None = None) -> None:
         self._settings = settings or PolicySettings()
         self._pending: PolicySettings | None = None
+        self._costs = costs
         self._step = 0
-        self._on = self._settings.mode != "off"
+        self._depth = self._settings.steps if self._settings.mode != "off" else 0
         self._reason: str | None = None
         self._last_switch_step: int | None = None
         self._low_accept_since: int | None = None  # step of the low_accept switch, while off for it
         self._low_accept_mean = 0.0  # the acceptance mean that made that switch
         self._accepts: deque[float] = deque(maxlen=self._settings.accept_window)
         self._accept_sum = 0.0
+        self._stats = AcceptStats(self._settings.accept_window)
         self._switches: deque[Switch] = deque(maxlen=RECENT_SWITCHES)
         self._switch_count = 0
         self._verifies = 0
         self._steps_on = 0
         self._steps_off = 0
         self._last_batch = 0
+        self._depths = self._settings.depths()
+        self._steps_at: dict[int, int] = {}
 
     # -- settings -------------------------------------------------------
     @property
     def settings(self) -> PolicySettings:
         return self._pending or self._settings
+
+    @property
+    def costs(self) -> DepthCosts | None:
+        return self._costs
 
     def apply(self, changes: Mapping[str, Any]) -> PolicySettings:
         """Validate ``changes`` as a whole; they take effect at the next :meth:`decide`."""
@@ -253,7 +345,9 @@ class SpecPolicy:
         if new.accept_window != self._settings.accept_window:
             self._accepts = deque(self._accepts, maxlen=new.accept_window)
             self._accept_sum = float(sum(self._accepts))
+            self._stats.set_window(new.accept_window)
         self._settings = new
+        self._depths = new.depths()
 
     # -- per-step inputs ------------------------------------------------
     def decide(self, batch_size: int) -> int:
@@ -263,26 +357,43 @@ class SpecPolicy:
         self._last_batch = batch_size
         s = self._settings
         if s.mode == "on":
-            self._set(True, "forced", batch_size)
+            self._to(s.steps, "forced", batch_size)
         elif s.mode == "off":
-            self._set(False, "forced", batch_size)
+            self._to(0, "forced", batch_size)
         else:
-            self._auto(batch_size)
-        if self._on:
+            if self._depth and self._depth not in self._depths:  # steps or the candidates changed under it
+                self._to(s.steps, "forced", batch_size)
+            if self._choosing_depth():
+                self._auto_depth(batch_size)
+            else:
+                self._auto(batch_size)
+        depth = self._depth
+        if depth:
             self._steps_on += 1
-            return s.steps
-        self._steps_off += 1
-        return 0
+            self._steps_at[depth] = self._steps_at.get(depth, 0) + 1
+        else:
+            self._steps_off += 1
+        return depth
 
-    def on_verify(self, accepted: Iterable[int | float]) -> None:
-        """Accepted draft tokens per request after one verify (bonus token not counted)."""
+    def on_verify(self, accepted: Iterable[int | float], depth: int | None = None) -> None:
+        """Accepted draft tokens per request after one verify (bonus token not counted).
+
+        ``depth``: the draft steps that verify ran (the plugin's overlap
+        scheduler verifies a batch decided one step earlier); the current
+        depth when not given.
+        """
         values = accepted if isinstance(accepted, (list, tuple)) else list(accepted)
         if not values:
             return
         self._record_mean(sum(values) / len(values))
+        self._stats.add(values, self._depth if depth is None else depth)
 
     def on_verify_mean(self, mean: float) -> None:
-        """Same as :meth:`on_verify` for a caller that already holds the batch mean."""
+        """Same as :meth:`on_verify` for a caller that already holds the batch mean.
+
+        A mean says nothing of how acceptance falls along the draft, so it
+        feeds the on/off rules only, not the depth choice.
+        """
         self._record_mean(float(mean))
 
     def _record_mean(self, mean: float) -> None:
@@ -297,7 +408,7 @@ class SpecPolicy:
         s = self._settings
         if not self._dwelt():
             return
-        if self._on:
+        if self._depth:
             if bs >= s.off_at:
                 self._set(False, "load", bs)
             elif self._window_full() and (mean := self._accept_sum / len(self._accepts)) < self._floor(bs):
@@ -328,6 +439,64 @@ class SpecPolicy:
         elif s.accept_slope > 0 and self._floor(bs) <= QUIET_SHARE * self._low_accept_mean:
             self._set(True, "quiet", bs)
 
+    # -- the depth choice -----------------------------------------------
+    def _choosing_depth(self) -> bool:
+        """Whether auto chooses among depths: a cost table, two positive candidates, evidence.
+
+        Until the first position has ``accept_window / 2`` requests of
+        evidence (at start, after a probe) the on/off rules run at ``steps``,
+        the deepest allowed depth, whose verifies inform every shallower one.
+        """
+        return (self._costs is not None and len(self._depths) > 2
+                and self._stats.verifies >= DEPTH_MIN_VERIFIES
+                and self._stats.evidence() >= self._settings.accept_window / 2)
+
+    def _auto_depth(self, bs: int) -> None:
+        s = self._settings
+        if not self._dwelt():
+            return
+        if bs >= s.off_at:  # the operator's ceiling holds whatever the table says
+            self._to(0, "load", bs)
+            return
+        if self._depth == 0 and self._low_accept_since is not None:
+            if self._step - self._low_accept_since >= s.probe_after:
+                self._stats.reset()  # measure afresh: the on/off rules run at steps until evidence is in
+                self._accepts.clear()
+                self._accept_sum = 0.0
+                self._to(s.steps, "probe", bs)
+            return
+        if self._depth == 0 and self._last_switch_step is not None \
+                and self._step - self._last_switch_step >= s.probe_after:
+            # off for load on an estimate no verify has revised since: look again at the deepest depth,
+            # whose verifies refresh every shallower estimate; dwell steps later the model decides anew
+            self._to(s.steps, "probe", bs)
+            return
+        best, best_score, current_score = self._best(bs)
+        if best == self._depth or best_score <= current_score * (1.0 + DEPTH_MARGIN):
+            return
+        if best == 0:
+            low = self._best(1)[0] == 0  # drafting would not pay even alone: acceptance, not load
+            self._to(0, "low_accept" if low else "load", bs)
+            if low:
+                self._low_accept_since, self._low_accept_mean = self._step, self._stats.expected(1)[1]
+        else:
+            self._to(best, "quiet" if self._depth == 0 else "depth", bs)
+
+    def _best(self, bs: int) -> tuple[int, float, float]:
+        """(best depth, its score, the current depth's score); score = tokens a request per second."""
+        assert self._costs is not None
+        row = self._costs.row(bs)
+        depths = self._depths
+        expected = self._stats.expected(depths[-1])
+        best, best_score, current_score = self._depth, -1.0, 0.0
+        for d in depths:
+            score = (1.0 + expected[d]) / row[d] if d < len(row) else 0.0
+            if score > best_score:
+                best, best_score = d, score
+            if d == self._depth:
+                current_score = score
+        return best, best_score, current_score
+
     def _dwelt(self) -> bool:
         last = self._last_switch_step
         return last is None or self._step - last >= self._settings.dwell
@@ -336,23 +505,34 @@ class SpecPolicy:
         return len(self._accepts) == self._accepts.maxlen
 
     def _set(self, on: bool, reason: str, bs: int) -> None:
-        if on == self._on:
+        """The on/off machine's switch: on is ``steps``."""
+        self._to(self._settings.steps if on else 0, reason, bs)
+
+    def _to(self, depth: int, reason: str, bs: int) -> None:
+        before = self._depth
+        if depth == before:
             return
-        self._on = on
+        self._depth = depth
         self._reason = reason
         self._last_switch_step = self._step
         self._switch_count += 1
+        on = depth > 0
         if on or reason != "low_accept":
             self._low_accept_since = None
-        if on:  # a fresh window after every resume, so old acceptance cannot switch it off again
+        if on and not before:  # a fresh window after every resume, so old acceptance cannot switch it off again
             self._accepts.clear()
             self._accept_sum = 0.0
-        self._switches.append(Switch(self._switch_count, self._step, on, reason, bs))
+        self._switches.append(Switch(self._switch_count, self._step, on, reason, bs, before, depth))
 
     # -- read-out -------------------------------------------------------
     @property
     def on(self) -> bool:
-        return self._on
+        return self._depth > 0
+
+    @property
+    def depth(self) -> int:
+        """The draft steps of the last decision (0 = off)."""
+        return self._depth
 
     @property
     def step(self) -> int:
@@ -375,10 +555,16 @@ class SpecPolicy:
         """Plain JSON-able state, reported by /get_internal_state and the journal's ``spec``."""
         s = self.settings
         mean = self.accept_mean()
+        depths = s.depths()
         return {
             "mode": s.mode,
-            "on": self._on,
-            "steps": s.steps if self._on else 0,
+            "on": self._depth > 0,
+            "steps": self._depth,
+            "depth": self._depth,
+            "candidates": list(depths),
+            "depth_model": self._costs is not None and len(depths) > 2,
+            "accept_by_depth": self._accept_by_depth(depths),
+            "steps_at": {str(d): n for d, n in sorted(self._steps_at.items())},
             "reason": self._reason,
             "switches": self._switch_count,
             "step": self._step,
@@ -391,3 +577,10 @@ class SpecPolicy:
             "settings": s.as_dict(),
             "recent_switches": [sw.as_dict() for sw in self._switches],
         }
+
+    def _accept_by_depth(self, depths: tuple[int, ...]) -> dict[str, float] | None:
+        """E[min(L, d)] per positive candidate, as the depth choice sees it; None before any evidence."""
+        if self._stats.evidence() <= 0:
+            return None
+        expected = self._stats.expected(depths[-1])
+        return {str(d): round(expected[d], 4) for d in depths if d}

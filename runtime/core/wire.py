@@ -13,3 +13,4 @@ PLUGINS_ENV = "SGLANG_PLUGINS"  # SGLang's own allow-list of plugin entry points
 SIM_ADMIN_KEY_ENV = "SPECCTL_SIM_ADMIN_KEY"  # the simulator's admin key, from the supervisor that starts it
 # control endpoints an admin key guards (prefixes; /sim/ is the simulator's)
 ADMIN_PATHS = ("/set_internal_state", "/sim/")
+COSTS_ENV = "SPECCTL_DEPTH_COSTS"  # path of the step-time table per (batch, depth) the depth choice prices with

@@ -335,10 +335,12 @@ def register_hook(spec: HookSpec, hook: Callable[..., Any] | type) -> None:
     registry.register(spec.target, hook, hook_type)
 
 
-def server_args_problem(release: Release, server_args: Any, steps: int) -> str | None:
+def server_args_problem(release: Release, server_args: Any, steps: int,
+                        depths: tuple[int, ...] = ()) -> str | None:
     """Why specctl cannot run under these (resolved) server args, naming the flag; None if it can.
 
-    ``steps`` is the policy's draft step count, which must have a runtime state.
+    ``steps`` is the policy's draft step count and ``depths`` its candidates
+    setting: each must have a runtime state.
     """
     view = resolve(release.args_view)(server_args)
     algorithm = view.speculative_algorithm
@@ -360,6 +362,9 @@ def server_args_problem(release: Release, server_args: Any, steps: int) -> str |
         return "--speculative-adaptive-config must list candidate step 0 (speculation off)"
     if steps not in candidates:
         return f"the settings' steps ({steps}) must be a candidate of --speculative-adaptive-config {candidates}"
+    missing = [d for d in depths if d not in candidates]
+    if missing:
+        return f"the settings' candidates {missing} have no runtime state in --speculative-adaptive-config {candidates}"
     return None
 
 

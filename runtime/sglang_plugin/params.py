@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from specctl.runtime.core.adaptive_config import read_candidate_steps
+from specctl.runtime.core.depth_model import DepthCosts
 from specctl.runtime.core.policy import PolicySettings, SettingsError, SpecPolicy, settings_from_wire
 
-# Observer of the policy's state (SpecPolicy.state()). Called only when on/off or the steps change.
+# Observer of the policy's state (SpecPolicy.state()). Called only when the depth changes.
 Observer = Callable[[Mapping[str, Any]], None]
 
 # Decided-but-not-yet-verified batches. SGLang's overlap scheduler launches
@@ -48,6 +49,7 @@ class SpecctlParams:
         *,
         settings: PolicySettings | None = None,
         observer: Observer | None = None,
+        costs: DepthCosts | None = None,
     ) -> None:
         global _active
         if cfg_path is None:
@@ -57,11 +59,11 @@ class SpecctlParams:
             raise ValueError(f"{cfg_path}: candidate_steps must include 0 (speculation off)")
         settings = settings or PolicySettings(steps=initial_steps)
         self._check_steps(settings)
-        self.policy = SpecPolicy(settings)
+        self.policy = SpecPolicy(settings, costs)
         self._cuda_graph_bs: list[int] | None = None
         self._in_flight: deque[int] = deque(maxlen=IN_FLIGHT)
         self._observer = observer
-        self._reported: tuple[bool, int] | None = None
+        self._reported: int | None = None
         self._report()
         _active = self
 
@@ -75,13 +77,18 @@ class SpecctlParams:
         self._cuda_graph_bs = sorted(cuda_graph_bs) if cuda_graph_bs else None
 
     def cuda_graph_bs_for_step(self, step: int) -> list[int] | None:
-        """All CUDA-graph batch sizes for every state: the policy may pick any state at any size."""
+        """All CUDA-graph batch sizes for every state: the policy may pick any depth at any size.
+
+        SGLang's own class prunes a state's graphs to the buckets that list it;
+        every bucket of specctl's config lists every candidate, and the policy
+        prices depths by the batch alone, so each state needs every size.
+        """
         if self._cuda_graph_bs is None:
             return None
         return list(self._cuda_graph_bs)
 
     def get_steps_for_batch(self, batch_size: int) -> int:
-        """One policy step per decode batch: N (drafting) or 0 (off)."""
+        """One policy step per decode batch: the depth to draft, one of the candidates (0 = off)."""
         steps = self.policy.decide(batch_size)
         self._in_flight.append(steps)
         self._report()
@@ -92,12 +99,13 @@ class SpecctlParams:
 
         SGLang passes accepted draft tokens per request with the bonus token
         already removed (accept_lens - 1), which is what SpecPolicy.on_verify
-        takes. A batch that ran at steps 0 drafted nothing, so its zeros are
-        not acceptance and are skipped.
+        takes, with the depth that batch drafted (the depth estimate needs to
+        know which positions were tried). A batch that ran at steps 0 drafted
+        nothing, so its zeros are not acceptance and are skipped.
         """
         drafted = self._in_flight.popleft() if self._in_flight else self._current_steps()
         if drafted > 0:
-            self.policy.on_verify(num_correct_drafts_per_req)
+            self.policy.on_verify(num_correct_drafts_per_req, drafted)
         return None
 
     # -- settings (the /set_internal_state path) -------------------------
@@ -117,18 +125,22 @@ class SpecctlParams:
     # -- internals ------------------------------------------------------
     def _check_steps(self, settings: PolicySettings) -> None:
         """Only step counts with a runtime state may ever be returned to SGLang."""
+        allowed = [s for s in self._candidates if s > 0]
         if settings.steps not in self._candidates:
-            allowed = [s for s in self._candidates if s > 0]
             raise SettingsError("steps", f"must be one of {allowed} (the adaptive config), got {settings.steps}")
+        extra = [d for d in settings.candidates if d not in self._candidates]
+        if extra:
+            raise SettingsError("candidates", f"depths {extra} have no runtime state "
+                                              f"(the adaptive config has {self._candidates})")
 
     def _current_steps(self) -> int:
-        return self.policy.settings.steps if self.policy.on else 0
+        return self.policy.depth
 
     def _report(self) -> None:
         """Tell the observer about a change; cheap when nothing changed (runs every decode batch)."""
         if self._observer is None:
             return
-        now = (self.policy.on, self._current_steps())
+        now = self.policy.depth
         if now == self._reported:
             return
         self._reported = now

@@ -18,8 +18,13 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
 from specctl.runtime.core.policy import WIRE_PREFIX, PolicySettings, SettingsError
-from specctl.runtime.core.wire import ENABLE_ENV, SETTINGS_ENV
+from specctl.runtime.core.wire import (
+    COSTS_ENV,
+    ENABLE_ENV,
+    SETTINGS_ENV,
+)
 from specctl.runtime.sglang_plugin import compat, fast_off
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.gauges import metrics_observer
@@ -45,28 +50,57 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> PolicySettings
         raise SpecctlPluginError(f"{SETTINGS_ENV}: {exc.field}: {exc.message}") from None
 
 
+def costs_from_env(environ: Mapping[str, str] = os.environ) -> DepthCosts | None:
+    """The step-time table per (batch, depth) the launcher named, or None (the on/off policy).
+
+    Every rank reads the same file, so every rank prices the depths alike; a
+    table that cannot be read stops the launch rather than leaving the policy
+    choosing depths on nothing.
+    """
+    path = environ.get(COSTS_ENV, "").strip()
+    if not path:
+        return None
+    try:
+        return read_costs(path)
+    except DepthCostsError as exc:
+        raise SpecctlPluginError(f"{COSTS_ENV}: {exc}") from None
+
+
 def log_switch(state: Mapping[str, Any]) -> None:
     """One line in the server's log per switch, with the scheduler step it acted at.
 
     Why: every tensor-parallel rank runs its own policy and must switch at
     the same step or the ranks' collectives hang; SGLang prefixes each
     rank's lines (``TP0``, ``TP1``, ...), so the log shows whether they did.
+    With more than one depth to choose from, the line ends ``, depth F -> T``.
     The supervisor's journal sees switches only as often as it polls.
     """
     if not state["switches"]:
         return
-    logger.info("specctl: switch %d at step %s: speculation %s (%s), batch %s", state["switches"],
-                state["last_switch_step"], "on" if state["on"] else "off", state["reason"], state["batch_size"])
+    line = "specctl: switch %d at step %s: speculation %s (%s), batch %s"
+    args = [state["switches"], state["last_switch_step"], "on" if state["on"] else "off", state["reason"],
+            state["batch_size"]]
+    if len(state.get("candidates") or ()) > 2:  # choosing among depths: which one, too
+        recent = state.get("recent_switches") or [{}]
+        line += ", depth %s -> %s"
+        args += [recent[-1].get("from"), state["steps"]]
+    logger.info(line, *args)
 
 
 class SglangParams(SpecctlParams):
     """What SGLang builds in place of AdaptiveSpeculativeParams (same constructor)."""
 
     def __init__(self, initial_steps: int, cfg_path: str | None = None) -> None:
+        costs = costs_from_env()
         super().__init__(initial_steps, cfg_path, settings=settings_from_env(),
-                         observer=observers(metrics_observer(), log_switch))
-        logger.info("specctl: policy in charge, candidate steps %s, settings %s",
-                    self.candidate_steps, self.policy.settings.as_dict())
+                         observer=observers(metrics_observer(), log_switch), costs=costs)
+        logger.info("specctl: policy in charge, candidate steps %s, settings %s, depth costs %s",
+                    self.candidate_steps, self.policy.settings.as_dict(),
+                    "none (on/off)" if costs is None else costs.source or "given")
+        unpriced = [d for d in self.candidate_steps if costs is not None and d not in costs.depths]
+        if unpriced:  # auto never chooses a depth it cannot price; forced on still can
+            logger.warning("specctl: the depth cost table has no step times for depths %s: auto will not "
+                           "choose them", unpriced)
 
 
 def set_internal_state(original: Callable[..., Any], owner: Any, recv_req: Any) -> Any:
@@ -112,7 +146,8 @@ def get_internal_state(result: Any, owner: Any, recv_req: Any) -> Any:
 def check_server_args(release: Release, result: Any, server_args: Any) -> Any:
     """AFTER hook on SGLang's own check: stop the launch where specctl cannot work."""
     check_hooks_applied(release)
-    problem = compat.server_args_problem(release, server_args, settings_from_env().steps)
+    settings = settings_from_env()
+    problem = compat.server_args_problem(release, server_args, settings.steps, settings.candidates)
     if problem is not None:
         raise SpecctlPluginError(problem)
     return result
@@ -184,6 +219,7 @@ def load() -> None:
         return
     release = compat.release_for(compat.installed_version())
     settings = settings_from_env()  # refuse bad settings in the launcher process, before any GPU work
+    costs_from_env()  # and an unreadable cost table
     for install in INSTALLERS:
         install(release)
     logger.info("specctl: plugin loaded for SGLang %s, settings %s", release.version, settings.as_dict())

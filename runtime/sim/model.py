@@ -17,6 +17,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from specctl.runtime.core.policy import SpecPolicy
 
@@ -277,6 +278,9 @@ class SimEngine:
         self._next_rid = 0
         self._by_tag: dict[str, int] = {}
         self._gauges = _Gauges()
+        # Acceptance per draft position (sim/depth.py's AcceptLaw: draw(rng, n, depth)); None: the
+        # geometric law in ``alpha`` above. Set after construction, so presets need not know it.
+        self.accept_law: Any = None
 
     # -- requests ------------------------------------------------------
     def submit(self, input_len: int, output_len: int, tag: str = "load") -> SimRequest:
@@ -429,6 +433,8 @@ class SimEngine:
 
         Inverse-CDF sampling (one uniform draw each) keeps batch 256 cheap.
         """
+        if self.accept_law is not None:
+            return self.accept_law.draw(self._accept_rng, n, steps)
         log_a = self._log_alpha
         if log_a >= 0.0:
             return [steps] * n

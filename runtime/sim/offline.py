@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from specctl.runtime.core.policy import SpecPolicy
+from specctl.runtime.sim.depth import AcceptLaw, policy_costs
 from specctl.runtime.sim.presets import Preset
 
 Server = Literal["nospec", "on", "off", "auto"]
@@ -31,15 +32,23 @@ class PointResult:
 
 
 def run_point(preset: Preset, concurrency: int, server: Server, *, settings: Mapping[str, Any] | None = None,
-              seed: int = 0, warmup_s: float = WARMUP_S, window_s: float = WINDOW_S) -> PointResult:
-    """Closed loop of ``concurrency`` clients against a fresh engine; tokens/s over the window."""
+              seed: int = 0, warmup_s: float = WARMUP_S, window_s: float = WINDOW_S,
+              accept_law: AcceptLaw | None = None) -> PointResult:
+    """Closed loop of ``concurrency`` clients against a fresh engine; tokens/s over the window.
+
+    ``accept_law``: acceptance per draft position (sim/depth.py); None keeps the
+    preset's geometric law. With a ``candidates`` setting the policy gets the
+    preset's cost table and chooses among depths.
+    """
     policy = None
     if server != "nospec":
         changes = dict(settings or {})
         if server != "auto":
             changes.setdefault("mode", server)
-        policy = SpecPolicy(preset.default_settings().with_changes(changes))
+        settings = preset.default_settings().with_changes(changes)
+        policy = SpecPolicy(settings, policy_costs(preset.params, preset.workload, settings.candidates))
     engine = preset.engine(policy, seed=seed)
+    engine.accept_law = accept_law
     for _ in range(concurrency):
         engine.submit_random()
     engine.on_finish = lambda req: engine.submit_random()

@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from specctl.runtime.core.policy import WIRE_PREFIX, SettingsError, SpecPolicy, settings_from_wire
 from specctl.runtime.sim import api
 from specctl.runtime.sim.api import words
+from specctl.runtime.sim.depth import policy_costs
 from specctl.runtime.sim.gpus import SimGpus
 from specctl.runtime.sim.load import LoadDriver, LoadSpec, parse_load
 from specctl.runtime.sim.model import SimEngine, SimRequest, tree_tokens
@@ -69,9 +70,10 @@ class SimServer:
         self.cfg = cfg
         p = cfg.preset
         changes = cfg.policy_changes if cfg.plugin else {**cfg.policy_changes, "mode": "on"}  # no policy: static
-        self.policy = SpecPolicy(p.default_settings().with_changes(changes))
-        # Like SGLang under specctl's generated config, only the launch's step count has a runtime state.
-        self.built_steps = self.policy.settings.steps
+        settings = p.default_settings().with_changes(changes)
+        self.policy = SpecPolicy(settings, policy_costs(p.params, p.workload, settings.candidates))
+        # Like SGLang under specctl's generated config, only the launch's depths have a runtime state.
+        self.built_depths = settings.depths()
         self.engine: SimEngine = p.engine(self.policy, seed=cfg.seed, fast_off=not cfg.slow_off)
         self.engine.on_finish = self._finished
         self.driver = LoadDriver(cfg.load)
@@ -281,7 +283,7 @@ class SimServer:
     # -- /set_internal_state ----------------------------------------------
     def set_internal_state(self, body: Any) -> list[bool]:
         """Apply ``specctl_*`` server_args all-or-nothing; ``[false]`` for unknown keys or bad values,
-        and for a step count other than the launch's (SGLang built no runtime state for it)."""
+        and for a depth the launch did not build (SGLang has no runtime state for it)."""
         if not isinstance(body, dict) or not isinstance(body.get("server_args"), dict):
             raise BadRequest('body must be a JSON object with a "server_args" object')
         args: dict[str, Any] = body["server_args"]
@@ -294,7 +296,7 @@ class SimServer:
             new = settings_from_wire(self.policy.settings, args)
         except SettingsError:
             return [False]
-        if new.steps != self.built_steps:
+        if new.steps not in self.built_depths or not set(new.candidates) <= set(self.built_depths):
             return [False]
         self.policy.apply(new.as_dict())
         return [True]

@@ -232,6 +232,8 @@ class SimBackend(ProcessBackend):
         if gpus is not None:
             argv += ["--gpus", str(gpus)]
         for key, value in settings.items():
+            if isinstance(value, (list, tuple)):  # candidates: the text form the simulator's --set reads
+                value = ",".join(map(str, value))
             argv += ["--set", f"{key}={value}"]
         super().__init__(argv + list(extra or []), stop_grace_s=5.0)
 

@@ -103,7 +103,10 @@ class CommandHandler:
         if mode not in MODES:
             raise CommandError(INVALID_VALUE, f"mode must be one of {', '.join(MODES)}, got {mode!r}",
                                field="mode")
-        return await self._apply({"mode": mode})
+        changes: dict[str, Any] = {"mode": mode}
+        if "steps" in args:  # `specctl force-on --steps 2`: the depth to pin, in the same request
+            changes["steps"] = args["steps"]
+        return await self._apply(changes)
 
     async def _cmd_set(self, args: dict[str, Any]) -> dict[str, Any]:
         settings = args.get("settings")

@@ -46,6 +46,7 @@ class SupervisorConfig:
     restart_backoff: tuple[float, float] = (1.0, 30.0)  # first delay, cap
     stop_grace_s: float = 30.0  # SIGTERM to SIGKILL, for a real server's ranks to free the GPU
     admin_key: str | None = field(default=None, repr=False)  # an attached server's; specctl makes its own
+    depth_costs: Path | None = None  # step-time table per (batch, depth) for the policy's depth choice
 
     def __post_init__(self) -> None:
         if not 0.05 <= self.interval <= 60:
@@ -83,6 +84,12 @@ class SupervisorConfig:
             raise ConfigError(f"--set {exc.field}: {exc.message}") from None
         # the checked values travel on, not the text: the server parses them again ("40.0" is no integer)
         self.settings = {key: getattr(checked, key) for key in self.settings}
+        if self.depth_costs is not None:
+            from specctl.runtime.core.depth_model import DepthCostsError, read_costs
+            try:
+                read_costs(self.depth_costs)
+            except DepthCostsError as exc:
+                raise ConfigError(f"--depth-costs {exc}") from None
 
     def _check_sim(self) -> None:
         """Refuse a bad preset or load here: the simulator would only exit, and be restarted, forever."""
@@ -125,8 +132,9 @@ class SupervisorConfig:
                 socket_path=Path(args.socket) if args.socket else config_file.socket_path(),
                 journal_path=Path(log) if log else None,
                 journal_max_mb=float(args.log_max_mb if args.log_max_mb is not None else sup.get("log_max_mb", 64.0)),
-                settings={**site.policy, **parse_pairs(args.settings)},
+                settings={**site.policy, **parse_pairs(args.settings), **_candidates_arg(args)},
                 admin_key=_admin_key(args, sup) if attach else _no_key_for_launch(args),
+                depth_costs=Path(args.depth_costs) if getattr(args, "depth_costs", None) else None,
             )
         except ConfigError as exc:
             raise _blame_the_file(exc, from_file) from None
@@ -149,6 +157,10 @@ def _no_key_for_launch(args: argparse.Namespace) -> None:
     if getattr(args, "admin_key_file", None) is not None:
         raise ConfigError("--admin-key-file is for --attach: a server specctl launches gets a fresh key of its own")
     return None
+def _candidates_arg(args: argparse.Namespace) -> dict[str, Any]:
+    """``--speculative-candidate-steps 0,1,2,3``: the ``candidates`` setting, under SGLang's flag name."""
+    text = getattr(args, "candidate_steps", None)
+    return {} if text is None else {"candidates": text}
 
 
 def attach_url(text: str) -> str:

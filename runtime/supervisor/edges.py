@@ -75,6 +75,8 @@ class SwitchCursor:
             self._last = newest
             return []
         last, self._last = self._last, newest
+        # "from" and "to" are the draft depths either side of the switch (0 = off)
         return [records.event(records.SPEC_SWITCH, on=sw.get("on"), reason=sw.get("reason"),
-                              batch_size=sw.get("batch_size"), step=sw.get("step"))
+                              batch_size=sw.get("batch_size"), step=sw.get("step"),
+                              **{"from": sw.get("from"), "to": sw.get("to")})
                 for sw in switches if sw.get("seq", 0) > last]

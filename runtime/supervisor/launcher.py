@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specctl.runtime.core.policy import PolicySettings
-from specctl.runtime.core.wire import ENABLE_ENV, PLUGINS_ENV, SETTINGS_ENV
+from specctl.runtime.core.wire import COSTS_ENV, ENABLE_ENV, PLUGINS_ENV, SETTINGS_ENV
 
 PLUGIN_NAME = "specctl"  # the entry point's name in pyproject.toml
 
@@ -97,8 +97,12 @@ def api_key_of(extra_args: Sequence[str]) -> str | None:
     return None
 
 
-def launch_env(settings: PolicySettings, base_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def launch_env(settings: PolicySettings, base_env: Mapping[str, str] | None = None,
+               depth_costs: str | None = None) -> dict[str, str]:
     """Variables to add to the server's environment so the plugin takes charge.
+
+    ``depth_costs``: the step-time table the policy's depth choice reads at
+    start (every rank the same file); without it the policy is on/off.
 
     SGLang loads every installed general plugin unless ``SGLANG_PLUGINS``
     lists some; only then must ``specctl`` be added to that list. FlashInfer's
@@ -108,6 +112,8 @@ def launch_env(settings: PolicySettings, base_env: Mapping[str, str] | None = No
         ENABLE_ENV: "1",
         SETTINGS_ENV: json.dumps(settings.as_dict(), separators=(",", ":")),
     }
+    if depth_costs:
+        env[COSTS_ENV] = str(depth_costs)
     if FLASHINFER_WORKSPACE_ENV not in (base_env or {}):
         env[FLASHINFER_WORKSPACE_ENV] = str(FLASHINFER_WORKSPACE_BYTES)
     allowed = (base_env or {}).get(PLUGINS_ENV, "")

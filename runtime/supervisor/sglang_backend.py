@@ -21,14 +21,16 @@ class SGLangBackend(ProcessBackend):
     def __init__(self, config: SupervisorConfig) -> None:
         assert config.model and config.draft
         self._dir = tempfile.TemporaryDirectory(prefix="specctl-sglang-")
-        adaptive = write_config(Path(self._dir.name) / "adaptive.json", config.spec_steps)
-        port = config.port or free_port()
         settings = PolicySettings(steps=config.spec_steps).with_changes(config.settings)
+        adaptive = write_config(Path(self._dir.name) / "adaptive.json", config.spec_steps,
+                                candidates=settings.candidates)
+        port = config.port or free_port()
         self._key_config = sglang_config_path()
         argv = build_command(config.model, config.draft, config.tp, config.spec_steps, port,
                              "127.0.0.1", str(adaptive), config.sglang_args, key_config=str(self._key_config))
         self.api_key = api_key_of(config.sglang_args)
-        env = {**os.environ, **launch_env(settings, os.environ)}
+        costs = str(config.depth_costs.resolve()) if config.depth_costs else None
+        env = {**os.environ, **launch_env(settings, os.environ, costs)}
         self._startup = StartupProgress()
         super().__init__(argv, env=env, stop_grace_s=config.stop_grace_s, progress_parser=self._startup.feed)
         self.url = f"http://127.0.0.1:{port}"

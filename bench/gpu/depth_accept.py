@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Acceptance right after a depth change, against acceptance once settled.
+
+Standard library only (runs on the GPU machine without the project). Under a
+steady load of --concurrency clients it pins the forced depth to each of
+--depths in turn for --period seconds (`specctl_mode` on and `specctl_steps`
+d; 0 is forced off), reads the plugin's state every --poll seconds, and
+prints, per depth, the mean accepted drafts a verify over the first --first
+verifies after each change and over the rest of the period. The accept window
+is set to --window verifies first, so that a read is recent.
+
+A new depth's drafts must be accepted as usual within a few verifies: the
+draft model's KV cache is extended with every accepted token at every depth,
+so a switch from depth 1 to 3 should draft positions 2 and 3 from a warm
+cache at once (ratio about 1.00); a ratio well under 1 means the new state
+starts cold.
+
+    depth_accept.py URL [--depths 1,3,2,0,3] [--period 4] [--concurrency 16]
+                        [--first 8] [--window 4] [--csv FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+import ctl
+
+
+def client(url: str, seed: int, stop: threading.Event, output_len: int) -> None:
+    """One closed-loop client: a fresh random prompt whenever the last one is done."""
+    rng = random.Random(seed)
+    while not stop.is_set():
+        body = {"input_ids": [rng.randrange(1000, 30000) for _ in range(256)],
+                "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True}}
+        try:
+            ctl.http(url, "/generate", body, timeout=120)
+        except Exception:
+            time.sleep(0.2)
+
+
+def pin(url: str, depth: int) -> Any:
+    args = {"specctl_mode": ctl.MODE_CODES["off"]} if depth == 0 else \
+        {"specctl_mode": ctl.MODE_CODES["on"], "specctl_steps": depth}
+    return ctl.set_server_args(url, args)
+
+
+def watch(url: str, depths: list[int], period: float, poll: float) -> list[dict[str, Any]]:
+    """Pin each depth for ``period`` s; one row per read of the state."""
+    rows: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    for turn, depth in enumerate(depths):
+        answer = pin(url, depth)
+        if answer == [False]:
+            raise SystemExit(f"the server refused depth {depth} (no runtime state for it?)")
+        start_verifies = None
+        end = time.monotonic() + period
+        while time.monotonic() < end:
+            state = ctl.specctl_state(url) or {}
+            verifies = state.get("verifies")
+            if state.get("steps") == depth and start_verifies is None and isinstance(verifies, int):
+                start_verifies = verifies
+            rows.append({"t": round(time.monotonic() - t0, 3), "turn": turn, "pinned": depth,
+                         "depth": state.get("steps"), "verifies": verifies,
+                         "since_change": None if start_verifies is None or verifies is None
+                         else verifies - start_verifies,
+                         "accept_mean": state.get("accept_mean")})
+            time.sleep(poll)
+    return rows
+
+
+def summarise(rows: list[dict[str, Any]], first: int) -> list[str]:
+    """Per pinned depth: accept mean right after a change (first verifies) and settled."""
+    lines = [f"| depth | right after (first {first} verifies) | settled | after / settled | reads |",
+             "| ---: | ---: | ---: | ---: | ---: |"]
+    for depth in sorted({r["pinned"] for r in rows}):
+        if depth == 0:
+            continue
+        mine = [r for r in rows if r["pinned"] == depth and r["depth"] == depth
+                and r["since_change"] is not None and isinstance(r["accept_mean"], (int, float))]
+        early = [r["accept_mean"] for r in mine if 0 < r["since_change"] <= first]
+        late = [r["accept_mean"] for r in mine if r["since_change"] > first]
+        if not early or not late:
+            lines.append(f"| {depth} | - | - | - | {len(mine)} |")
+            continue
+        a, b = sum(early) / len(early), sum(late) / len(late)
+        lines.append(f"| {depth} | {a:.3f} | {b:.3f} | {a / b if b else float('nan'):.3f} | {len(mine)} |")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("url")
+    p.add_argument("--depths", default="1,3,2,0,3,1,2", type=lambda t: [int(x) for x in t.split(",")])
+    p.add_argument("--period", type=float, default=4.0)
+    p.add_argument("--poll", type=float, default=0.02)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--output-len", type=int, default=2000)
+    p.add_argument("--first", type=int, default=8)
+    p.add_argument("--window", type=int, default=4)
+    p.add_argument("--csv")
+    args = p.parse_args(argv)
+    before = ctl.specctl_state(args.url) or {}
+    ctl.set_server_args(args.url, {"specctl_accept_window": args.window})
+    stop = threading.Event()
+    clients = [threading.Thread(target=client, args=(args.url, i, stop, args.output_len), daemon=True)
+               for i in range(args.concurrency)]
+    for c in clients:
+        c.start()
+    try:
+        time.sleep(2.0)  # the batch fills
+        rows = watch(args.url, args.depths, args.period, args.poll)
+    finally:
+        stop.set()
+        settings = before.get("settings") or {}
+        restore = {"specctl_accept_window": settings.get("accept_window", 64),
+                   "specctl_mode": ctl.MODE_CODES.get(settings.get("mode", "auto"), 0)}
+        if isinstance(settings.get("steps"), int):
+            restore["specctl_steps"] = settings["steps"]
+        ctl.set_server_args(args.url, restore)
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    print("\n".join(summarise(rows, args.first)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
