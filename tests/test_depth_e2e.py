@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from headless_helpers import Headless, wait_for
+from support.headless import Headless, wait_for
 
 
 @pytest.fixture

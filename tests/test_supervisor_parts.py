@@ -84,7 +84,8 @@ def test_a_gpu_fault_is_said_when_it_begins_and_when_it_ends() -> None:
 
 
 def switch(seq: int, on: bool) -> dict[str, Any]:
-    return {"seq": seq, "on": on, "reason": "load" if not on else "quiet", "batch_size": 40, "step": seq * 10}
+    return {"seq": seq, "on": on, "reason": "load" if not on else "quiet", "batch_size": 40, "step": seq * 10,
+            "from": 0 if on else 3, "to": 3 if on else 0}
 
 
 def test_switches_are_said_once_and_a_late_attach_tells_no_old_ones() -> None:
@@ -96,6 +97,6 @@ def test_switches_are_said_once_and_a_late_attach_tells_no_old_ones() -> None:
     attached.start(owns_process=False)
     assert attached.new([switch(7, False)]) == []  # made before we looked
     assert said(attached.new([switch(7, False), switch(8, True)])) == [
-        ("spec_switch", {"on": True, "reason": "quiet", "batch_size": 40, "step": 80})]
+        ("spec_switch", {"on": True, "reason": "quiet", "batch_size": 40, "step": 80, "from": 0, "to": 3})]
     assert attached.new([switch(1, False)]) == []  # the server restarted: its count began again
     assert len(attached.new([switch(1, False), switch(2, True)])) == 1
