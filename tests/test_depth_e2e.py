@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from support.headless import Headless, wait_for
 
 
