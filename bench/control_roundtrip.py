@@ -6,7 +6,7 @@ minus Python's start-up: a fresh connection, the greeting, ``mode off``, then
 auto`` puts it back, so every try is a real change.
 
 It runs against a real headless supervisor on the embedded simulator
-(``specctl run --headless``); where runtime/supervisor.py does not exist yet it
+(``specctl run --headless``); where runtime/supervisor/lifecycle.py does not exist yet it
 falls back to the stand-in target of tests/support/control_standin.py and says so.
 
     python bench/control_roundtrip.py [--tries 200]
@@ -41,7 +41,7 @@ def start_target(path: Path, stand_in: bool) -> tuple[subprocess.Popen[bytes], s
         name = "real supervisor (specctl run --headless, simulator, steady:c=8)"
     else:
         cmd = [sys.executable, str(ROOT / "tests" / "support" / "control_standin.py"), str(path)]
-        why = "as asked" if stand_in else "runtime/supervisor.py does not exist yet"
+        why = "as asked" if stand_in else "runtime/supervisor/lifecycle.py does not exist yet"
         name = f"STAND-IN target from tests/support/control_standin.py ({why})"
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), name
 

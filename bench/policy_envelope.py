@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="run each preset at these accept lengths (bonus token included) instead of its own")
     ap.add_argument("--no-backend-thresholds", action="store_true",
                     help="use the policy's defaults only, not the thresholds specctl picks for the preset's "
-                         "attention backend (runtime/thresholds.py) as it does for a server it launches")
+                         "attention backend (runtime/core/thresholds.py) as it does for a server it launches")
     ap.add_argument("--depths", type=depth_list, metavar="0,1,2,...",
                     help="auto over these depths against none and each static depth (0 and two more needed)")
     ap.add_argument("--decline", type=float, default=0.0, metavar="D",

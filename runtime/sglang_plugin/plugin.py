@@ -5,7 +5,7 @@ SGLang discovers ``load`` through the entry point group
 process and each scheduler process, one per TP rank), then applies the hooks
 registered here through its HookRegistry. Nothing in SGLang is edited or
 copied. The plugin is inert unless ``SPECCTL_PLUGIN=1`` (set by
-runtime/launcher.py), so installing specctl beside SGLang changes nothing by
+runtime/supervisor/launcher.py), so installing specctl beside SGLang changes nothing by
 itself. What is hooked, per release, is data in compat.py.
 """
 

@@ -172,7 +172,7 @@ class CommandHandler:
         """Once per server start: thresholds measured for its attention backend.
 
         Only for a server specctl launched, and only for the groups of settings the
-        operator left alone (runtime/thresholds.py says why one set does not fit all).
+        operator left alone (runtime/core/thresholds.py says why one set does not fit all).
         """
         backend = attention_backend(info)
         pair = unset_groups(for_backend(backend) or {}, self.desired)

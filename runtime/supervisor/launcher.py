@@ -1,10 +1,10 @@
 """How specctl starts an SGLang server, and what its start-up log says.
 
-``build_command`` and ``launch_env`` give runtime/backends.py the command
+``build_command`` and ``launch_env`` give runtime/supervisor/backends.py the command
 line and environment of an SGLang server with EAGLE-3 under specctl's
 plugin; ``StartupProgress`` turns the server's log into the
 ``server.progress`` phases of a sample (docs/architecture.md). Process
-supervision itself lives in runtime/backends.py.
+supervision itself lives in runtime/supervisor/backends.py.
 """
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ class Supervisor:
         self.hub.publish(record)
 
     async def execute(self, cmd: str, args: dict[str, Any] | None, uid: int | None) -> dict[str, Any]:
-        """Run one control command; raises CommandError. See runtime/commands.py."""
+        """Run one control command; raises CommandError. See runtime/supervisor/commands.py."""
         return await self.commands.execute(cmd, args or {}, uid)
 
     # -- the server process -------------------------------------------------

@@ -2,7 +2,7 @@
 
 It is a real implementation of the *target interface* (``execute`` and ``hub``)
 with a real SpecPolicy and a real Hub, small enough to run before
-runtime/supervisor.py exists: ping, status, mode, set and server, each journaled
+runtime/supervisor/lifecycle.py exists: ping, status, mode, set and server, each journaled
 as a ``command`` record, and ``boom`` to prove that an unexpected exception in
 the target stays an ``internal`` answer.
 
