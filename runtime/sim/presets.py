@@ -121,7 +121,7 @@ H200_LLAMA8B = Preset(
         "nospec": {1: 196.1, 4: 744.6, 16: 2250.6, 32: 3629.6, 64: 5546.6, 128: 6820.7, 256: 8877.8},
         "eagle3": {1: 361.8, 4: 1253.6, 16: 2758.7, 32: 3688.1, 64: 4468.3, 128: 4488.0, 256: 4613.6},
     },
-    source="../shared/device/README.md anchor table (SGLang 0.5.17, 2026-11-29); nospec = mean of runs 1 and 2",
+    source="bench/gpu/results/anchor/anchor-2026-11-29.csv (SGLang 0.5.17); nospec = mean of its two machines",
     checks=(
         Check("Triton sweep", {
             "nospec": {1: 197.0, 16: 2202.2, 64: 4582.5, 256: 8477.9},
@@ -185,7 +185,7 @@ H200_LLAMA8B_FA3 = replace(
     ),
 )
 
-# The report's system (../shared/DESIGN.md, first paragraph): 8 RTX PRO 6000
+# The report's system (docs/simulator.md, "rtx-8gpu-report"): 8 RTX PRO 6000
 # Blackwell at TP 8 over PCIe Gen5 (no NVLink), GLM-5-NVFP4, EAGLE-3 topk 4 /
 # 2 steps / 16 draft tokens, FlashInfer. GLM-5's public figures (its technical
 # report, arXiv 2602.15763; the DeepSeek-V3 / Kimi K2.5 family): 78 layers (3
@@ -254,7 +254,7 @@ RTX_8GPU_REPORT = Preset(
     mem_fraction_static=0.90,
     attention_backend="flashinfer",
     measured={"nospec": {1: 92.7, 128: 773.0}, "eagle3": {1: 80.9, 128: 354.0}},
-    source='public 8-GPU report quoted in ../shared/DESIGN.md; "100+ concurrent" taken as 128',
+    source='public 8-GPU report quoted in docs/simulator.md; "100+ concurrent" taken as 128',
     warmup_s=120.0,  # the report's method is unknown: compare at steady state (a request lasts ~40 s at c=128)
     window_s=240.0,
 )
@@ -277,7 +277,7 @@ RTX_8GPU_REPORT_TOPK1 = replace(
     topk=1,
     draft_tokens=None,
     measured={"nospec": {1: 92.7, 128: 773.0}, "eagle3": {1: 96.1}},
-    source='public 8-GPU report quoted in ../shared/DESIGN.md: its no-speculation points and its '
+    source='public 8-GPU report quoted in docs/simulator.md: its no-speculation points and its '
            '"96.1 tok/s after tuning", read as this chain',
 )
 
