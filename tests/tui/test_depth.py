@@ -143,6 +143,9 @@ async def test_pinning_a_depth_from_the_palette(tmp_path: Path) -> None:
         await palette(pilot, "Pin depth 2")
         await until(pilot, lambda: "SPEC ON  FORCED ON at 2  server READY" in banner(app), "FORCED ON at 2")
         assert app.link.supervisor.latest_sample["spec"]["depth"] == 2
+        # the newest column of the depth row (a column shows the newest depth in its few seconds)
+        await until(pilot, lambda: accept_chart(app)[-1].rstrip().endswith("2"), "depth 2 at the depth row's end")
+        assert accept_chart(app)[-1].startswith("depth▕")
         log = app.dashboard.query_one(EventLog)
         await until(pilot, lambda: [s for s in log.lines if "depth 3 → 2 (forced" in s.text], "the switch logged")
     [record] = [r for r in read_journal(journal) if r.get("kind") == "command" and r.get("cmd") == "mode"]
