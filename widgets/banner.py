@@ -42,6 +42,9 @@ class BannerState:
     lost_now: float | None = None  # wall time now, for how long ago
     last_seen_on: bool | None = None  # speculation in the last sample of a ready server (while it is unreachable)
     unreachable_since: float | None = None  # journal time the server stopped answering
+    # A server built for several depths: the depths auto may choose now (the sample's candidates, 0
+    # included). Empty for a two-state server, which reads exactly as before depths existed.
+    depths: tuple[int, ...] = ()
 
 
 def clock(t: float) -> str:
@@ -122,11 +125,18 @@ class SpecBanner(Widget):
         if s.spec_on is None and s.last_seen_on is not None:  # an unreachable server: what it did last, marked old
             word = f" SPEC ? (was {'ON' if s.last_seen_on else 'OFF'}) "
         mode = MODE_WORDS.get(s.mode or "", "mode ?")
+        pinned = s.steps_on if s.depths and s.mode == "on" else None  # forced on at one of several depths
+        if pinned is not None:
+            mode = f"{mode} at {pinned}"
         line = Text.assemble((word, self._style(style)), " ",
                              (mode, self._style("mode" if s.mode in (None, "auto") else "forced")))
-        if (s.mode, s.spec_on) in (("off", True), ("on", False)):  # forced, and the next step will switch
+        switching = (s.mode, s.spec_on) in (("off", True), ("on", False))  # forced, the next step will switch
+        if switching or (pinned is not None and s.steps is not None and s.steps != pinned):
             line.append(" (switching)", self._style("muted"))
-        if steps and s.steps is not None:
+        if steps and s.depths:
+            if s.steps is not None and s.steps != pinned:  # pinned and there: "at 2" said it already
+                line.append(f"  depth {s.steps} of {','.join(map(str, s.depths))}")
+        elif steps and s.steps is not None:
             line.append(f"  draft steps {s.steps}")
             if s.steps_on is not None and s.steps_on != s.steps:
                 line.append(f" ({s.steps_on} when on)", self._style("muted"))

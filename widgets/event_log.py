@@ -39,14 +39,28 @@ def describe(record: dict[str, Any]) -> tuple[str, str, str]:
         return _command(record)
     name = str(record.get("event"))
     if name == ev.SPEC_SWITCH:
-        on = bool(record.get("on"))
-        text = f"speculation {'ON' if on else 'OFF'} ({record.get('reason')}, batch {record.get('batch_size')})"
-        return "SWITCH", text, "good" if on else "bad"
+        return _switch(record)
     tag, tone = _EVENTS.get(name, (name.upper()[:8], "plain"))
     if name == ev.SETTINGS and isinstance(record.get("changes"), dict) and record["changes"]:
         # what changed, not the whole set after it as well: the journal keeps both
         return tag, _fields({"event": name, **record["changes"]}), tone
     return tag, _fields(record), tone
+
+
+def _switch(record: dict[str, Any]) -> tuple[str, str, str]:
+    """A switch, with the depths either side where the record has them (a server built for several).
+
+    Between two positive depths it is a change of depth, not of speculation: ``depth 3 → 2 (depth, ...)``.
+    """
+    on = bool(record.get("on"))
+    why = f"({record.get('reason')}, batch {record.get('batch_size')})"
+    old, new = record.get("from"), record.get("to")
+    if not (isinstance(old, int) and isinstance(new, int)):  # a journal from before depths
+        return "SWITCH", f"speculation {'ON' if on else 'OFF'} {why}", "good" if on else "bad"
+    depths = f"depth {old} → {new}"
+    if old > 0 and new > 0:
+        return "SWITCH", f"{depths} {why}", "good"
+    return "SWITCH", f"speculation {'ON' if new else 'OFF'}, {depths} {why}", "good" if new else "bad"
 
 
 def _command(record: dict[str, Any]) -> tuple[str, str, str]:

@@ -3,8 +3,10 @@
 Textual's Sparkline has one series, no time axis and no way to draw a
 threshold; this widget draws up to two series as braille dots (2x4 dots a
 cell), shades the columns where speculation was off, and rules the
-``off_at``/``on_at`` thresholds across the plot. It takes a plain
-:class:`ChartData` and knows nothing about records.
+``off_at``/``on_at`` thresholds across the plot. Optionally its bottom row is
+a strip of small integers over time, one digit a column (the draft depth: an
+exact value a line could only suggest, readable without colour). It takes a
+plain :class:`ChartData` and knows nothing about records.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class ChartData:
     note: str = ""  # shown after the legend only where it fits whole
     y_min_top: float = 1.0  # the y axis reaches at least this, so a quiet chart stays flat
     unit_fmt: str = ".0f"
+    strip: tuple[tuple[float, int], ...] = ()  # [(t, 0..9)]: a digit row under the plot; () for none
+    strip_label: str = ""  # the strip's axis label, at most 5 characters
 
 
 def si(value: float, fmt: str = ".0f") -> str:
@@ -86,8 +90,25 @@ class TimeChart(Widget):
         if data.note and title.cell_len + 2 + len(data.note) <= width:
             title.append(f"  {data.note}", self._style("legend"))
         title.truncate(width)
-        plot = _Plot(width - _AXIS, height - 1, data)
-        return Text("\n").join([title, *self._rows(plot)])
+        strip = bool(data.strip) and height >= 4  # the plot keeps 2 rows at least
+        plot = _Plot(width - _AXIS, height - 1 - strip, data)
+        rows = self._rows(plot)
+        if strip:
+            rows.append(self._strip(plot))
+        return Text("\n").join([title, *rows])
+
+    def _strip(self, plot: _Plot) -> Text:
+        """The digit row: each column the value of its newest point, shaded where the plot is."""
+        digits = [" "] * plot.cols
+        for t, value in plot.data.strip:
+            col = plot._x(t) // 2
+            if 0 <= col < plot.cols:
+                digits[col] = str(value) if 0 <= value <= 9 else "+"
+        axis, off = self._style("axis"), self._style("off")
+        line = Text(f"{plot.data.strip_label[:_AXIS - 1]:>{_AXIS - 1}}▕", style=axis)
+        for col, digit in enumerate(digits):
+            line.append(digit, off if plot.off[col] else Style())
+        return line
 
     def _rows(self, plot: _Plot) -> list[Text]:
         """One Text per plot row, appending runs of equal style (cells one by one cost 10x)."""

@@ -35,6 +35,9 @@ class Action:
     palette: str = ""  # the palette's title; "" keeps it out of the palette
     palette_help: str = ""
     button: tuple[str, str] | None = None  # (widget id, label) on the control bar
+    # One palette entry per depth the server was built for (where it has more than one positive one),
+    # ``{depth}`` in the titles, the depth as the action's argument: "pin depth 2" runs pin_depth(2).
+    each_depth: bool = False
 
     @property
     def name(self) -> str:
@@ -59,6 +62,9 @@ ACTIONS: tuple[Action, ...] = (
            applies="live", palette="Edit thresholds",
            palette_help="off_at, on_at, min_accept, ... applied all or nothing",
            button=("thresholds", "Thresholds")),
+    Action("pin_depth", "Pin a draft depth: force on at N steps (force-on --steps N)", applies="live",
+           palette="Pin depth {depth}", each_depth=True,
+           palette_help="Force on at {depth} draft steps (specctl force-on --steps {depth})"),
     Action("server('restart')", "Restart the model server (asks first)", applies="live",
            palette="Restart the model server", palette_help="Stop it and start it again (asks first)"),
     Action("server('stop')", "Stop the model server (asks first)", applies="live",

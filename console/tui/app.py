@@ -241,6 +241,18 @@ class SpecctlApp(App[int]):
         if not self.controls_refused():
             self.send("mode", {"mode": "auto"}, "Speculation back to auto")
 
+    def action_pin_depth(self, depth: int) -> None:
+        """Force on at one of the depths the server was built for: mode and steps in one request,
+        exactly as `specctl force-on --steps N` sends it."""
+        if self.controls_refused():
+            return
+        built = self.timeline.built_depths()
+        if depth not in built:
+            why = f"depths {', '.join(map(str, built))}" if built else "one depth only"
+            self.notify(f"Cannot pin depth {depth}: this server was built for {why}", severity="warning")
+            return
+        self.send("mode", {"mode": "on", "steps": depth}, f"Depth pinned at {depth} (forced on)")
+
     def action_server(self, what: str) -> None:
         """Start, stop or restart the server the supervisor runs, once the operator says yes."""
         if self.controls_refused():
@@ -335,6 +347,12 @@ class SpecctlApp(App[int]):
         yield from super().get_system_commands(screen)
         controls = self.can_steer
         for entry in actions.palette_entries():
-            if self.check_action(entry.name, ()) and (controls or entry.applies != "live"):
+            if not (self.check_action(entry.name, ()) and (controls or entry.applies != "live")):
+                continue
+            if entry.each_depth:  # only where the server has several depths to pin
+                for depth in self.timeline.built_depths():
+                    yield SystemCommand(entry.palette.format(depth=depth), entry.palette_help.format(depth=depth),
+                                        lambda a=f"{entry.name}({depth})": self.run_action(a))
+            else:
                 yield SystemCommand(entry.palette, entry.palette_help or entry.help,
                                     lambda a=entry.action: self.run_action(a))

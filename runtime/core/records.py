@@ -71,6 +71,7 @@ class Settings(TypedDict, total=False):
     probe_after: int
     dwell: int
     warm_below: int
+    candidates: list[int]  # the depths the server was built for ([] = {0, steps})
 
 
 class OffState(TypedDict, total=False):
@@ -95,6 +96,11 @@ class Spec(TypedDict, total=False):
     steps_off: int
     settings: Settings
     off_state: OffState
+    depth: int  # draft steps now (0 = off), as ``steps``
+    candidates: list[int]  # the depths auto may choose now: the built ones up to ``steps``
+    depth_model: bool  # auto chooses among depths with a cost table
+    accept_by_depth: dict[str, float] | None
+    steps_at: dict[str, int]
 
 
 class Gpu(TypedDict, total=False):

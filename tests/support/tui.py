@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import Input
 
@@ -44,6 +45,21 @@ async def until(pilot: Pilot, predicate: Callable[[], Any], what: str) -> Any:
             return value
         await pilot.pause(0.05)
     raise AssertionError(f"gave up waiting for {what}")
+
+
+async def palette(pilot: Pilot, title: str) -> None:
+    """Type a command's title into the palette and run it once the search has put it first."""
+    await pilot.press("ctrl+p")
+    await pilot.press(*title)
+
+    def first_is_it() -> bool:
+        found = pilot.app.screen.query(CommandList)
+        options = found.first() if found else None
+        highlighted = options.highlighted if options is not None else None
+        return highlighted is not None and title in str(options.get_option_at_index(highlighted).prompt)
+
+    await until(pilot, first_is_it, f"{title!r} highlighted in the palette")
+    await pilot.press("enter")
 
 
 class JournalThenGone(Link):

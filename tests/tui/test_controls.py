@@ -30,7 +30,7 @@ from specctl.runtime.supervisor.lifecycle import Supervisor
 from specctl.widgets.banner import SpecBanner
 from specctl.widgets.event_log import EventLog
 
-from support.tui import until
+from support.tui import palette, until
 
 
 @pytest.fixture
@@ -139,21 +139,6 @@ async def test_a_command_sent_while_the_view_is_paused_says_the_view_is_paused(a
                     "the paused note")
         await pilot.press("p")
         await until(pilot, lambda: "FORCED OFF" in banner(app), "FORCED OFF once resumed")
-
-
-async def palette(pilot: Pilot, title: str) -> None:
-    """Type a command's title into the palette and run it once the search has put it first."""
-    await pilot.press("ctrl+p")
-    await pilot.press(*title)
-
-    def first_is_it() -> bool:
-        found = pilot.app.screen.query(CommandList)
-        options = found.first() if found else None
-        highlighted = options.highlighted if options is not None else None
-        return highlighted is not None and title in str(options.get_option_at_index(highlighted).prompt)
-
-    await until(pilot, first_is_it, f"{title!r} highlighted in the palette")
-    await pilot.press("enter")
 
 
 async def test_the_server_restarts_from_the_palette_once_the_operator_says_yes(app: SpecctlApp, journal: Path) -> None:

@@ -97,3 +97,8 @@ def test_thresholds_form_with_an_error(snap_compare, replay, settled):
 @pytest.mark.parametrize("theme", ["specctl-light", "specctl-contrast"])
 def test_themes(snap_compare, replay, settled, theme):
     assert snap_compare(replay("eight_gpu.jsonl", OFF_AT, theme=theme), terminal_size=SMALL, run_before=settled)
+
+
+def test_dashboard_of_a_server_with_several_depths(snap_compare, replay, settled):
+    """Depths 0,1,2,3: the banner says `depth 2 of 0,1,2,3`, the accept chart's bottom row the depth over time."""
+    assert snap_compare(replay("depth.jsonl", 240), terminal_size=SMALL, run_before=settled)

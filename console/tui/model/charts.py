@@ -40,11 +40,18 @@ def _old(timeline: Timeline, key: str, fmt: str) -> str:
     return "" if value is None else f" (was {si(value, fmt)})"
 
 
+def depth_strip(points: list[Point]) -> tuple[tuple[float, int], ...]:
+    """(t, depth) for every point that has one: the accept-length chart's digit row."""
+    return tuple((p.t, p.depth) for p in points if p.depth is not None)
+
+
 def build_charts(timeline: Timeline, window_s: float, *, lost: bool = False) -> tuple[ChartData, ChartData, ChartData]:
     """(tok/s, accepted length, requests) over the last ``window_s`` of journal time.
 
     ``lost``: the link to the supervisor is gone, so no figure is the newest any more: every legend is `–`.
-    The accepted length is `–` while speculation is off (there is nothing to accept).
+    The accepted length is `–` while speculation is off (there is nothing to accept). A server built for
+    several depths gets a digit row under the accepted length, the depth at each time: accepted length
+    and the depth that drafted it read together, in one row (a two-state server's charts are as before).
     """
     now = timeline.now or 0.0
     points = [p for p in timeline.points if p.t >= now - window_s]
@@ -66,7 +73,8 @@ def build_charts(timeline: Timeline, window_s: float, *, lost: bool = False) -> 
         ChartData("Accept length", now, window_s, (accept,), spans,
                   legend=_last(accept, ".2f", accept_latest) + _old(timeline, "accept_len", ".2f"),
                   legend_narrow=_last(accept, ".2f", accept_latest),
-                  y_min_top=timeline.max_accept(), unit_fmt=".1f"),
+                  y_min_top=timeline.max_accept(), unit_fmt=".1f",
+                  strip=depth_strip(points) if timeline.built_depths() else (), strip_label="depth"),
         ChartData("Requests", now, window_s, (running, queued), spans, marks,
                   legend=f"run {run} · queue {queue}", legend_narrow=f"run {run} · q {queue}", note=rules),
     )

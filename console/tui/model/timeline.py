@@ -29,6 +29,7 @@ class Point:
     running: float | None
     queued: float | None
     spec_on: bool | None
+    depth: int | None = None  # draft steps running at this sample (0 = off); None where it had no spec
 
 
 @dataclass
@@ -92,10 +93,26 @@ class Timeline:
             self.unreachable_since = float(record["t"])
         point = Point(float(record["t"]), server.get("gen_tps"), server.get("accept_len"),
                       server.get("running"), server.get("queued"),
-                      None if spec is None else bool(spec.get("on")))
+                      None if spec is None else bool(spec.get("on")), _depth(spec))
         self.points.append(point)
         while self.points and self.points[0].t < point.t - HISTORY_S:
             self.points.popleft()
+
+    def built_depths(self) -> tuple[int, ...]:
+        """The positive depths the server was built for (``settings.candidates``), where it has several.
+
+        Empty for a two-state server ({0, steps}, or candidates with one positive depth): there the
+        console shows exactly what it always did, and there is no depth to pin but ``steps``.
+        """
+        candidates = self.settings().get("candidates") or []
+        positive = tuple(d for d in candidates if isinstance(d, int) and not isinstance(d, bool) and d > 0)
+        return positive if len(positive) > 1 else ()
+
+    def auto_depths(self) -> tuple[int, ...]:
+        """The depths auto may choose now (the sample's ``candidates``: the built ones up to ``steps``)."""
+        spec = None if self.latest is None else self.latest["spec"]
+        candidates = (spec or {}).get("candidates") or []
+        return tuple(d for d in candidates if isinstance(d, int) and not isinstance(d, bool))
 
     @property
     def view_only(self) -> bool:
@@ -117,3 +134,11 @@ class Timeline:
         """The accept-length chart's top: steps + 1 (every draft token plus the bonus one)."""
         steps = self.settings().get("steps")
         return 1.0 + (steps if steps is not None and 0 < steps < 64 else 3.0)
+
+
+def _depth(spec: Any) -> int | None:
+    """The depth a spec reports (``depth``, or ``steps`` from a server before depths), None without one."""
+    if not isinstance(spec, dict):
+        return None
+    value = spec.get("depth", spec.get("steps"))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

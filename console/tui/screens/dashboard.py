@@ -179,6 +179,7 @@ def banner_state(timeline: Timeline, source: str, status: str,
         last_seen_on=(None if timeline.unreachable_since is None
                       else _spec_on(None if timeline.last_ready is None else timeline.last_ready["spec"])),
         unreachable_since=timeline.unreachable_since,
+        depths=timeline.auto_depths() if timeline.built_depths() else (),
     )
 
 
