@@ -10,9 +10,9 @@ import asyncio
 import json
 import os
 import resource
+import signal
 import socket
 import stat
-import signal
 import subprocess
 import sys
 import threading
