@@ -321,6 +321,61 @@ async def test_a_subscriber_that_stops_reading_never_blocks_publish(served) -> N
     await wait_until(lambda: server.clients == 0)
 
 
+
+async def stop_while_streaming(path: Path) -> None:
+    """One server, one subscriber reading as fast as it can, records published every loop turn; then stop()."""
+    target = StandInTarget()
+    server = ControlServer(target, path)
+    await server.start()
+    peer = await greeted(server.path)
+    await peer.send(b'{"id": 1, "cmd": "subscribe"}\n')
+    await wait_until(lambda: target.hub.subscribers == 1)
+
+    async def reads() -> None:
+        while await peer.reader.read(65536):
+            pass
+
+    async def floods() -> None:
+        while True:
+            target.hub.publish(records.event("filler", n=1))
+            await asyncio.sleep(0)
+
+    helpers = [asyncio.create_task(reads()), asyncio.create_task(floods())]
+    await asyncio.sleep(0.05)
+    stopping = asyncio.create_task(server.stop())
+    # asyncio.wait, not wait_for: a guard that cancels would hang on the same swallowed cancel
+    done, _ = await asyncio.wait({stopping}, timeout=GUARD)
+    for task in helpers:
+        task.cancel()
+    peer.writer.transport.abort()
+    assert stopping in done, "stop() did not return while records were streaming"
+    assert not server.path.exists() and server.clients == 0
+
+
+async def test_stop_ends_while_records_stream_to_a_subscriber(sock_dir: Path) -> None:
+    """stop() while the pump is sending: on 3.11 wait_for(drain) swallowed the cancel that landed as the
+    drain completed, the pump kept streaming, and stop() (so the supervisor's SIGTERM) never returned."""
+    for _ in range(10):  # the cancel must meet a send in flight; with records flowing it nearly always does
+        await stop_while_streaming(sock_dir / "run" / "specctl.sock")
+
+
+async def test_stop_does_not_wait_for_a_subscriber_whose_buffer_is_full(sock_dir: Path) -> None:
+    target = StandInTarget()
+    server = ControlServer(target, sock_dir / "run" / "specctl.sock", write_timeout=3600.0)  # never dropped
+    await server.start()
+    stuck = await greeted(server.path)
+    await stuck.send(b'{"id": 1, "cmd": "subscribe"}\n')
+    await wait_until(lambda: target.hub.subscribers == 1)
+    big = records.event("filler", blob="z" * 20_000)
+    for _ in range(200):  # ~4 MB: past what the kernel buffers, so the pump waits in drain
+        target.hub.publish(big)
+        await asyncio.sleep(0)
+    stopping = asyncio.create_task(server.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=GUARD)
+    stuck.writer.transport.abort()
+    assert stopping in done and not server.path.exists() and server.clients == 0
+
+
 # -- the socket file ------------------------------------------------------------------
 
 async def test_socket_is_0600_in_a_0700_directory(served) -> None:

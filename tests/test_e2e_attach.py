@@ -168,3 +168,21 @@ def test_attaching_to_a_server_that_does_not_answer_says_so_then_sees_it_come(tm
             late.wait(timeout=30)
     finally:
         assert h.stop() == 0
+
+
+def test_status_of_a_server_without_the_plugin_says_view_only_and_how_to_fix_it(tmp_path: Path, sims) -> None:
+    """Before: `spec  -  mode -  reason -  switches -`, which reads like a fault, not a missing plugin."""
+    _proc, url = sims("--no-plugin")
+    h = Headless(tmp_path, "--attach", url)
+    try:
+        h.ready_sample()
+        out = h.cli("status")
+        assert out.returncode == 0, out.stderr
+        assert "view only: this server runs without the specctl plugin" in out.stdout
+        assert "specctl sglang-args" in out.stdout, "how to fix it"
+        assert "mode -" not in out.stdout and "switches -" not in out.stdout and "last switch" not in out.stdout
+        assert "server     ready" in out.stdout and "gpu 0" in out.stdout, "what it can read, it still shows"
+        refused = h.cli("force-off")
+        assert refused.returncode == 1 and "view only" in refused.stderr
+    finally:
+        assert h.stop() == 0

@@ -6,13 +6,16 @@ journal, `specctl status`, the supervisor's stderr.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import resource
+import signal
 import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,6 +243,75 @@ def test_sigterm_with_clients_connected_stops_quietly(tmp_path: Path) -> None:
             c.close()
     told = h.told()
     assert "Traceback" not in told and "CancelledError" not in told, told[-3000:]
+
+
+
+def _never_reads(h: Headless) -> list[socket.socket]:
+    """A subscriber that stops reading, with its answers piling up: the server waits in drain."""
+    c = socket.socket(socket.AF_UNIX)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    c.connect(str(h.socket))
+    c.sendall(b'{"id": 0, "cmd": "subscribe"}\n' + b'{"id": 1, "cmd": "status"}\n' * 500)
+    return [c]
+
+
+def _console(h: Headless) -> list[threading.Thread]:
+    """The console's own link (two connections: a stream and a command one), reading in a thread."""
+    from specctl.console.tui.links import LinkError, SocketLink
+
+    streaming = threading.Event()
+
+    async def watch() -> None:
+        link = SocketLink(h.socket)
+        await link.open()
+        try:
+            async for _record in link.records():
+                streaming.set()
+        except LinkError:
+            pass  # the supervisor went away: what the console says on screen
+        finally:
+            await link.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(watch(),), daemon=True)
+    thread.start()
+    assert streaming.wait(timeout=60), "the console link never streamed"
+    return [thread]
+
+
+def _idle_50(h: Headless) -> list[socket.socket]:
+    clients = []
+    for _ in range(50):
+        c = socket.socket(socket.AF_UNIX)
+        c.connect(str(h.socket))
+        clients.append(c)
+    return clients
+
+
+@pytest.mark.parametrize("clients", [_never_reads, _console, _idle_50], ids=["never-reads", "console", "idle-50"])
+def test_sigterm_stops_the_supervisor_whatever_its_clients_do(tmp_path: Path, clients: Any) -> None:
+    """Before: a subscriber's stream could swallow stop's cancel and SIGTERM never finished."""
+    h = Headless(tmp_path, "--sim-load", "steady:c=200", "--sim-gpus", "8")  # big samples, often
+    held: list[Any] = []
+    try:
+        h.ready_sample()
+        held = clients(h)
+        time.sleep(1.0)  # a few samples: streams are flowing, or piling up
+        h.proc.send_signal(signal.SIGTERM)
+        rc = h.proc.wait(timeout=60)  # only a guard against a hang
+    finally:
+        if h.proc.poll() is None:
+            os.killpg(h.proc.pid, signal.SIGKILL)
+            h.proc.wait()
+        for c in held:
+            if isinstance(c, socket.socket):
+                c.close()
+    told = h.told()
+    assert rc == 0 and "Traceback" not in told and "CancelledError" not in told, told[-3000:]
+    assert not h.socket.exists()
+    for c in held:
+        if isinstance(c, threading.Thread):
+            c.join(timeout=60)
+            assert not c.is_alive(), "the console did not see the supervisor go"
 
 
 # -- 5. the model server's HTTP port is no side door ------------------------------------

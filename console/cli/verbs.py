@@ -131,7 +131,7 @@ def summary(sample: dict[str, Any]) -> list[str]:
     """The human-readable ``specctl status``: one line per topic, one per GPU."""
     server = sample.get("server") or {}
     lines = [_server_line(server, bool(sample.get("sim")))]
-    lines += _spec_lines(sample.get("spec"))
+    lines += _view_only_lines() if view_only(sample) else _spec_lines(sample.get("spec"))
     if server.get("prefill_graphs") is False:
         lines.append("prefill    EAGER: prefill CUDA graphs are off; with prompts arriving the off state "
                      "costs about 5 % more (docs/fast-off.md)")
@@ -141,6 +141,18 @@ def summary(sample: dict[str, Any]) -> list[str]:
                  f"accept len {_v(server.get('accept_len'), '{:.2f}')}")
     lines += [_gpu_line(gpu) for gpu in sample.get("gpus") or []]
     return lines
+
+
+def view_only(sample: dict[str, Any]) -> bool:
+    """A ready server that reports no specctl state runs without the plugin (as commands.VIEW_ONLY decides)."""
+    return (sample.get("server") or {}).get("state") == "ready" and not sample.get("spec")
+
+
+def _view_only_lines() -> list[str]:
+    """What the server cannot tell, said as such, with the fix: not a row of '-' that reads like a fault."""
+    return ["spec       view only: this server runs without the specctl plugin",
+            "fix        relaunch it with the environment and flags `specctl sglang-args` prints "
+            "(docs/deployment.md); until then mode and set are refused"]
 
 
 def _server_line(server: dict[str, Any], sim: bool) -> str:

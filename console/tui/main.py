@@ -13,7 +13,8 @@ from pathlib import Path
 
 from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from specctl.console.tui.links import MAX_SPEED, MIN_SPEED, Link, LinkError, ReplayLink, SocketLink
-from specctl.runtime.supervisor.journal import read_records
+from specctl.runtime.core import records
+from specctl.runtime.supervisor.journal import JournalReader, read_records
 
 
 def run_tui(args: argparse.Namespace) -> int:
@@ -90,7 +91,23 @@ def run_replay(args: argparse.Namespace) -> int:
     if problem:
         print(f"specctl: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    skipped = _malformed(path)
+    if skipped:  # said before the screen takes the terminal; it is there again when the console exits
+        print(f"specctl replay: skipped {skipped} malformed records of {path}", file=sys.stderr)
     return _run(ReplayLink(path, speed=args.speed))
+
+
+def _malformed(path: Path) -> int:
+    """Lines the replay will not show: corrupt, of the wrong shape, or not a record (records.parse).
+
+    A torn last line is not counted: that is a writer that died mid-line, not damage.
+    """
+    reader = JournalReader(path)
+    try:
+        unparsed = sum(records.parse(raw) is None for raw in reader)
+    except OSError:
+        return 0  # _journal_problem has read it; a file that goes away now is the replay's to say
+    return reader.skipped + unparsed
 
 
 def _journal_problem(path: Path) -> str:

@@ -341,12 +341,18 @@ class _Connection:
             sub.close()
 
     async def send(self, data: bytes) -> None:
-        """Write one line; a client that does not take it within write_timeout is dropped."""
+        """Write one line; a client that does not take it within write_timeout is dropped.
+
+        asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that lands
+        as the drain completes, and a streaming pump that lost stop()'s cancel kept
+        the supervisor from exiting (it waited on the hub, which closes after us).
+        """
         if self._writer.is_closing():
             raise _Dropped
         self._writer.write(data)
         try:
-            await asyncio.wait_for(self._writer.drain(), self._server.write_timeout)
+            async with asyncio.timeout(self._server.write_timeout):
+                await self._writer.drain()
         except TimeoutError:
             self._writer.transport.abort()
             raise _Dropped from None
@@ -354,13 +360,21 @@ class _Connection:
     async def _close(self) -> None:
         if self._pump is not None and not self._pump.done():
             self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
-        self._writer.close()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                async with asyncio.timeout(CLOSE_GRACE_S):
+                    await self._pump
+        if self._server.stopping:  # nothing more is owed: a client that stopped reading must not hold stop()
+            self._writer.transport.abort()
+            return
+        self._writer.close()  # a normal end: what was written is still delivered
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._writer.wait_closed(), 1.0)
+            async with asyncio.timeout(CLOSE_GRACE_S):
+                await self._writer.wait_closed()
+        self._writer.transport.abort()  # a client that never took the rest: no descriptor left behind
 
 
+CLOSE_GRACE_S = 1.0  # a closing connection waits this long for its client to take what was written
+STOP_GRACE_S = 2.0  # stop() waits this long for client tasks to end after closing their connections
 FD_HEADROOM = 96  # descriptors left for everything else: journal, NVML, HTTP pool, the server's pipes, ...
 ACCEPT_BACKOFF = (0.05, 1.0)  # first and longest pause after accept() fails for want of resources
 EVICT_IDLE_S = 1.0  # at the cap, a connection idle this long gives its place to a newcomer
@@ -509,8 +523,18 @@ class ControlServer:
         os.chmod(self.path, 0o600)
         return sock
 
+    @property
+    def stopping(self) -> bool:
+        """stop() has begun: connections are aborted, not flushed."""
+        return self._stopped
+
     async def stop(self) -> None:
-        """Stop accepting, close every client, and remove the socket file if it is still ours."""
+        """Stop accepting, close every client, and remove the socket file if it is still ours.
+
+        Bounded whatever the clients do: connections are aborted (a subscriber that
+        stopped reading has a full buffer nobody will take), their tasks cancelled,
+        and any task still running after STOP_GRACE_S is left to the loop's end.
+        """
         self._stopped = True
         if self._server is not None:
             self._server.cancel()
@@ -520,10 +544,17 @@ class ControlServer:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._remove_socket_file()
+        for connection in list(self._live):
+            connection.evict()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _done, stuck = await asyncio.wait(tasks, timeout=STOP_GRACE_S)
+            if stuck:
+                log.warning("control socket: %d client tasks did not end in %.0f s; leaving them",
+                            len(stuck), STOP_GRACE_S)
 
     def _remove_socket_file(self) -> None:
         """Only our own socket: a newer supervisor may have bound the path since."""
@@ -543,7 +574,7 @@ class ControlServer:
             return
         try:
             reader, writer = await asyncio.open_unix_connection(sock=conn, limit=MAX_LINE)
-        except OSError:
+        except (OSError, asyncio.CancelledError):  # CancelledError: stop() came first; quietly
             conn.close()
             return
         try:
@@ -572,5 +603,6 @@ class ControlServer:
             return
         writer.write(_dumps(refusal))
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(writer.drain(), 1.0)
+            async with asyncio.timeout(CLOSE_GRACE_S):
+                await writer.drain()
         writer.transport.abort()
