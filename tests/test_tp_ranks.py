@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import random
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -82,25 +83,31 @@ def rank_main(rank: int, cfg: str, conn: Any) -> None:
                "count": params.state()["switches"]})
 
 
-def test_every_rank_decides_the_same_at_every_step(tmp_path: Path) -> None:
-    cfg = str(write_config(tmp_path / "adaptive.json", 3))
+def run_ranks(main: Callable[..., None], args: tuple[Any, ...], stream: Iterable[Any]) -> list[dict[str, Any]]:
+    """RANKS real processes (spawned, as SGLang's schedulers are), each fed the same broadcast messages
+    in the same order (what SGLang's step-boundary broadcast guarantees); their reports, in rank order."""
     ctx = mp.get_context("spawn")
     pipes = [ctx.Pipe() for _ in range(RANKS)]
-    procs = [ctx.Process(target=rank_main, args=(r, cfg, child)) for r, (_, child) in enumerate(pipes)]
+    procs = [ctx.Process(target=main, args=(r, *args, child)) for r, (_, child) in enumerate(pipes)]
     for p in procs:
         p.start()
     try:
-        for msg in broadcast_stream(seed=7, steps=3000):
+        for msg in stream:
             for parent, _ in pipes:
                 parent.send(msg)
         for parent, _ in pipes:
             parent.send(None)
-        reports = [parent.recv() for parent, _ in pipes]
+        return [parent.recv() for parent, _ in pipes]
     finally:
         for p in procs:
             p.join(timeout=60)
             if p.is_alive():
                 p.kill()
+
+
+def test_every_rank_decides_the_same_at_every_step(tmp_path: Path) -> None:
+    cfg = str(write_config(tmp_path / "adaptive.json", 3))
+    reports = run_ranks(rank_main, (cfg,), broadcast_stream(seed=7, steps=3000))
     first = reports[0]
     assert first["count"] >= 200, "the stream must exercise hundreds of switches"
     steps = {d[0] for d in first["decisions"]}
@@ -182,24 +189,7 @@ def test_every_rank_chooses_the_same_depth_at_every_step(tmp_path: Path) -> None
     cfg = str(write_config(tmp_path / "adaptive.json", 3, candidates=[0, 1, 2, 3]))
     costs = tmp_path / "costs.json"
     costs.write_text(json.dumps(DEPTH_COSTS))
-    ctx = mp.get_context("spawn")
-    pipes = [ctx.Pipe() for _ in range(RANKS)]
-    procs = [ctx.Process(target=depth_rank_main, args=(r, cfg, str(costs), child))
-             for r, (_, child) in enumerate(pipes)]
-    for p in procs:
-        p.start()
-    try:
-        for msg in depth_stream(seed=11, steps=4000):
-            for parent, _ in pipes:
-                parent.send(msg)
-        for parent, _ in pipes:
-            parent.send(None)
-        reports = [parent.recv() for parent, _ in pipes]
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
+    reports = run_ranks(depth_rank_main, (cfg, str(costs)), depth_stream(seed=11, steps=4000))
     first = reports[0]
     assert set(first["decisions"]) == {0, 1, 2, 3}, "every depth must be chosen somewhere"
     reasons = {s[3] for s in first["switches"]}

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from textual.app import App, ComposeResult
 from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import Input
@@ -15,6 +16,7 @@ from specctl.console.tui.app import SpecctlApp
 from specctl.console.tui.links import Link, LinkError, ReplayLink
 from specctl.runtime.core.errors import UNAVAILABLE
 from specctl.runtime.supervisor.journal import read_journal
+from specctl.widgets.banner import BannerState, SpecBanner
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tui" / "fixtures"
 T0 = 1764400000.0  # the fixtures' first sample (tests/tui/fixtures/make_fixtures.py)
@@ -96,3 +98,19 @@ class JournalThenGone(Link):
 
 
 GONE = "lost the supervisor: connection reset by peer"
+
+
+class BannerOnly(App[None]):
+    """The banner alone, to read the words a state gives it."""
+
+    def compose(self) -> ComposeResult:
+        yield SpecBanner()
+
+
+async def first_line(state: BannerState) -> str:
+    """The banner's first line, as drawn, for ``state``."""
+    app = BannerOnly()
+    async with app.run_test(size=(100, 4)) as pilot:
+        app.query_one(SpecBanner).state = state
+        await pilot.pause()
+        return app.query_one(SpecBanner).render().plain.split("\n")[0]

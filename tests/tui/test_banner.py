@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-from textual.app import App, ComposeResult
+from specctl.widgets.banner import BannerState
 
-from specctl.widgets.banner import BannerState, SpecBanner
-
-
-class BannerOnly(App[None]):
-    def compose(self) -> ComposeResult:
-        yield SpecBanner()
-
-
-async def first_line(state: BannerState) -> str:
-    app = BannerOnly()
-    async with app.run_test(size=(100, 4)) as pilot:
-        app.query_one(SpecBanner).state = state
-        await pilot.pause()
-        return app.query_one(SpecBanner).render().plain.split("\n")[0]
+from support.tui import first_line
 
 
 async def test_a_forced_mode_the_server_has_not_switched_to_yet_says_switching() -> None:

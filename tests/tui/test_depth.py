@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
 from specctl.console.tui.app import SpecctlApp
@@ -23,7 +22,7 @@ from specctl.widgets.banner import BannerState, SpecBanner
 from specctl.widgets.event_log import EventLog, describe
 from specctl.widgets.timechart import TimeChart
 
-from support.tui import palette, until
+from support.tui import first_line, palette, until
 
 SWITCH = {"v": 1, "t": 1764400000.0, "kind": "event", "event": "spec_switch", "batch_size": 12}
 
@@ -49,17 +48,6 @@ def test_a_switch_from_a_journal_before_depths_reads_as_it_did() -> None:
 
 
 # -- the banner's first line ----------------------------------------------------------------
-class BannerOnly(App[None]):
-    def compose(self) -> ComposeResult:
-        yield SpecBanner()
-
-
-async def first_line(state: BannerState) -> str:
-    app = BannerOnly()
-    async with app.run_test(size=(100, 4)) as pilot:
-        app.query_one(SpecBanner).state = state
-        await pilot.pause()
-        return app.query_one(SpecBanner).render().plain.split("\n")[0]
 
 
 DEPTHS = (0, 1, 2, 3)
