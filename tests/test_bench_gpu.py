@@ -23,12 +23,12 @@ GPU = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 DEADLINE_S = 60.0
 
 
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[str]:
-    """A simulator (Triton preset) with no load of its own; stopped at the end."""
+def idle_simulator(tmp_path: Path, *settings: str) -> Iterator[str]:
+    """A simulator (Triton preset) with no load of its own and ``settings`` (KEY=VALUE); stopped at the end."""
     port_file = tmp_path / "port"
+    sets = [w for kv in ("off_at=1000", "on_at=999", *settings) for w in ("--set", kv)]
     proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0", "--port-file",
-                             str(port_file), "--load", "idle", "--set", "off_at=1000", "--set", "on_at=999"],
+                             str(port_file), "--load", "idle", *sets],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + DEADLINE_S
     while not port_file.exists():
@@ -37,6 +37,12 @@ def sim(tmp_path: Path) -> Iterator[str]:
     yield f"http://127.0.0.1:{int(port_file.read_text())}"
     proc.terminate()
     proc.wait(timeout=DEADLINE_S)
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[str]:
+    """A simulator (Triton preset) with no load of its own; stopped at the end."""
+    yield from idle_simulator(tmp_path)
 
 
 def tool(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -453,18 +459,7 @@ def test_threads_refuses_a_command_it_does_not_know() -> None:
 @pytest.fixture
 def depth_sim(tmp_path: Path) -> Iterator[str]:
     """A simulator built with depths 0-3 (as a server launched with --speculative-candidate-steps 0,1,2,3)."""
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0", "--port-file",
-                             str(port_file), "--load", "idle", "--set", "off_at=1000", "--set", "on_at=999",
-                             "--set", "candidates=0,1,2,3", "--set", "min_accept=0.3"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + DEADLINE_S
-    while not port_file.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the simulator did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{int(port_file.read_text())}"
-    proc.terminate()
-    proc.wait(timeout=DEADLINE_S)
+    yield from idle_simulator(tmp_path, "candidates=0,1,2,3", "min_accept=0.3")
 
 
 def test_depth_accept_reads_acceptance_right_after_each_change(depth_sim: str, tmp_path: Path) -> None:
