@@ -386,7 +386,8 @@ class SpecPolicy:
         if not values:
             return
         self._record_mean(sum(values) / len(values))
-        self._stats.add(values, self._depth if depth is None else depth)
+        if len(self._depths) > 2:  # only a choice among depths reads acceptance per position
+            self._stats.add(values, self._depth if depth is None else depth)
 
     def on_verify_mean(self, mean: float) -> None:
         """Same as :meth:`on_verify` for a caller that already holds the batch mean.
