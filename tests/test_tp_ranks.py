@@ -62,6 +62,15 @@ def warmth(bs: int, steps: int) -> tuple[bool, bool]:
     return decode, prefill
 
 
+def applied(params: SpecctlParams, wire: dict[str, Any]) -> bool:
+    """A broadcast settings change, as the plugin's handler applies it on each rank: all or nothing."""
+    try:
+        params.apply_settings(params.validate_wire(wire))
+    except ValueError:
+        return False
+    return True
+
+
 def rank_main(rank: int, cfg: str, conn: Any) -> None:
     """One scheduler rank: apply what arrives, in order; report every decision."""
     params = SpecctlParams(3, cfg, settings=PolicySettings(dwell=2))
@@ -69,10 +78,7 @@ def rank_main(rank: int, cfg: str, conn: Any) -> None:
     refused = 0
     while (msg := conn.recv()) is not None:
         if msg[0] == "settings":
-            try:
-                params.apply_settings(params.validate_wire(msg[1]))
-            except ValueError:
-                refused += 1
+            refused += not applied(params, msg[1])
         else:
             _, bs, accepts = msg
             steps = params.get_steps_for_batch(bs)
@@ -165,10 +171,7 @@ def depth_rank_main(rank: int, cfg: str, costs_path: str, conn: Any) -> None:
     in_flight: list[tuple[int, list[int]]] = []
     while (msg := conn.recv()) is not None:
         if msg[0] == "settings":
-            try:
-                params.apply_settings(params.validate_wire(msg[1]))
-            except ValueError:
-                refused += 1
+            refused += not applied(params, msg[1])
         else:
             _, bs, accepts = msg
             depth = params.get_steps_for_batch(bs)
