@@ -393,7 +393,7 @@ PYEOF
 }
 
 phase_sweep2() {  # the specctl server as an operator runs it: launched and steered by specctl itself
-  local sock=/tmp/specctl-$TAG.sock journal=$WORK/journal-sweep2-$TAG.jsonl
+  local sock=$WORK/specctl.sock journal=$WORK/journal-sweep2-$TAG.jsonl
   write_models
   rm -f "$sock"
   log "starting sweep2 through specctl run --headless (ATTN=$ATTN, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN)"
