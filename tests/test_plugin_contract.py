@@ -173,6 +173,18 @@ def test_early_publish_finds_on_publish_and_the_plan_stream_where_the_release_ha
     assert f"plan_stream=self.{early.plan_stream_attr}" in ast.unparse(verify)
 
 
+def test_early_publish_reads_the_host_wait_from_the_future_map_on_publish_is_bound_to(
+        sglang_source: SglangSource) -> None:
+    # auto: on_publish = partial(self.future_map.publish, ...); the FutureMap instance carries the
+    # scheduler's start-up decision, and resolve_seq_lens_cpu reads the same attribute to wait.
+    early = sglang_source.release.early_publish
+    future_map = sglang_source.locate("sglang.srt.managers.overlap_utils.FutureMap").node
+    assert early.host_wait_attr in attribute_names(future_map)
+    resolve = find_definition(future_map, "resolve_seq_lens_cpu")
+    assert f"self.{early.host_wait_attr}" in ast.unparse(resolve)
+    assert "publish" in {n.name for n in future_map.body if isinstance(n, ast.FunctionDef)}
+
+
 def test_the_hooked_prepare_runs_before_the_target_forward_and_sglangs_publish(sglang_source: SglangSource) -> None:
     # fast_off publishes an off step from inside eagle_prepare_for_verify: that must come
     # before the replay (the target forward) and SGLang's own publish (after verify()).

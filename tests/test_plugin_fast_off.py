@@ -4,7 +4,7 @@ Why: the logic that needs no GPU (which hooks are registered, the hooks'
 argument handling, the decode view of the batch and its restoration, the
 DECODE capture switch of the graph runner, the fallback on a failed build,
 the per-step draft warmth from ``warm_below``, the WAR-barrier hand-over, the
-opt-in early publish and its check) is checked here; that the names and parameters
+early publish, its default and its check) is checked here; that the names and parameters
 exist in each release is test_plugin_contract.py's job, and the kernels the
 GPU run's.
 """
@@ -23,7 +23,7 @@ import pytest
 
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.policy import PolicySettings
-from specctl.runtime.sglang_plugin import compat, draft_prefill, draft_warmth, fast_off
+from specctl.runtime.sglang_plugin import compat, draft_prefill, draft_warmth, early_publish, fast_off
 from specctl.runtime.sglang_plugin import params as params_module
 from specctl.runtime.sglang_plugin.compat import RELEASES
 from specctl.runtime.sglang_plugin.params import SpecctlParams
@@ -130,12 +130,13 @@ def fake_sglang(monkeypatch) -> None:
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
     monkeypatch.setattr(draft_prefill, "STATS", draft_prefill.DraftPrefillStats())
     monkeypatch.setattr(fast_off, "_RUNNER_CLASS", None)
-    monkeypatch.setattr(fast_off, "_PENDING", None)
+    monkeypatch.setattr(early_publish, "STATS", early_publish.EarlyPublishStats())
+    monkeypatch.setattr(early_publish, "_PENDING", None)
     monkeypatch.setattr(draft_warmth, "_skip_written", None)
     monkeypatch.setattr(params_module, "_active", None)
     monkeypatch.setattr(SPEC, "speculative_use_rejection_sampling", False)
-    for name in (fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV, fast_off.ENV_EARLY,
-                 fast_off.ENV_EARLY_CHECK):
+    for name in (fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV, early_publish.ENV_EARLY,
+                 early_publish.ENV_EARLY_CHECK):
         monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
         monkeypatch.delenv(name)
 
@@ -281,7 +282,9 @@ def test_the_steps_0_state_gets_a_decode_backend_and_decode_graphs() -> None:
 def test_once_installed_and_built_the_off_state_is_reported_fast() -> None:
     fast_off.install(RELEASE, lambda spec, hook: None)
     fast_off.around_build_adaptive_runtime_state(lambda w, *a, **k: sglang_state(), Worker(), 0, 1, [1, 2])
-    assert fast_off.summary() == {"fast": True, "why_not": None}
+    assert fast_off.summary() == {"fast": True, "why_not": None, "early_publish": {
+        "setting": "auto", "mode": "off", "check": False, "decode": 0, "extend": 0, "swallowed": 0,
+        "mismatches": 0}}  # auto decides at the first step
 
 
 def test_before_the_decode_state_is_built_the_off_state_is_reported_slow() -> None:
@@ -513,14 +516,19 @@ def test_the_draft_prefill_runs_wherever_the_stub_may_not_stand_in(prefill, tmp_
     assert draft_prefill.STATS.skipped == 0
 
 
-# -- early publish (opt-in) ----------------------------------------------------
+# -- early publish ---------------------------------------------------------------
 
 
 class FutureMap:
-    """SGLang's FutureMap.publish, reduced to what the scheduler can observe: when, and which lengths."""
+    """SGLang's FutureMap.publish, reduced to what the scheduler can observe: when, and which lengths.
 
-    def __init__(self, trace: list[Any]) -> None:
+    ``needs_cpu_seq_lens``: the scheduler's start-up decision, True with FlashInfer (it then
+    waits on the host for each publish), False with Triton and FA3.
+    """
+
+    def __init__(self, trace: list[Any], needs_cpu_seq_lens: bool = True) -> None:
         self.trace = trace
+        self.needs_cpu_seq_lens = needs_cpu_seq_lens
 
     def publish(self, future_indices: Any, new_seq_lens: Any, confidence: Any = None) -> None:
         self.trace.append(("publish", list(new_seq_lens)))
@@ -568,14 +576,16 @@ class SpecWorker:
         return "decode"
 
 
-def run_step(monkeypatch, env: dict[str, str], batch: Any, worker: SpecWorker, version: str = "0.5.17") -> list[Any]:
+def run_step(monkeypatch, env: dict[str, str], batch: Any, worker: SpecWorker, version: str = "0.5.17",
+             host_waits: bool = True, on_publish: Any = None) -> list[Any]:
     """Install under ``env`` and run one step as the scheduler does: on_publish by name."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     release = RELEASES[version]
     fast_off.install(release, lambda spec, hook: None)
     step = fast_off.handlers(release)[fast_off.STEP_HANDLER]
-    on_publish = functools.partial(FutureMap(worker.trace).publish, [0, 1])
+    if on_publish is None:
+        on_publish = functools.partial(FutureMap(worker.trace, host_waits).publish, [0, 1])
     step(SpecWorker.forward_batch_generation, worker, batch, on_publish=on_publish, grammar_barrier=None)
     return worker.trace
 
@@ -588,7 +598,7 @@ def prefill_batch() -> SimpleNamespace:
     return SimpleNamespace(**{**vars(make_batch()), "forward_mode": ForwardMode.EXTEND}, is_extend_in_batch=False)
 
 
-EARLY = {fast_off.ENV_EARLY: "1"}
+EARLY = {early_publish.ENV_EARLY: "1"}
 
 
 @pytest.mark.parametrize("version", sorted(RELEASES))
@@ -596,14 +606,14 @@ def test_early_publish_an_off_decode_step_publishes_seq_lens_plus_1_once_before_
                                                                                           version: str) -> None:
     trace = run_step(monkeypatch, EARLY, decode_batch(), SpecWorker([], off=True), version)
     assert trace == [("publish", [6, 10]), "replay", "draft extend"]
-    assert (fast_off.STATS.early_decode, fast_off.STATS.late_swallowed) == (1, 1)
-    assert fast_off._PENDING is None  # nothing left armed for the next step
+    assert (early_publish.STATS.decode, early_publish.STATS.swallowed) == (1, 1)
+    assert early_publish._PENDING is None  # nothing left armed for the next step
 
 
 def test_early_publish_a_prefill_while_off_publishes_its_seq_lens_once_before_the_target(monkeypatch) -> None:
     trace = run_step(monkeypatch, EARLY, prefill_batch(), SpecWorker([], off=True))
     assert trace == [("publish", [5, 9]), "target prefill", "draft prefill"]
-    assert (fast_off.STATS.early_extend, fast_off.STATS.late_swallowed) == (1, 1)
+    assert (early_publish.STATS.extend, early_publish.STATS.swallowed) == (1, 1)
 
 
 @pytest.mark.parametrize("batch", [decode_batch, prefill_batch])
@@ -612,20 +622,55 @@ def test_early_publish_leaves_a_speculating_step_as_sglang_runs_it(monkeypatch, 
     expected = (["verify plan", "replay", ("publish", [8, 11]), "draft extend"] if batch is decode_batch
                 else ["target prefill", ("publish", [5, 9]), "draft prefill"])
     assert trace == expected
-    assert fast_off.STATS.early_decode == fast_off.STATS.early_extend == fast_off.STATS.late_swallowed == 0
+    assert early_publish.STATS.decode == early_publish.STATS.extend == early_publish.STATS.swallowed == 0
 
 
-@pytest.mark.parametrize("env", [{}, {fast_off.ENV_EARLY: "0"}, {fast_off.ENV_EARLY_CHECK: "1"}])
-def test_without_the_toggle_sglang_publishes_after_the_forward(monkeypatch, env: dict[str, str]) -> None:
+@pytest.mark.parametrize("value", ["0", "off", "no"])
+def test_switched_off_sglang_publishes_after_the_forward(monkeypatch, value: str) -> None:
+    env = {early_publish.ENV_EARLY: value, early_publish.ENV_EARLY_CHECK: "1"}
     assert run_step(monkeypatch, env, decode_batch(), SpecWorker([], off=True)) == [
         "replay", ("publish", [6, 10]), "draft extend"]
-    assert fast_off.STATS.early_publish == "off" and not fast_off.STATS.early_check
+    assert early_publish.STATS.mode == "off" and not early_publish.STATS.check
     assert run_step(monkeypatch, env, prefill_batch(), SpecWorker([], off=True)) == [
         "target prefill", ("publish", [5, 9]), "draft prefill"]
 
 
+@pytest.mark.parametrize("env", [{}, {early_publish.ENV_EARLY: "auto"}, {early_publish.ENV_EARLY: " AUTO "}])
+def test_by_default_it_runs_where_the_scheduler_waits_on_the_host(monkeypatch, env: dict[str, str]) -> None:
+    # FlashInfer: the scheduler's future map needs host lengths, so the off step publishes first.
+    assert run_step(monkeypatch, env, decode_batch(), SpecWorker([], off=True), host_waits=True) == [
+        ("publish", [6, 10]), "replay", "draft extend"]
+    assert early_publish.STATS.report()["mode"] == "decode+extend"
+    assert early_publish.STATS.report()["setting"] == "auto"
+
+
+def test_by_default_it_leaves_a_scheduler_that_does_not_wait_alone(monkeypatch, caplog) -> None:
+    # Triton, FA3: nothing to gain, so SGLang's order stays, prefills too.
+    caplog.set_level("INFO", logger=early_publish.logger.name)
+    assert run_step(monkeypatch, {}, decode_batch(), SpecWorker([], off=True), host_waits=False) == [
+        "replay", ("publish", [6, 10]), "draft extend"]
+    assert run_step(monkeypatch, {}, prefill_batch(), SpecWorker([], off=True), host_waits=False) == [
+        "target prefill", ("publish", [5, 9]), "draft prefill"]
+    assert (early_publish.STATS.mode, early_publish.STATS.decode, early_publish.STATS.extend) == ("off", 0, 0)
+    assert "early publish not needed (auto)" in caplog.text
+
+
+def test_by_default_it_stays_off_where_it_cannot_tell_and_says_so(monkeypatch, caplog) -> None:
+    worker = SpecWorker([], off=True)
+    bare = functools.partial(lambda indices, lengths: worker.trace.append(("publish", list(lengths))), [0, 1])
+    assert run_step(monkeypatch, {}, decode_batch(), worker, on_publish=bare) == [
+        "replay", ("publish", [6, 10]), "draft extend"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("cannot tell" in w and "SPECCTL_EARLY_PUBLISH=1 forces it" in w for w in warnings)
+
+
+def test_forced_on_it_runs_even_where_the_scheduler_does_not_wait(monkeypatch) -> None:
+    trace = run_step(monkeypatch, EARLY, decode_batch(), SpecWorker([], off=True), host_waits=False)
+    assert trace[0] == ("publish", [6, 10])
+
+
 def test_decode_only_leaves_the_prefill_publish_to_sglang(monkeypatch) -> None:
-    env = {fast_off.ENV_EARLY: "decode"}
+    env = {early_publish.ENV_EARLY: "decode"}
     assert run_step(monkeypatch, env, decode_batch(), SpecWorker([], off=True))[0] == ("publish", [6, 10])
     assert run_step(monkeypatch, env, prefill_batch(), SpecWorker([], off=True)) == [
         "target prefill", ("publish", [5, 9]), "draft prefill"]
@@ -641,22 +686,23 @@ def test_no_early_publish_for_an_off_step_outside_the_graphs(monkeypatch) -> Non
     worker = SpecWorker([], off=True)
     worker.graph.can_run_graph = lambda forward_batch: False  # planned inside the forward, after a publish
     assert run_step(monkeypatch, EARLY, decode_batch(), worker) == ["replay", ("publish", [6, 10]), "draft extend"]
-    assert fast_off.STATS.early_decode == 0
+    assert early_publish.STATS.decode == 0
 
 
 def test_the_check_passes_quietly_when_sglang_agrees(monkeypatch, caplog) -> None:
-    env = {**EARLY, fast_off.ENV_EARLY_CHECK: "1"}
+    env = {**EARLY, early_publish.ENV_EARLY_CHECK: "1"}
     assert run_step(monkeypatch, env, decode_batch(), SpecWorker([], off=True))[0] == ("publish", [6, 10])
+    assert (early_publish.STATS.mismatches, early_publish.STATS.swallowed) == (0, 1)
     assert run_step(monkeypatch, env, prefill_batch(), SpecWorker([], off=True))[0] == ("publish", [5, 9])
-    assert fast_off.STATS.early_mismatches == 0 and fast_off.STATS.late_swallowed == 2
+    assert (early_publish.STATS.mismatches, early_publish.STATS.swallowed) == (0, 1)  # counted since install
     assert "MISMATCH" not in caplog.text
 
 
 def test_the_check_logs_a_mismatch_loudly_and_publishes_sglangs_value(monkeypatch, caplog) -> None:
-    env = {**EARLY, fast_off.ENV_EARLY_CHECK: "1"}
+    env = {**EARLY, early_publish.ENV_EARLY_CHECK: "1"}
     trace = run_step(monkeypatch, env, decode_batch(), SpecWorker([], off=True, accept_lens=[1, 2]))
     assert trace == [("publish", [6, 10]), "replay", ("publish", [6, 11]), "draft extend"]
-    assert fast_off.STATS.early_mismatches == 1 and fast_off.STATS.late_swallowed == 0
+    assert early_publish.STATS.mismatches == 1 and early_publish.STATS.swallowed == 0
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "EARLY PUBLISH MISMATCH #1" in errors[0].getMessage()
     assert "[6, 10]" in errors[0].getMessage() and "[6, 11]" in errors[0].getMessage()
@@ -669,11 +715,11 @@ def test_without_the_check_a_wrong_early_value_stays_unseen(monkeypatch) -> None
 
 
 def test_the_server_log_counts_the_early_publishes(monkeypatch, caplog) -> None:
-    caplog.set_level("INFO", logger=fast_off.logger.name)
+    caplog.set_level("INFO", logger=early_publish.logger.name)
     run_step(monkeypatch, EARLY, decode_batch(), SpecWorker([], off=True))  # the first off step logs
     assert "early publish on (SPECCTL_EARLY_PUBLISH=1: decode+extend)" in caplog.text
     assert ("1 off decode steps and 0 prefills published early, 1 of SGLang's publishes swallowed, "
             "0 mismatches") in caplog.text
     caplog.clear()
-    run_step(monkeypatch, {fast_off.ENV_EARLY: "0"}, decode_batch(), SpecWorker([], off=True))
+    run_step(monkeypatch, {early_publish.ENV_EARLY: "0"}, decode_batch(), SpecWorker([], off=True))
     assert "early publish" not in caplog.text

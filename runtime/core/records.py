@@ -74,9 +74,22 @@ class Settings(TypedDict, total=False):
     candidates: list[int]  # the depths the server was built for ([] = {0, steps})
 
 
+class EarlyPublish(TypedDict, total=False):
+    """The plugin's early publish (docs/fast-off.md, "Early publish"): what runs and what it did."""
+
+    setting: str  # auto, decode+extend, decode or off (SPECCTL_EARLY_PUBLISH)
+    mode: str  # what runs: decode+extend, decode or off
+    check: bool
+    decode: int  # off decode steps published before their forward
+    extend: int  # prefills published before their target forward
+    swallowed: int  # SGLang's own publishes skipped after an early one
+    mismatches: int  # check mode only
+
+
 class OffState(TypedDict, total=False):
     fast: bool | None
     why_not: str | None
+    early_publish: EarlyPublish
 
 
 class Spec(TypedDict, total=False):

@@ -88,18 +88,22 @@ class ReadDoneNames:
 
 @dataclass(frozen=True)
 class EarlyPublishNames:
-    """What fast_off's opt-in early publish relies on (docs/fast-off.md, "Early publish").
+    """What the early publish (early_publish.py, fast_off item 7) relies on (docs/fast-off.md, "Early publish").
 
     ``publish_kwarg``: the step's keyword through which the scheduler hands
     over ``partial(FutureMap.publish, future_indices)``; ``plan_stream_attr``:
     the spec worker's plan stream (None unless SGLANG_ENABLE_OVERLAP_PLAN_STREAM);
-    ``facts``: (file under sglang/, text) pairs that make "the new lengths of
-    an off step are seq_lens + 1, of a prefill seq_lens, and the scheduler
-    waits on the host for their publish" true for the release.
+    ``host_wait_attr``: the attribute of the future map that ``on_publish``
+    is bound to which says whether the scheduler waits on the host for the
+    publish (decided once at start-up); ``facts``: (file under sglang/, text)
+    pairs that make "the new lengths of an off step are seq_lens + 1, of a
+    prefill seq_lens, and the scheduler waits on the host for their publish"
+    true for the release.
     """
 
     publish_kwarg: str
     plan_stream_attr: str
+    host_wait_attr: str
     facts: tuple[tuple[str, str], ...]
 
 
@@ -108,6 +112,9 @@ _EARLY_FACTS = (
     # FlashInfer keeps the base class's True; the scheduler ORs the spec worker's backends.
     ("srt/layers/attention/base_attn_backend.py", "needs_cpu_seq_lens: bool = True"),
     ("srt/managers/overlap_utils.py", 'getattr(b, "needs_cpu_seq_lens", True) for b in attn_backends'),
+    # ... kept on the future map that on_publish is bound to (early_publish's auto reads it).
+    ("srt/managers/overlap_utils.py", "self.needs_cpu_seq_lens = needs_cpu_seq_lens"),
+    ("srt/managers/overlap_utils.py", "if not self.needs_cpu_seq_lens:"),
     # The host wait: a private stream gated on the publish event, then synchronized.
     ("srt/managers/overlap_utils.py",
      "self.fwd_prepare_d2h_stream.wait_event(self.publish_ready)\n"
@@ -206,7 +213,7 @@ RELEASES: dict[str, Release] = {
             _SPEC_ALLOC,
         ),
         read_done=ReadDoneNames("war_fastpath_runner", "war_fastpath_read_done_event"),
-        early_publish=EarlyPublishNames("on_publish", "plan_stream", _EARLY_FACTS + (
+        early_publish=EarlyPublishNames("on_publish", "plan_stream", "needs_cpu_seq_lens", _EARLY_FACTS + (
             ("srt/speculative/eagle_utils.py", "return predict, num_correct_drafts + 1, accept_index"),
         )),
     ),
@@ -251,7 +258,7 @@ RELEASES: dict[str, Release] = {
                      ("batch", "on_publish", "grammar_barrier", "pp_proxy_tensors")),
         ),
         read_done=ReadDoneNames("last_shared_read_runner", "shared_read_done_event"),
-        early_publish=EarlyPublishNames("on_publish", "plan_stream", _EARLY_FACTS + (
+        early_publish=EarlyPublishNames("on_publish", "plan_stream", "needs_cpu_seq_lens", _EARLY_FACTS + (
             ("srt/speculative/eagle_utils.py", "accept_lens = num_correct_drafts + 1"),
             # The fused commit kernel (topk 1) stores the same sum.
             ("kernels/ops/speculative/eagle.py", "tl.store(new_seq_lens + row, length + accepted, valid)"),

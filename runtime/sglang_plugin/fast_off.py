@@ -49,15 +49,12 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
    bookkeeping loop over a list, as 0.5.23 has it (spec_alloc.py). Items 5
    and 6 came from a profile of the off step on FA3 at 256 requests, which
    was CPU-bound (docs/fast-off.md).
-7. Opt-in (``SPECCTL_EARLY_PUBLISH``, default off, not yet measured on a
-   GPU), in the hooks of items 2 and 3: the "early publish". With a backend
-   that needs host copies of the lengths (FlashInfer), the scheduler waits
-   on the host for the step's ``on_publish`` before it launches the next
-   step; SGLang publishes after the verify (or the target prefill), so the
-   GPU waits for each launch. While off the new lengths are known
-   before the forward (seq_lens + 1; for a prefill, seq_lens), so they are
-   published then and SGLang's own later publish is swallowed
-   (docs/fast-off.md, "Early publish").
+7. In the hooks of items 2 and 3, the "early publish" (early_publish.py):
+   with a backend that needs host copies of the lengths (FlashInfer), the
+   scheduler waits on the host for each step's publish before it launches
+   the next one; while off the new lengths are known before the forward, so
+   they are published then. On by default where the scheduler waits
+   (``SPECCTL_EARLY_PUBLISH``; docs/fast-off.md, "Early publish").
 
 The hook targets and the WAR-barrier names, per SGLang release, are data in
 compat.py (``Release.fast_off_hooks``, ``Release.read_done``), where the
@@ -67,7 +64,7 @@ Knobs: ``SPECCTL_FAST_OFF`` (environment, read once at install; "0"
 disables everything here: SGLang's steps-0 path runs), the policy setting
 ``warm_below`` (runtime, ``specctl set warm_below=16``; item 4) and
 ``SPECCTL_EARLY_PUBLISH`` / ``SPECCTL_EARLY_PUBLISH_CHECK`` (item 7, read once
-at install). Any failure
+at install, early_publish.py). Any failure
 while building the decode state leaves SGLang's own steps-0 state in place
 and logs why.
 """
@@ -82,7 +79,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specctl.runtime.sglang_plugin import draft_prefill, draft_trace, draft_warmth, spec_alloc
+from specctl.runtime.sglang_plugin import draft_prefill, draft_trace, draft_warmth, early_publish, spec_alloc
 from specctl.runtime.sglang_plugin.compat import (
     EarlyPublishNames,
     HookSpec,
@@ -94,13 +91,6 @@ from specctl.runtime.sglang_plugin.compat import (
 logger = logging.getLogger(__name__)
 
 ENV_ENABLE = "SPECCTL_FAST_OFF"
-# Item 7 (early publish): "1" for off decode steps and prefills, "decode" for off decode
-# steps only; unset or "0": SGLang publishes as always. Default off until a GPU run says so.
-ENV_EARLY = "SPECCTL_EARLY_PUBLISH"
-EARLY_DECODE_ONLY = "decode"
-# "1": compare every early value with the one SGLang computes later, and log a mismatch.
-ENV_EARLY_CHECK = "SPECCTL_EARLY_PUBLISH_CHECK"
-
 # The HookSpec.handler of the per-step hook.
 STEP_HANDLER = "forward_batch_generation"
 
@@ -124,13 +114,6 @@ class FastOffStats:
     decode_steps: int = 0
     graph_steps: int = 0
     warm_steps: int = 0  # off steps that ran the draft extend (batch below warm_below)
-    early_publish: str = "off"  # item 7: "off", "decode" or "decode+extend"
-    early_check: bool = False
-    early_decode: int = 0  # off decode steps whose lengths were published before the forward
-    early_extend: int = 0  # prefills published before the target forward
-    late_swallowed: int = 0  # SGLang's own publishes skipped after an early one
-    early_mismatches: int = 0  # check mode: early value != SGLang's (SGLang's was published)
-    early_logged: int = 0  # early publishes at the last progress line
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,7 +141,9 @@ def summary() -> dict[str, Any]:
     Reported in the plugin's internal state (``off_state``), so that the
     supervisor can tell the operator once, instead of a log line nobody reads:
     without fast off, "off" is SGLang's own steps-0 state, 2-4x slower than a
-    server without speculation on Triton (docs/fast-off.md).
+    server without speculation on Triton (docs/fast-off.md). Where it is
+    fast, the early publish's mode and counts come along: whether it runs is
+    decided inside the server (item 7), and the journal keeps what it did.
     """
     if not STATS.enabled:
         why = f"{ENV_ENABLE}=0: SGLang's own steps-0 state runs while off"
@@ -167,7 +152,7 @@ def summary() -> dict[str, Any]:
     elif not STATS.built:
         why = "no DECODE state was built: SGLang's own steps-0 state runs while off"
     else:
-        return {"fast": True, "why_not": None}
+        return {"fast": True, "why_not": None, "early_publish": early_publish.STATS.report()}
     return {"fast": False, "why_not": why}
 
 
@@ -206,7 +191,7 @@ def install(release: Release, register: Callable[[HookSpec, Callable[..., Any]],
     if not STATS.enabled:
         logger.info("specctl fast-off disabled (%s=0): SGLang's steps-0 path runs", ENV_ENABLE)
         return False
-    _read_early_publish_env()
+    early_publish.read_env()
     draft_warmth.start_cold()
     by_name = handlers(release)
     for spec in hooks_for(release):
@@ -349,164 +334,22 @@ def around_forward_batch_generation(
     a server without speculation), so it is moved to where the scheduler
     looks. ``names`` are the release's (compat ``Release.read_done``), bound by ``handlers``.
 
-    Early publish (item 7, opt-in): see ``_arm_early_publish``.
+    Early publish (item 7): see ``early_publish.arm``.
     """
     warm = draft_warmth.choose(args, kwargs)
     before = STATS.decode_steps
-    kwargs = _arm_early_publish(early, worker, args, kwargs)
+    kwargs = early_publish.arm(early, worker, args, kwargs, _is_ours)
     try:
         out = original(worker, *args, **kwargs)
     finally:
-        _disarm_early_publish()
-    _log_early_publish()
+        early_publish.disarm()
+    early_publish.log_progress()
     if STATS.decode_steps != before:
         if warm:
             STATS.warm_steps += 1  # SGLang's draft extend recorded the event itself
         else:
             _hand_over_read_done(worker, names)
     return out
-
-
-# ------------------------------------------------------------ early publish (item 7)
-@dataclass
-class _Pending:
-    """A decode step's publish, armed by the step hook, fired by the prepare hook if the step is off.
-
-    Why two hooks: only ``eagle_prepare_for_verify`` knows the step is off
-    (the active state is chosen inside the step), and only the step hook
-    sees ``on_publish``. ``value`` is what was published early (check mode).
-    """
-
-    publish: Callable[[Any], None]
-    value: Any = None
-    done: bool = False
-
-
-_PENDING: _Pending | None = None
-
-
-def _read_early_publish_env() -> None:
-    """Item 7's switches, read once at install, as SPECCTL_FAST_OFF is."""
-    raw = (os.environ.get(ENV_EARLY) or "").strip().lower()
-    if raw == EARLY_DECODE_ONLY:
-        STATS.early_publish = "decode"
-    elif _env_flag(ENV_EARLY, False):
-        STATS.early_publish = "decode+extend"
-    else:
-        STATS.early_publish = "off"
-    STATS.early_check = STATS.early_publish != "off" and _env_flag(ENV_EARLY_CHECK, False)
-    if STATS.early_publish != "off":
-        logger.warning(
-            "specctl fast-off: early publish on (%s=%s: %s%s); not yet validated on a GPU, see docs/fast-off.md",
-            ENV_EARLY, raw, STATS.early_publish, ", checked against SGLang's value" if STATS.early_check else "")
-
-
-def _arm_early_publish(early: EarlyPublishNames, worker: Any, args: tuple[Any, ...],
-                       kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The step's keyword arguments, with SGLang's ``on_publish`` replaced where an early publish may run.
-
-    The scheduler passes ``on_publish`` (a partial of ``FutureMap.publish``) by
-    name; with a backend that needs host lengths it waits on the host for
-    that publish before it launches the next step. While off the new
-    lengths are known before the forward, so they are published then:
-
-    - a prefill (SGLang's test: ``forward_mode.is_extend() or
-      is_extend_in_batch``) while the active target backend is ours: its
-      new lengths are ``batch.seq_lens`` (SGLang's own rule), published
-      here, before the target forward; SGLang's call is skipped.
-    - a decode step: SGLang's call is wrapped so that it does nothing if
-      the prepare hook published already, which it does only for an off
-      step (``_fire_early_publish``). An ON step publishes as always.
-
-    Not with SGLang's plan stream (SGLANG_ENABLE_OVERLAP_PLAN_STREAM): the
-    prepare hook then runs on that stream, not the forward stream.
-    """
-    if STATS.early_publish == "off":
-        return kwargs
-    on_publish = kwargs.get(early.publish_kwarg)
-    if on_publish is None or getattr(worker, early.plan_stream_attr, None) is not None:
-        return kwargs
-    batch = args[0] if args else kwargs.get("batch")
-    if batch is None:
-        return kwargs
-    global _PENDING
-    if batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False):
-        runner = worker._target_worker.model_runner
-        if STATS.early_publish != "decode+extend" or not getattr(runner.attn_backend, MARK, False):
-            return kwargs
-        pending = _Pending(on_publish, value=batch.seq_lens, done=True)
-        on_publish(batch.seq_lens)
-        STATS.early_extend += 1
-    else:
-        pending = _Pending(on_publish)
-    _PENDING = pending
-    return {**kwargs, early.publish_kwarg: functools.partial(_late_publish, pending)}
-
-
-def _log_early_publish() -> None:
-    """After the step (the counts then include SGLang's late call): the first early publish, then every LOG_EVERY."""
-    published = STATS.early_decode + STATS.early_extend
-    if published != STATS.early_logged and (published == 1 or published % LOG_EVERY == 0):
-        STATS.early_logged = published
-        logger.info(
-            "specctl fast-off: early publish (%s): %d off decode steps and %d prefills published early, "
-            "%d of SGLang's publishes swallowed, %d mismatches",
-            STATS.early_publish, STATS.early_decode, STATS.early_extend, STATS.late_swallowed,
-            STATS.early_mismatches)
-
-
-def _disarm_early_publish() -> None:
-    """The step is over: a later prepare (none is expected) must not publish for it."""
-    global _PENDING
-    _PENDING = None
-
-
-def _fire_early_publish(new_seq_lens: Any) -> None:
-    """Publish an off decode step's lengths now, once; called by the prepare hook after planning."""
-    pending = _PENDING
-    if pending is None or pending.done:
-        return
-    pending.publish(new_seq_lens)
-    pending.value, pending.done = new_seq_lens, True
-    STATS.early_decode += 1
-
-
-def _late_publish(pending: _Pending, new_seq_lens: Any, *args: Any, **kwargs: Any) -> None:
-    """SGLang's own publish of the step: passed on unless the plugin published early.
-
-    If it did, the call is swallowed (a second record would move the
-    scheduler's fence back to the end of the verify). In check mode the
-    two values are compared first; on a mismatch SGLang's value is
-    published after all, and the server log says so loudly.
-    """
-    if not pending.done:
-        pending.publish(new_seq_lens, *args, **kwargs)
-        return
-    if STATS.early_check and not _same_lengths(pending.value, new_seq_lens):
-        STATS.early_mismatches += 1
-        logger.error(
-            "specctl fast-off: EARLY PUBLISH MISMATCH #%d: published %s early, SGLang computed %s; "
-            "SGLang's value published now. Unset %s and report this.",
-            STATS.early_mismatches, _head(pending.value), _head(new_seq_lens), ENV_EARLY)
-        pending.publish(new_seq_lens, *args, **kwargs)
-        return
-    STATS.late_swallowed += 1
-
-
-def _as_list(lengths: Any) -> list[int]:
-    """Host values of a lengths tensor (a device sync: check mode only)."""
-    values = lengths.tolist() if hasattr(lengths, "tolist") else list(lengths)
-    return [int(v) for v in values]
-
-
-def _same_lengths(early: Any, late: Any) -> bool:
-    return _as_list(early) == _as_list(late)
-
-
-def _head(lengths: Any, n: int = 8) -> str:
-    values = _as_list(lengths)
-    more = f" ... ({len(values)} in all)" if len(values) > n else ""
-    return f"{values[:n]}{more}"
 
 
 def _hand_over_read_done(worker: Any, names: ReadDoneNames) -> None:
@@ -522,12 +365,17 @@ def _hand_over_read_done(worker: Any, names: ReadDoneNames) -> None:
     setattr(reader, names.event_attr, event)
 
 
+def _is_ours(attn_backend: Any) -> bool:
+    """Whether the active target backend is the off state's DECODE one (built here, marked)."""
+    return bool(getattr(attn_backend, MARK, False))
+
+
 def around_eagle_prepare_for_verify(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Plan a DECODE forward instead of a 1-token verify while specctl is off."""
     verify_input, req_to_token_pool, batch, target_worker = _prepare_args(args, kwargs)
     runner = target_worker.model_runner
     if (
-        not getattr(runner.attn_backend, MARK, False)
+        not _is_ours(runner.attn_backend)
         or getattr(verify_input, "draft_token_num", None) != 1
         or batch.forward_mode.is_idle()
     ):
@@ -539,7 +387,7 @@ def around_eagle_prepare_for_verify(original: Callable[..., Any], *args: Any, **
         # After the DECODE graph's plan (its host-to-device copies are on this stream
         # now), before the replay; a non-graph step plans inside the forward, so
         # SGLang's own publish stays for it.
-        _fire_early_publish(batch.seq_lens + 1)
+        early_publish.fire(batch.seq_lens + 1)
     return forward_batch, can_run
 
 
