@@ -115,6 +115,23 @@ def test_report_puts_each_mode_in_its_column_with_the_ratios(tmp_path: Path) -> 
     assert line.startswith("| 64 | 1050 (1000-1100) [59.0] | 800 [80.0] |")
 
 
+def test_report_reads_the_static_tree_beside_the_chain_under_specctl(tmp_path: Path) -> None:
+    path = tmp_path / "w.csv"
+    rows = [("nospec-x", 1, "-", 0, 200, 5), ("tree-x", 1, "-", 0, 250, 4), ("specctl-x", 1, "on", 0, 330, 3),
+            ("specctl-x", 1, "off", 0, 198, 5), ("specctl-x", 1, "auto", 0, 325, 3),
+            ("nospec-x", 64, "-", 0, 1000, 60), ("specctl-x", 64, "auto", 0, 990, 61)]
+    write_csv(path, TOK_TPOT, rows)
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0, done.stderr
+    header = next(x for x in done.stdout.splitlines() if x.startswith("| c | no spec"))
+    assert "| static tree |" in header and header.endswith("| auto / tree |")
+    one = next(x for x in done.stdout.splitlines() if x.startswith("| 1 |"))
+    assert one.startswith("| 1 | 200 [5.0] | 330 [3.0] | 250 [4.0] | 198 [5.0] | 325 [3.0] |")
+    assert one.endswith("| 1.300 (1.30-1.30) |")  # auto 325 over the tree's 250
+    sixty_four = next(x for x in done.stdout.splitlines() if x.startswith("| 64 |"))
+    assert sixty_four.endswith("| - |")  # no tree window at 64: no ratio invented
+
+
 def test_report_reads_the_scatter_from_auto_against_the_mode_it_ran_as(tmp_path: Path) -> None:
     path = tmp_path / "w.csv"
     rows = [("specctl-x", 1, "on", 0, 300, 3.0), ("specctl-x", 1, "off", 0, 200, 0.0),

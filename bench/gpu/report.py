@@ -5,7 +5,8 @@
 
 Rows are grouped by label prefix: ``nospec-*`` (a server without speculation),
 ``specctl-*`` (modes on = static EAGLE-3's runtime state, off, auto),
-``adaptive-*`` (SGLang's own adaptive), ``offwarmth-*`` (the off state with the
+``adaptive-*`` (SGLang's own adaptive), ``tree-*`` (SGLang's static EAGLE-3
+tree, topk > 1, no plugin: run_fast_off.sh's ``tree`` phase), ``offwarmth-*`` (the off state with the
 draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 ``decodeonly-{nospec,off}-*`` (every request admitted before the windows, none
 arriving or ending in them; offpair's ``PAIR_LOAD=decode`` turns too) and
@@ -31,7 +32,7 @@ from collections import defaultdict
 from typing import NamedTuple
 
 Cells = dict[tuple[str, str, int], list[dict[str, float]]]
-SWEEP_KINDS = ("nospec", "specctl", "adaptive")
+SWEEP_KINDS = ("nospec", "specctl", "adaptive", "tree")
 OFFCOST_LOADS = {"decodeonly": "decode only", "mixed": "with arrivals"}
 
 
@@ -78,19 +79,28 @@ def best_of(a: list[dict[str, float]] | None, b: list[dict[str, float]] | None) 
 
 
 def sweep_table(cells: Cells) -> str:
-    """One row per concurrency; SGLang's adaptive gets a column only where it was measured."""
+    """One row per concurrency; SGLang's adaptive and the static tree get columns only where measured.
+
+    With a tree (issue 23's question: is the chain under specctl better than the operator's
+    static topk-4 tree at every load?) the last column is specctl auto over the tree.
+    """
     concs = sorted({c for (kind, _, c) in cells if kind in SWEEP_KINDS})
     if not concs:
         return ""
     adaptive = any(kind == "adaptive" for (kind, _, _) in cells)
-    names = ["no spec", "static (forced on)"] + (["SGLang adaptive"] if adaptive else []) + [
-        "specctl off", "specctl auto", "off / none", "auto / max(static, none)"]
+    tree = any(kind == "tree" for (kind, _, _) in cells)
+    names = ["no spec", "static (forced on)"] + (["SGLang adaptive"] if adaptive else []) + (
+        ["static tree"] if tree else []) + ["specctl off", "specctl auto", "off / none", "auto / max(static, none)"] + (
+        ["auto / tree"] if tree else [])
     lines = ["| c | " + " | ".join(names) + " |", "|" + " ---: |" * (len(names) + 1)]
     for c in concs:
         none, on = cells.get(("nospec", "-", c)), cells.get(("specctl", "on", c))
         off, auto = cells.get(("specctl", "off", c)), cells.get(("specctl", "auto", c))
-        row = [cell(none), cell(on)] + ([cell(cells.get(("adaptive", "-", c)))] if adaptive else []) + [
-            cell(off), cell(auto), ratio(off, none), ratio(auto, best_of(on, none))]
+        trees = cells.get(("tree", "-", c))
+        row = [cell(none), cell(on)] + ([cell(cells.get(("adaptive", "-", c)))] if adaptive else []) + (
+            [cell(trees)] if tree else []) + [
+            cell(off), cell(auto), ratio(off, none), ratio(auto, best_of(on, none))] + (
+            [ratio(auto, trees)] if tree else [])
         lines.append(f"| {c} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 

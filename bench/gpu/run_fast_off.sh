@@ -76,6 +76,10 @@
 #                  does, at 2.0 depth 1 yields what any does, so a middle depth "wins" by construction.
 #                  It still tests auto against the statics under one law; the simulator's prediction of
 #                  it is `bench/policy_envelope.py --depths 0,1,2,3 --sglang-law` (docs/policy.md)
+#   tree           issue 23: SGLang's static EAGLE-3 tree (TREE_TOPK 4, TREE_STEPS 2, TREE_TOKENS 16, the
+#                  report's launch line), no plugin, simulated acceptance TREE_ACC (2.7 of at most 3:
+#                  docs/topk.md), interleave.py over CONCS2, labels tree-ATTN; report.py puts it beside
+#                  nospec2 and sweep2 (the chain under specctl at ACC_LEN) with "auto / tree"
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
@@ -146,6 +150,10 @@ PAIR_DECODE_OUTPUT=${PAIR_DECODE_OUTPUT:-2000}  # outlasts warm-up + window at 6
 DEPTHS=${DEPTHS:-}                # candidate depths of the specctl server (e.g. 0,1,2,3); empty = 0 and STEPS
 DEPTH_COSTS=${DEPTH_COSTS:-}      # a cost table for the depth choice (JSON); empty = none (on/off policy)
 CONCS3=${CONCS3:-"1 4 8 16 24 32 48 64 128 256"}   # the depth sweep's concurrencies (issue 22's grid)
+TREE_TOPK=${TREE_TOPK:-4}         # the tree phase's static EAGLE-3 tree (the report's: topk 4, 2 steps, 16 tokens)
+TREE_STEPS=${TREE_STEPS:-2}
+TREE_TOKENS=${TREE_TOKENS:-16}
+TREE_ACC=${TREE_ACC:-2.7}         # its simulated accept length (assumed: docs/topk.md)
 PIN_SERVER=${PIN_SERVER:-}       # a CPU list (taskset -c) for every server process, empty = not pinned
 PIN_LOAD=${PIN_LOAD:-}           # a CPU list for the load generators
 SERVER_PIN=(); [ -n "$PIN_SERVER" ] && SERVER_PIN=(taskset -c "$PIN_SERVER")
@@ -725,6 +733,19 @@ phase_fixcheck() {  # the fixed off state's paths on this backend, without a no-
   stop_server
 }
 
+# ------------------------------------------------------------ tree drafts (issue 23)
+phase_tree() {  # the operator's static topk-4 tree beside the chain under specctl (docs/topk.md)
+  XARGS=(--speculative-algorithm EAGLE3 --speculative-draft-model-path "$MODELS/eagle3-llama3-8b-shape"
+         --speculative-draft-load-format dummy --speculative-eagle-topk "$TREE_TOPK"
+         --speculative-num-steps "$TREE_STEPS" --speculative-num-draft-tokens "$TREE_TOKENS")
+  ACC_LEN=$TREE_ACC start_server tree nospec 1 || { XARGS=(); return 1; }
+  XARGS=()
+  server_facts tree
+  interleave "tree-$ATTN" "$ROUNDS" "$CONCS2" -
+  server_facts tree
+  stop_server
+}
+
 # ------------------------------------------------------------ draft depth (issue 22)
 predicted_costs() {  # predicted_costs FILE: the simulator's cost table for ATTN's preset (a prediction)
   local preset=h200-llama8b; [ "$ATTN" = fa3 ] && preset=h200-llama8b-fa3
@@ -910,6 +931,7 @@ for ph in "$@"; do
     offpair) phase_offpair ;;
     earlypub) phase_earlypub ;;
     fixcheck) phase_fixcheck ;;
+    tree) phase_tree ;;
     depthcheck) phase_depthcheck ;;
     depthsweep) phase_depthsweep ;;
     depthauto) phase_depthauto ;;
