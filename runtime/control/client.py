@@ -76,8 +76,8 @@ class ControlClient:
         """Check whose socket it is, open it and check the greeting; returns it (``{"version", "protocol"}``)."""
         check_socket_owner(self.path)
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(str(self.path), limit=_READ_LIMIT), self.timeout)
+            async with asyncio.timeout(self.timeout):  # not wait_for: on 3.11 it can lose a cancel
+                self._reader, self._writer = await asyncio.open_unix_connection(str(self.path), limit=_READ_LIMIT)
         except (TimeoutError, FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             raise NoSupervisor(no_supervisor_message(self.path)) from None
         except PermissionError:
@@ -135,7 +135,8 @@ class ControlClient:
             return
         self._writer.close()
         try:
-            await asyncio.wait_for(self._writer.wait_closed(), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                await self._writer.wait_closed()
         except (TimeoutError, OSError):
             pass
         self._writer = None
@@ -145,7 +146,8 @@ class ControlClient:
             raise RuntimeError("ControlClient is not connected")
         self._writer.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
         try:
-            await asyncio.wait_for(self._writer.drain(), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                await self._writer.drain()
         except (TimeoutError, ConnectionError):
             raise NoSupervisor(f"the supervisor at {self.path} stopped listening") from None
 
@@ -171,7 +173,8 @@ class ControlClient:
         """The next JSON object line, or None at end of stream."""
         assert self._reader is not None
         try:
-            line = await asyncio.wait_for(self._reader.readline(), timeout)
+            async with asyncio.timeout(timeout):
+                line = await self._reader.readline()
         except TimeoutError:
             raise NoSupervisor(f"the supervisor at {self.path} did not answer within {timeout:g} s") from None
         except ConnectionError:

@@ -498,7 +498,8 @@ class ControlServer:
         if not stat.S_ISSOCK(mode):
             raise ControlSocketError(f"{self.path} exists and is not a socket; refusing to replace it")
         try:
-            _reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(self.path)), 2.0)
+            async with asyncio.timeout(2.0):
+                _reader, writer = await asyncio.open_unix_connection(str(self.path))
         except (ConnectionRefusedError, FileNotFoundError):
             self.path.unlink(missing_ok=True)
             return

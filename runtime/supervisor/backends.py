@@ -180,10 +180,10 @@ class ProcessBackend:
         family = _process_family(proc.pid)
         if proc.returncode is None:
             _signal_group(proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), self.stop_grace_s)
-            except TimeoutError:
-                pass
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can lose a cancel that meets the exit
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.stop_grace_s):
+                    await proc.wait()
         _signal_group(proc.pid, signal.SIGKILL)
         for p in family:  # children that left the group (setsid) still get stopped
             with contextlib.suppress(psutil.Error):
@@ -192,8 +192,9 @@ class ProcessBackend:
             await proc.wait()
         if self._reader is not None:
             # read to EOF so asyncio closes the pipe; give up if an escaped grandchild holds it open
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self._reader, 2.0)
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                async with asyncio.timeout(2.0):
+                    await self._reader
 
 
 def _die_with_parent() -> None:
