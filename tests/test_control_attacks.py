@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from specctl.runtime.control.server import MAX_LINE, ControlServer
+from specctl.runtime.control.framing import MAX_LINE
+from specctl.runtime.control.server import ControlServer
 
 from support.control_standin import StandInTarget
 from support.peer import Peer

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specctl.runtime.control.server import MAX_LINE
+from specctl.runtime.control.framing import MAX_LINE
 
 from support.control_standin import ServerThread
 

@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 
 from specctl import PROTOCOL, __version__
-from specctl.runtime.control.server import MAX_LINE, ControlServer, ControlSocketError, SocketInUse, peer_allowed
+from specctl.runtime.control.framing import MAX_LINE
+from specctl.runtime.control.ownership import ControlSocketError, SocketInUse, peer_allowed
+from specctl.runtime.control.server import ControlServer
 from specctl.runtime.core import records
 
 from support.control_standin import StandInTarget

@@ -47,7 +47,7 @@ def run_tui(args: argparse.Namespace) -> int:
 def _socket_folder_problem(path: Path | None) -> str | None:
     """Why the supervisor would refuse the socket's folder, said before the screen takes the terminal
     (a console whose supervisor cannot start is a dead one). A folder not made yet is the supervisor's to make."""
-    from specctl.runtime.control.server import ControlSocketError, check_runtime_dir
+    from specctl.runtime.control.ownership import ControlSocketError, check_runtime_dir
 
     if path is None or not path.parent.is_dir():
         return None

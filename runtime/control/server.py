@@ -18,29 +18,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import json
 import logging
-import math
 import os
 import resource
 import socket
 import stat
-import struct
 from pathlib import Path
 from typing import Any, Protocol
 
 from specctl import PROTOCOL, __version__
+from specctl.runtime.control.framing import (
+    MAX_LINE,
+    BadRequest,
+    LineReader,
+    LineStalled,
+    LineTooLong,
+    dumps,
+    encode_answer,
+    error,
+    parse_request,
+)
 from specctl.runtime.control.hub import Hub, Subscription
-from specctl.runtime.core import records
+from specctl.runtime.control.ownership import (
+    ControlSocketError,
+    SocketInUse,
+    check_runtime_dir,
+    peer_allowed,
+    peer_uid,
+)
 from specctl.runtime.core.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAVAILABLE, CommandError
-from specctl.runtime.core.journalable import why_unjournalable
 
 log = logging.getLogger(__name__)
-
-MAX_LINE = 64 * 1024  # bytes in one line, not counting the newline
-_READ_CHUNK = 64 * 1024
-_SCALARS = (str, int, float, bool, type(None))
-
 
 class ControlTarget(Protocol):
     """What the control server steers: the supervisor, or a stand-in in tests."""
@@ -50,195 +58,8 @@ class ControlTarget(Protocol):
     async def execute(self, cmd: str, args: dict[str, Any], uid: int | None) -> dict[str, Any]: ...
 
 
-class ControlSocketError(Exception):
-    """The control socket could not be set up at the path asked for."""
-
-
-class SocketInUse(ControlSocketError):
-    """Another process answers on the socket path: most likely another supervisor."""
-
-
-class _LineTooLong(Exception):
-    """A line went past MAX_LINE; its bytes were discarded up to its newline."""
-
-
-class _LineStalled(Exception):
-    """A line was started but not finished within the line timeout."""
-
-
-class _BadRequest(Exception):
-    """A request line that cannot be executed; ``req_id`` is echoed when it could be read."""
-
-    def __init__(self, message: str, req_id: Any = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.req_id = req_id
-
-
 class _Dropped(Exception):
     """The client stopped reading (or is gone); its connection was aborted."""
-
-
-class _LineReader:
-    """Splits a stream into lines, with a bound on a line's size and on how long it may take.
-
-    An idle connection (no partial line pending) may wait ``idle_timeout`` (None:
-    forever); once a line has started, each further chunk must come within
-    ``line_timeout``, so a client cannot pin a half-sent line forever. An idle
-    timeout counts as the end of input; a stalled line raises _LineStalled.
-    """
-
-    def __init__(self, reader: asyncio.StreamReader, idle_timeout: float | None,
-                 line_timeout: float) -> None:
-        self._reader = reader
-        self._buf = bytearray()
-        self._scanned = 0  # bytes of _buf known to hold no newline: a trickling client costs O(n)
-        self._discarding = False
-        self._eof = False
-        self._idle_timeout = idle_timeout
-        self._line_timeout = line_timeout
-
-    async def readline(self) -> bytes | None:
-        """The next line without its newline; None at end of input; raises _LineTooLong."""
-        while True:
-            line = self._take_line()
-            if line is not None:
-                return line
-            if self._eof:
-                return self._take_tail()
-            await self._fill()
-
-    def _take_line(self) -> bytes | None:
-        if self._discarding:  # inside an over-long line: drop everything up to its newline
-            end = self._buf.find(b"\n")
-            if end < 0:
-                self._buf.clear()
-                self._scanned = 0
-                return None
-            del self._buf[:end + 1]
-            self._scanned = 0
-            self._discarding = False
-            raise _LineTooLong
-        end = self._buf.find(b"\n", self._scanned)
-        if end < 0:
-            self._scanned = len(self._buf)
-            if len(self._buf) > MAX_LINE:
-                self._discarding = True
-                self._buf.clear()
-                self._scanned = 0
-            return None
-        line = bytes(self._buf[:end])
-        del self._buf[:end + 1]
-        self._scanned = 0
-        if len(line) > MAX_LINE:
-            raise _LineTooLong
-        return line
-
-    def _take_tail(self) -> bytes | None:
-        """A last line without a newline still counts (``printf '{...}' | nc -U`` is common), unless it
-        is the rest of an over-long line: that is discarded whole, up to EOF, and none of it runs."""
-        if self._discarding:
-            self._discarding = False
-            self._buf.clear()
-            self._scanned = 0
-            raise _LineTooLong
-        if not self._buf:
-            return None
-        line = bytes(self._buf)
-        self._buf.clear()
-        self._scanned = 0
-        if len(line) > MAX_LINE:
-            raise _LineTooLong
-        return line
-
-    async def _fill(self) -> None:
-        pending = bool(self._buf) or self._discarding
-        timeout = self._line_timeout if pending else self._idle_timeout
-        try:  # asyncio.timeout: on 3.11 wait_for can swallow a cancel (stop()) that meets a read
-            async with asyncio.timeout(timeout):
-                data = await self._reader.read(_READ_CHUNK)
-        except TimeoutError:
-            if pending:
-                raise _LineStalled from None
-            data = b""
-        if data:
-            self._buf += data
-        else:
-            self._eof = True
-
-
-def _dumps(obj: dict[str, Any]) -> bytes:
-    """One wire line. ASCII-escaped, so even a lone surrogate a client sent in its id encodes."""
-    return (json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n").encode("ascii")
-
-
-def _error(req_id: Any, code: str, message: str, **details: Any) -> dict[str, Any]:
-    return {"id": req_id, "ok": False, "error": {"code": code, "message": message, **details}}
-
-
-def _encode_answer(answer: dict[str, Any]) -> bytes:
-    """The answer's line; a result that is not plain JSON is the target's bug, answered as internal."""
-    try:
-        return _dumps(answer)
-    except (TypeError, ValueError):
-        log.exception("control answer is not plain JSON: %r", answer)
-        return _dumps(_error(answer["id"], INTERNAL, "the supervisor's answer could not be encoded"))
-
-
-def _parse_request(line: bytes) -> tuple[Any, str, dict[str, Any]]:
-    """Check one request line before anything acts on it; raises _BadRequest naming what is wrong.
-
-    Returns ``(id, cmd, args)``. Unknown top-level keys are ignored, as in QMP.
-    """
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _BadRequest(f"not valid UTF-8 at byte {e.start}") from None
-    try:
-        obj = records.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise _BadRequest(f"not JSON: {str(e)[:200]}") from None
-    if not isinstance(obj, dict):
-        raise _BadRequest(f"a request is a JSON object, got {type(obj).__name__}")
-    req_id = obj.get("id")
-    if not isinstance(req_id, _SCALARS) or (isinstance(req_id, float) and not math.isfinite(req_id)):
-        raise _BadRequest("id must be a JSON scalar (string, number, boolean or null)")
-    cmd, args = obj.get("cmd"), obj.get("args")
-    if not isinstance(cmd, str):
-        raise _BadRequest("cmd must be a string", req_id)
-    if args is None:
-        args = {}
-    if not isinstance(args, dict):
-        raise _BadRequest("args must be a JSON object", req_id)
-    # the journal must be able to hold what is applied: refuse here, before anything acts on it
-    if why := why_unjournalable(cmd) or why_unjournalable(args):
-        raise _BadRequest(f"request cannot be journaled: {why}", req_id)
-    return req_id, cmd, args
-
-
-def check_runtime_dir(folder: Path) -> None:
-    """The socket's folder must be ours and closed to others: in a folder another user owns or can write,
-    they could swap our socket for theirs, or plant one before we start (sshd's StrictModes, for sockets)."""
-    info = os.stat(folder)
-    if info.st_uid != os.geteuid():
-        raise ControlSocketError(f"refusing {folder} for the control socket: it belongs to uid {info.st_uid}, "
-                                 "not to us (choose a folder of your own with --socket)")
-    if info.st_mode & 0o022:
-        raise ControlSocketError(f"refusing {folder} for the control socket: others can write it "
-                                 f"(mode {stat.S_IMODE(info.st_mode):o}); choose a folder of your own with "
-                                 "--socket, or chmod go-w it")
-
-
-def peer_uid(sock: socket.socket) -> int:
-    """The connecting process's uid, from the kernel (SO_PEERCRED: pid, uid, gid)."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
-
-
-def peer_allowed(uid: int, owner: int) -> bool:
-    """Only the socket owner and root may steer the supervisor."""
-    return uid == owner or uid == 0
 
 
 class _Connection:
@@ -247,7 +68,7 @@ class _Connection:
     def __init__(self, server: ControlServer, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, uid: int) -> None:
         self._server = server
-        self._lines = _LineReader(reader, server.idle_timeout, server.line_timeout)
+        self._lines = LineReader(reader, server.idle_timeout, server.line_timeout)
         self._writer = writer
         self._uid = uid
         self._pump: asyncio.Task[None] | None = None
@@ -264,7 +85,7 @@ class _Connection:
     async def serve(self) -> None:
         """Answer requests until the client leaves; then keep streaming if it subscribed."""
         try:
-            await self.send(_dumps({"specctl": {"version": __version__, "protocol": PROTOCOL}}))
+            await self.send(dumps({"specctl": {"version": __version__, "protocol": PROTOCOL}}))
             await self._serve_requests()
             if self._pump is not None:
                 await self._pump
@@ -277,23 +98,23 @@ class _Connection:
         while True:
             try:
                 line = await self._lines.readline()
-            except _LineTooLong:
-                await self.send(_dumps(_error(None, BAD_REQUEST, f"line longer than {MAX_LINE} bytes")))
+            except LineTooLong:
+                await self.send(dumps(error(None, BAD_REQUEST, f"line longer than {MAX_LINE} bytes")))
                 continue
-            except _LineStalled:
-                await self.send(_dumps(_error(None, BAD_REQUEST, "line not finished in time; closing")))
+            except LineStalled:
+                await self.send(dumps(error(None, BAD_REQUEST, "line not finished in time; closing")))
                 return
             if line is None:
                 return
             if line.strip():
                 self.last_active = asyncio.get_running_loop().time()
-                await self.send(_encode_answer(await self._answer(line)))
+                await self.send(encode_answer(await self._answer(line)))
 
     async def _answer(self, line: bytes) -> dict[str, Any]:
         try:
-            req_id, cmd, args = _parse_request(line)
-        except _BadRequest as e:
-            return _error(e.req_id, BAD_REQUEST, e.message)
+            req_id, cmd, args = parse_request(line)
+        except BadRequest as e:
+            return error(e.req_id, BAD_REQUEST, e.message)
         try:
             result = self._subscribe() if cmd == "subscribe" else await self._execute(cmd, args)
         except CommandError as e:
@@ -330,7 +151,7 @@ class _Connection:
                 if sub.dropped:
                     line["dropped"] = sub.dropped
                 try:
-                    data = _dumps(line)
+                    data = dumps(line)
                 except (TypeError, ValueError):
                     log.exception("record not sent: it is not plain JSON")
                     continue
@@ -591,9 +412,9 @@ class ControlServer:
         refusal = None
         if not peer_allowed(uid, os.geteuid()):
             log.warning("control socket: refused a connection from uid %d", uid)
-            refusal = _error(None, FORBIDDEN, f"uid {uid} may not use this socket (owner or root only)")
+            refusal = error(None, FORBIDDEN, f"uid {uid} may not use this socket (owner or root only)")
         elif len(self._live) >= self.max_clients and not self._evict(self.evict_idle_s):
-            refusal = _error(None, UNAVAILABLE, f"too many control connections ({self.max_clients}), all busy")
+            refusal = error(None, UNAVAILABLE, f"too many control connections ({self.max_clients}), all busy")
         if refusal is None:
             connection = _Connection(self, reader, writer, uid)
             self._live.add(connection)
@@ -602,7 +423,7 @@ class ControlServer:
             finally:
                 self._live.discard(connection)
             return
-        writer.write(_dumps(refusal))
+        writer.write(dumps(refusal))
         with contextlib.suppress(Exception):
             async with asyncio.timeout(CLOSE_GRACE_S):
                 await writer.drain()

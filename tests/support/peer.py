@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specctl.runtime.control.server import MAX_LINE
+from specctl.runtime.control.framing import MAX_LINE
 
 GUARD = 20.0  # seconds before a hung test fails instead of hanging
 
