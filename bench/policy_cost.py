@@ -14,7 +14,8 @@ from __future__ import annotations
 import timeit
 
 from specctl.runtime.core.depth_model import DepthCosts
-from specctl.runtime.core.policy import PolicySettings, SpecPolicy
+from specctl.runtime.core.policy import SpecPolicy
+from specctl.runtime.core.settings import PolicySettings
 
 N = 200_000
 

@@ -35,7 +35,8 @@ import sys
 import time
 from typing import Any
 
-from specctl.runtime.core.policy import SettingsError, SpecPolicy
+from specctl.runtime.core.policy import SpecPolicy
+from specctl.runtime.core.settings import SettingsError
 from specctl.runtime.core.thresholds import for_backend, unset_groups
 from specctl.runtime.sim.depth import AcceptLaw, law_for, match_expected_law, policy_costs
 from specctl.runtime.sim.offline import PointResult, Server, run_point

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.sglang_plugin.plugin import settings_from_env
 from specctl.runtime.supervisor import launcher
 from specctl.runtime.supervisor.launcher import StartupProgress, build_command, launch_env

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from specctl.runtime.core.adaptive_config import write_config
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.probes.server_info import PREFILL_GRAPH_ARGS
 from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off, plugin
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError

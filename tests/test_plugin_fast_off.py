@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from specctl.runtime.core.adaptive_config import write_config
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.sglang_plugin import compat, draft_prefill, draft_warmth, early_publish, fast_off
 from specctl.runtime.sglang_plugin import params as params_module
 from specctl.runtime.sglang_plugin.compat import RELEASES

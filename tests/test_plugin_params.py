@@ -19,7 +19,7 @@ from specctl.runtime.core.adaptive_config import (
     read_candidate_steps,
     write_config,
 )
-from specctl.runtime.core.policy import PolicySettings, SettingsError
+from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.sglang_plugin import params as params_module
 from specctl.runtime.sglang_plugin.compat import SpecctlPluginError, release_for
 from specctl.runtime.sglang_plugin.params import SpecctlParams, active

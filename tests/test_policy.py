@@ -8,14 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specctl.runtime.core.policy import (
-    REASONS,
-    PolicySettings,
-    SettingsError,
-    SpecPolicy,
-    check_fields,
-    settings_from_wire,
-)
+from specctl.runtime.core.policy import REASONS, SpecPolicy
+from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, settings_from_wire
 
 
 def run(policy: SpecPolicy, batches: list[int], accept: float = 2.0) -> list[int]:

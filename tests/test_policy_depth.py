@@ -18,7 +18,8 @@ from specctl.runtime.core.depth_model import (
     expected_from_rates,
     read_costs,
 )
-from specctl.runtime.core.policy import REASONS, PolicySettings, SettingsError, SpecPolicy, settings_from_wire
+from specctl.runtime.core.policy import REASONS, SpecPolicy
+from specctl.runtime.core.settings import PolicySettings, SettingsError, settings_from_wire
 
 # A table where each depth wins somewhere at acceptance 0.7 a position: 3 alone, 2 around
 # 16 requests, 1 around 48, nothing from 96 (step seconds; shaped like the H200's Triton rows).

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from specctl.runtime.core.adaptive_config import read_candidate_steps
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.core.thresholds import BY_BACKEND
 from specctl.runtime.supervisor.launcher import build_command
 

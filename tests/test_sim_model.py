@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specctl.runtime.core.policy import PolicySettings, SpecPolicy
+from specctl.runtime.core.policy import SpecPolicy
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.sim.calibrate import points
 from specctl.runtime.sim.model import (
     SimEngine,

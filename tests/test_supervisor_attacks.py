@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 
 from support.headless import Headless, wait_for
 

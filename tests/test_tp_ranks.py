@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from specctl.runtime.core.adaptive_config import write_config
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.sglang_plugin import draft_warmth
 from specctl.runtime.sglang_plugin.params import SpecctlParams
 

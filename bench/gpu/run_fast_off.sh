@@ -251,7 +251,7 @@ specctl_cmd() {  # prints one argument per line
   python3 - "$MODELS" "$PORT" "$STEPS" "$WORK/adaptive.json" "$ATTN" "$TP" "$DEPTHS" "$DEPTH_COSTS" <<'EOF'
 import json, sys
 from specctl.runtime.supervisor import launcher
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.core.adaptive_config import write_config
 models, port, steps, cfg, attn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 settings = PolicySettings(steps=steps).with_changes({"candidates": sys.argv[7]}) if sys.argv[7] else \

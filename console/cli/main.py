@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 
 from specctl import __version__
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 
 
 def _add_server_args(p: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from specctl.runtime.core.adaptive_config import write_config
-from specctl.runtime.core.policy import PolicySettings, SettingsError
+from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.core.thresholds import BY_BACKEND, for_backend
 from specctl.runtime.supervisor import config, paths
 from specctl.runtime.supervisor.launcher import build_command, launch_env

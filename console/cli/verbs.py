@@ -17,7 +17,7 @@ from typing import Any
 from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from specctl.runtime.control.client import ControlError, NoSupervisor, ProtocolError, call
 from specctl.runtime.core import records
-from specctl.runtime.core.policy import SettingsError, check_fields
+from specctl.runtime.core.settings import SettingsError, check_fields
 from specctl.runtime.supervisor import config, config_file, paths
 
 GIB = 1024**3

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from specctl.runtime.core.policy import MAX_BATCH
+from specctl.runtime.core.settings import MAX_BATCH
 
 # The acceptance floor (min_accept + accept_slope * batch size) follows the
 # break-even of bench/accept_breakeven.py's closed loop (the simulator calibrated

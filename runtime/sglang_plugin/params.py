@@ -21,7 +21,8 @@ from typing import Any
 
 from specctl.runtime.core.adaptive_config import read_candidate_steps
 from specctl.runtime.core.depth_model import DepthCosts
-from specctl.runtime.core.policy import PolicySettings, SettingsError, SpecPolicy, settings_from_wire
+from specctl.runtime.core.policy import SpecPolicy
+from specctl.runtime.core.settings import PolicySettings, SettingsError, settings_from_wire
 
 # Observer of the policy's state (SpecPolicy.state()). Called only when the depth changes.
 Observer = Callable[[Mapping[str, Any]], None]

@@ -19,11 +19,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
-from specctl.runtime.core.policy import WIRE_PREFIX, PolicySettings, SettingsError
+from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.core.wire import (
     COSTS_ENV,
     ENABLE_ENV,
     SETTINGS_ENV,
+    WIRE_PREFIX,
 )
 from specctl.runtime.sglang_plugin import compat, fast_off
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from specctl.runtime.core.policy import SettingsError
+from specctl.runtime.core.settings import SettingsError
 from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV
 from specctl.runtime.sim.gpus import MAX_GPUS
 from specctl.runtime.sim.load import parse_load

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from specctl.runtime.core.policy import PolicySettings, SpecPolicy
+from specctl.runtime.core.policy import SpecPolicy
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.sim.model import PerfParams, SimEngine, Workload
 
 DEFAULT_PRESET = "h200-llama8b"

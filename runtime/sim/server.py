@@ -22,7 +22,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from specctl.runtime.core.policy import WIRE_PREFIX, SettingsError, SpecPolicy, settings_from_wire
+from specctl.runtime.core.policy import SpecPolicy
+from specctl.runtime.core.settings import SettingsError, settings_from_wire
+from specctl.runtime.core.wire import WIRE_PREFIX
 from specctl.runtime.sim import api
 from specctl.runtime.sim.api import words
 from specctl.runtime.sim.depth import policy_costs

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from specctl.runtime.core import records
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
-from specctl.runtime.core.policy import MODES, PolicySettings, SettingsError
+from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError
 from specctl.runtime.core.thresholds import attention_backend, for_backend, set_together, unset_groups
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from specctl.runtime.core.policy import PolicySettings, SettingsError
+from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.core.tree_drafts import tree_args_problem
 from specctl.runtime.supervisor import config_file, paths
 from specctl.runtime.supervisor.launcher import reserved_arg

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specctl.runtime.core.policy import PolicySettings, SettingsError
+from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.supervisor import paths
 
 SUPERVISOR_KEYS: dict[str, type | tuple[type, ...]] = {

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.core.wire import COSTS_ENV, ENABLE_ENV, PLUGINS_ENV, SETTINGS_ENV
 
 PLUGIN_NAME = "specctl"  # the entry point's name in pyproject.toml

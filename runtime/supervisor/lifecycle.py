@@ -16,7 +16,7 @@ from typing import Any
 
 from specctl.runtime.control.hub import Hub
 from specctl.runtime.core import records
-from specctl.runtime.core.policy import PolicySettings, SettingsError
+from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.probes.gpus import GpuSource, NvmlUnavailable, open_gpu_source
 from specctl.runtime.probes.hosts import is_local_url
 from specctl.runtime.probes.procs import ProcSampler, listening_pid

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from specctl.runtime.core.adaptive_config import write_config
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.supervisor.backends import BackendError, ProcessBackend, free_port
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.launcher import StartupProgress, api_key_of, build_command, launch_env

@@ -24,7 +24,8 @@ from specctl.runtime.control.hub import Hub
 from specctl.runtime.control.server import ControlServer
 from specctl.runtime.core import records
 from specctl.runtime.core.errors import INVALID_VALUE, UNKNOWN_COMMAND, CommandError
-from specctl.runtime.core.policy import SettingsError, SpecPolicy
+from specctl.runtime.core.policy import SpecPolicy
+from specctl.runtime.core.settings import SettingsError
 
 GPUS = [{"index": 0, "name": "SIM H200", "uuid": "GPU-sim-0", "state": "ok", "error": None,
          "util": 87.0, "mem_used": 120_000_000_000, "mem_total": 143_771_000_000, "power_w": 612.3,

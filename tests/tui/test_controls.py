@@ -23,7 +23,7 @@ from specctl.console.tui.messages import SampleArrived
 from specctl.console.tui.screens.confirm import ConfirmScreen
 from specctl.console.tui.screens.help import HelpScreen
 from specctl.console.tui.screens.thresholds import ThresholdsScreen
-from specctl.runtime.core.policy import PolicySettings
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.journal import read_journal
 from specctl.runtime.supervisor.lifecycle import Supervisor

@@ -18,7 +18,7 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from specctl.runtime.core.policy import PolicySettings, SettingsError
+from specctl.runtime.core.settings import PolicySettings, SettingsError
 
 FIELDS = (
     ("steps", "draft steps when on"),
