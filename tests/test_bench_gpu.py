@@ -130,6 +130,32 @@ def test_report_reads_the_static_tree_beside_the_chain_under_specctl(tmp_path: P
     assert one.endswith("| 1.300 (1.30-1.30) |")  # auto 325 over the tree's 250
     sixty_four = next(x for x in done.stdout.splitlines() if x.startswith("| 64 |"))
     assert sixty_four.endswith("| - |")  # no tree window at 64: no ratio invented
+def test_report_reads_a_moe_runs_labels_as_any_other(tmp_path: Path) -> None:
+    """run_fast_off.sh's MODEL=qwen3moe appends the model to every label; the kinds are read as ever."""
+    path = tmp_path / "moe.csv"
+    write_csv(path, TOK_TPOT, [("nospec-fa3-qwen3moe", 64, "-", 0, 1000, 60),
+                               ("specctl-fa3-qwen3moe", 64, "on", 0, 1200, 50),
+                               ("specctl-fa3-qwen3moe", 64, "off", 0, 990, 61),
+                               ("specctl-fa3-qwen3moe", 64, "auto", 0, 1180, 51),
+                               ("mixed-nospec-fa3-qwen3moe", 128, "-", 0, 900, 28),
+                               ("mixed-off-fa3-qwen3moe", 128, "-", 0, 880, 29)])
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0, done.stderr
+    assert "| 64 | 1000 [60.0] | 1200 [50.0] | 990 [61.0] | 1180 [51.0] | 0.990 (0.99-0.99) | 0.983 (0.98-0.98) |" \
+        in done.stdout
+    assert "| with arrivals | 128 | 900 [28.0] | 880 [29.0] | 0.978 (0.98-0.98) |" in done.stdout
+
+
+def test_report_refuses_files_of_two_models(tmp_path: Path) -> None:
+    """A MoE run's rows and a Llama run's would land in the same cells: it says so and prints no table."""
+    llama, moe = tmp_path / "llama.csv", tmp_path / "moe.csv"
+    write_csv(llama, TOK_TPOT, [("nospec-triton", 64, "-", 0, 1000, 60), ("specctl-on-triton", 1, "on", 0, 9, 1)])
+    write_csv(moe, TOK_TPOT, [("specctl-triton-qwen3moe", 64, "off", 0, 990, 61)])
+    done = tool(str(GPU / "report.py"), str(llama), str(moe))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("report.py: these files hold more than one target model (llama8b, qwen3moe); "
+                           "give each model's files apart\n")
+    assert tool(str(GPU / "report.py"), str(llama)).returncode == 0, "a Llama file alone: llama8b throughout"
 
 
 def test_report_reads_the_scatter_from_auto_against_the_mode_it_ran_as(tmp_path: Path) -> None:

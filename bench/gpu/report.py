@@ -21,6 +21,11 @@ spread; each ratio is of the means, with the range the single windows allow
 (worst window over best window, and the reverse), because these machines
 scatter by several per cent from one window to the next.
 
+A label ends in the target's model where it is not Llama-3.1-8B
+(run_fast_off.sh's MODEL: ``nospec-triton-qwen3moe``), and is grouped by its
+prefix as any other; files of more than one model are refused
+(``models_in``), since their rows would otherwise land in the same cells.
+
 Standard library only.
 """
 from __future__ import annotations
@@ -29,7 +34,11 @@ import csv
 import statistics
 import sys
 from collections import defaultdict
+from pathlib import Path
 from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import MODELS
 
 Cells = dict[tuple[str, str, int], list[dict[str, float]]]
 SWEEP_KINDS = ("nospec", "specctl", "adaptive", "tree")
@@ -51,6 +60,29 @@ def read(paths: list[str]) -> Cells:
                 cells[(kind, row["mode"], int(row["concurrency"]))].append(
                     {"tok_s": float(row["tok_s"]), "tpot": tpot, "steps": steps})
     return cells
+
+
+DEFAULT_MODEL = "llama8b"  # run_fast_off.sh's MODEL that adds nothing to the labels
+OTHER_MODELS = tuple(m for m in MODELS if m != DEFAULT_MODEL)  # run_fast_off.sh appends these to every label
+
+
+def model_of(label: str) -> str:
+    """The target model a label was measured on: its last part where that names one, else Llama-3.1-8B.
+
+    Why by name and not by position: the labels' shapes differ by phase
+    (``nospec-triton``, ``mixed-off-triton``, ``specctl-on-triton``).
+    """
+    last = label.rsplit("-", 1)[-1]
+    return last if last in OTHER_MODELS else DEFAULT_MODEL
+
+
+def models_in(paths: list[str]) -> set[str]:
+    """Every target model the files' rows were measured on."""
+    found = set()
+    for path in paths:
+        with open(path, newline="", encoding="utf-8") as fh:
+            found |= {model_of(row["label"]) for row in csv.DictReader(fh) if row.get("label")}
+    return found
 
 
 def mean(windows: list[dict[str, float]], key: str = "tok_s") -> float:
@@ -387,6 +419,11 @@ def follows_table(paths: list[str]) -> str:
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
+        return 2
+    models = models_in(argv)
+    if len(models) > 1:
+        print(f"report.py: these files hold more than one target model ({', '.join(sorted(models))}); "
+              "give each model's files apart", file=sys.stderr)
         return 2
     cells = read(argv)
     print("Output tok/s, mean over the windows (window range) [TPOT ms, Little's law];"

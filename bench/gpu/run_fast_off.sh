@@ -83,6 +83,9 @@
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
+#   MODEL (the target's shapes, random weights: llama8b = Llama-3.1-8B, the default; qwen3moe = Qwen3-30B-A3B,
+#   a mixture of experts, docs/results/moe.md; bench/gpu/models.py writes the configs and has the memory
+#   arithmetic. Any MODEL but llama8b adds -MODEL to TAG, so to WORK and every file, and to every CSV label)
 #   BUDGET_S OUT TAG MEM_FRAC MAX_TOKENS (--max-total-tokens for every server; empty = SGLang's own pool)
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) EARLY_PUBLISH (SPECCTL_EARLY_PUBLISH for
 #   the specctl servers: 1|decode|0, unset = not set) EARLY_CHECK (SPECCTL_EARLY_PUBLISH_CHECK) CONCS2 ROUNDS WINDOW IL_WARMUP
@@ -100,13 +103,20 @@ REPO=$(pwd)
 HERE=$REPO/bench/gpu
 OUT=${OUT:-$REPO/gpu-out}
 ATTN=${ATTN:-triton}
-TAG=${TAG:-$ATTN}
+MODEL=${MODEL:-llama8b}
+case $MODEL in  # MTAG: what MODEL adds to TAG and to the CSV labels, so that no model's rows mix with another's
+  llama8b) MTAG="" TARGET_NAME=llama3-8b-shape ;;
+  qwen3moe) MTAG=-qwen3moe TARGET_NAME=qwen3-30b-a3b-shape ;;
+  *) echo "MODEL must be llama8b or qwen3moe, got '$MODEL'" >&2; exit 2 ;;
+esac
+TAG=${TAG:-$ATTN}$MTAG
 mkdir -p "$OUT" /root/keep
 WORK=/root/keep/$TAG            # survives between calls while the machine stays warm
 mkdir -p "$WORK"
 SITE=/root/site
 export PYTHONPATH=$SITE
 MODELS=/root/models
+TARGET=$MODELS/$TARGET_NAME DRAFT=$MODELS/eagle3-$TARGET_NAME   # MODEL's configs (write_models)
 PORT=30000
 URL=http://127.0.0.1:$PORT
 CONCS=${CONCS:-"1 16 64 256"}
@@ -207,28 +217,8 @@ phase_fa3() {
 }
 
 # ------------------------------------------------------------------ servers
-write_models() {
-  python3 - "$MODELS" <<'EOF'
-import json, os, sys
-root = sys.argv[1]
-tgt, dft = os.path.join(root, "llama3-8b-shape"), os.path.join(root, "eagle3-llama3-8b-shape")
-os.makedirs(tgt, exist_ok=True); os.makedirs(dft, exist_ok=True)
-common = {"model_type": "llama", "bos_token_id": 128000, "head_dim": 128, "hidden_act": "silu",
-          "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
-          "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
-          "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-          "use_cache": True, "vocab_size": 128256}
-target = dict(common, architectures=["LlamaForCausalLM"], num_hidden_layers=32,
-              eos_token_id=[128001, 128008, 128009], max_position_embeddings=131072,
-              attention_bias=False, attention_dropout=0.0, mlp_bias=False, pretraining_tp=1,
-              rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                            "original_max_position_embeddings": 8192, "rope_type": "llama3"})
-draft = dict(common, architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
-             eos_token_id=128001, pad_token_id=0, max_position_embeddings=8192,
-             draft_vocab_size=32000)
-json.dump(target, open(os.path.join(tgt, "config.json"), "w"), indent=1)
-json.dump(draft, open(os.path.join(dft, "config.json"), "w"), indent=1)
-EOF
+write_models() {  # MODEL's target and EAGLE-3 draft configs into TARGET and DRAFT (bench/gpu/models.py)
+  python3 "$HERE/models.py" "$MODEL" "$TARGET" "$DRAFT"
 }
 
 # CG_BS (e.g. "1 2 4 8 16 32 64 128 256") captures only those decode batch sizes: a shorter
@@ -248,16 +238,16 @@ COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-len
 
 # The specctl server's command and environment, from the project's own launcher.
 specctl_cmd() {  # prints one argument per line
-  python3 - "$MODELS" "$PORT" "$STEPS" "$WORK/adaptive.json" "$ATTN" "$TP" "$DEPTHS" "$DEPTH_COSTS" <<'EOF'
+  python3 - "$TARGET" "$PORT" "$STEPS" "$WORK/adaptive.json" "$ATTN" "$TP" "$DEPTHS" "$DEPTH_COSTS" "$DRAFT" <<'EOF'
 import json, sys
 from specctl.runtime.supervisor import launcher
 from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.core.adaptive_config import write_config
-models, port, steps, cfg, attn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+target, port, steps, cfg, attn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 settings = PolicySettings(steps=steps).with_changes({"candidates": sys.argv[7]}) if sys.argv[7] else \
     PolicySettings(steps=steps)
 write_config(cfg, steps, candidates=settings.candidates)
-cmd = launcher.build_command(f"{models}/llama3-8b-shape", f"{models}/eagle3-llama3-8b-shape", int(sys.argv[6]), steps,
+cmd = launcher.build_command(target, sys.argv[9], int(sys.argv[6]), steps,
                              port, "127.0.0.1", cfg, extra_args=["--attention-backend", attn])
 env = launcher.launch_env(settings, depth_costs=sys.argv[8] or None)
 for k, v in env.items():
@@ -293,12 +283,12 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   local name=$1 kind=$2 sim=$3 slog=$WORK/server-$1.log args=() envs=()
   write_models
   if [ "$kind" = nospec ]; then
-    args=(python3 -m sglang.launch_server --model-path "$MODELS/llama3-8b-shape" --attention-backend "$ATTN"
+    args=(python3 -m sglang.launch_server --model-path "$TARGET" --attention-backend "$ATTN"
           --host 127.0.0.1 --port "$PORT" --enable-metrics --tp-size "$TP")
   elif [ "$kind" = adaptive ]; then
-    args=(python3 -m sglang.launch_server --model-path "$MODELS/llama3-8b-shape" --attention-backend "$ATTN"
+    args=(python3 -m sglang.launch_server --model-path "$TARGET" --attention-backend "$ATTN"
           --host 127.0.0.1 --port "$PORT" --enable-metrics --speculative-algorithm EAGLE3
-          --speculative-draft-model-path "$MODELS/eagle3-llama3-8b-shape" --speculative-draft-load-format dummy
+          --speculative-draft-model-path "$DRAFT" --speculative-draft-load-format dummy
           --speculative-eagle-topk 1 --speculative-adaptive --speculative-num-steps 7 --tp-size "$TP")
   else
     while IFS= read -r line; do
@@ -356,7 +346,7 @@ bench_point() {  # bench_point LABEL C
   local need=$(( ${WARMUP%.*} + ${DURATION%.*} + 12 ))
   if [ "$(left)" -lt "$need" ]; then log "skip $1 c=$2: $(left)s left"; return 0; fi
   python3 "$HERE/bench_spec.py" --url "$URL" --concurrency "$2" --warmup "$WARMUP" --duration "$DURATION" \
-    --input-len 512 --output-len 256 --label "$1" --csv "$CSV" || log "bench $1 c=$2 failed"
+    --input-len 512 --output-len 256 --label "$1$MTAG" --csv "$CSV" || log "bench $1 c=$2 failed"
 }
 
 
@@ -364,7 +354,7 @@ bench_point() {  # bench_point LABEL C
 interleave() {  # interleave LABEL ROUNDS "CONCS" "MODES" [SWITCH-COMMAND]
   local budget=$(( $(left) - 25 ))
   [ "$budget" -gt 20 ] || { log "skip $1: $(left)s left"; return 0; }
-  "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1" --rounds "$2" --concs $3 --modes $4 \
+  "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1$MTAG" --rounds "$2" --concs $3 --modes $4 \
     --switch "${5:-}" --window "$WINDOW" --warmup "$IL_WARMUP" --settle 1 --budget-s "$budget" --csv "$CSV2" \
     --input-len "$IL_INPUT" --output-len "$IL_OUTPUT" --len-jitter "$IL_JITTER" --seed "$IL_SEED" --cpus "$PIN_SERVER" \
     $([ "$ROTATE" = 1 ] && echo --rotate) || log "interleave $1 failed"
@@ -406,8 +396,8 @@ phase_sweep2() {  # the specctl server as an operator runs it: launched and stee
   rm -f "$sock"
   log "starting sweep2 through specctl run --headless (ATTN=$ATTN, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN)"
   SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
-    setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --model "$MODELS/llama3-8b-shape" \
-      --draft "$MODELS/eagle3-llama3-8b-shape" --tp "$TP" --port "$PORT" --socket "$sock" --log "$journal" --interval 0.5 \
+    setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --model "$TARGET" \
+      --draft "$DRAFT" --tp "$TP" --port "$PORT" --socket "$sock" --log "$journal" --interval 0.5 \
       -- --attention-backend "$ATTN" --speculative-draft-load-format dummy "${COMMON[@]}" \
       > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
   SPID=$!
@@ -735,7 +725,7 @@ phase_fixcheck() {  # the fixed off state's paths on this backend, without a no-
 
 # ------------------------------------------------------------ tree drafts (issue 23)
 phase_tree() {  # the operator's static topk-4 tree beside the chain under specctl (docs/topk.md)
-  XARGS=(--speculative-algorithm EAGLE3 --speculative-draft-model-path "$MODELS/eagle3-llama3-8b-shape"
+  XARGS=(--speculative-algorithm EAGLE3 --speculative-draft-model-path "$DRAFT"
          --speculative-draft-load-format dummy --speculative-eagle-topk "$TREE_TOPK"
          --speculative-num-steps "$TREE_STEPS" --speculative-num-draft-tokens "$TREE_TOKENS")
   ACC_LEN=$TREE_ACC start_server tree nospec 1 || { XARGS=(); return 1; }

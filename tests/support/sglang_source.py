@@ -104,6 +104,10 @@ class SglangSource:
     def python_files(self, prefix: str) -> list[str]:
         return sorted(n for n in self._names if n.startswith(prefix) and n.endswith(".py"))
 
+    def files(self, prefix: str) -> list[str]:
+        """Every file of the wheel under ``prefix``, whatever its kind (data files too: tuned kernel configs)."""
+        return sorted(n for n in self._names if n.startswith(prefix))
+
     def tree(self, path: str) -> ast.Module:
         if path not in self._trees:
             self._trees[path] = ast.parse(self.text(path), filename=path)
