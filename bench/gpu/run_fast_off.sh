@@ -2,7 +2,11 @@
 # run_fast_off.sh - run ON THE GPU machine from the repo root (the carried checkout).
 #     bash bench/gpu/run_fast_off.sh PHASE [PHASE ...]
 # Phases, in the order they make sense:
-#   collect        keep any FA3 parts that travelled (.wheelhouse/fa3p/part*) in /root/fa3parts
+#   collect        keep any FA3 parts that travelled (.wheelhouse/fa3p/part*) in /root/fa3parts; unpack a JIT
+#                  cache that travelled (.wheelhouse/jit/jit.tgz, from jitpack) into /root
+#   jitpack        the kernels compiled on this machine (/root/jitcache: Triton, TVM-FFI; /root/.cache/flashinfer)
+#                  packed into $OUT/jit.tgz, to travel to the next machine as .wheelhouse/jit/jit.tgz: a
+#                  FlashInfer server's first start compiled for about 3 minutes (docs/results/flashinfer.md)
 #   install:DIR    the kit's install_on_device.sh on a wheel chunk (e.g. install:.wheelhouse/chunk-1)
 #   project        pip-install this repo (and .whl/*.whl) into /root/site, check the entry point
 #   fa3            assemble sgl_kernel's flash_ops from /root/fa3parts once all parts are there
@@ -187,6 +191,16 @@ phase_collect() {
     [ -f "$f" ] && cp -f "$f" /root/fa3parts/ && log "kept FA3 part $(basename "$f")"
   done
   ls /root/fa3parts | tr '\n' ' '; echo
+  if [ -f "$REPO/.wheelhouse/jit/jit.tgz" ] && [ ! -f /root/jitcache/.unpacked ]; then
+    mkdir -p /root/jitcache && tar xzf "$REPO/.wheelhouse/jit/jit.tgz" -C /root && touch /root/jitcache/.unpacked \
+      && log "unpacked the JIT cache: $(du -sh /root/jitcache /root/.cache/flashinfer 2>/dev/null | tr '\n\t' '  ')"
+  fi
+}
+
+phase_jitpack() {
+  local parts=(jitcache); [ -d /root/.cache/flashinfer ] && parts+=(.cache/flashinfer)
+  tar czf "$OUT/jit.tgz" -C /root --exclude=jitcache/.unpacked "${parts[@]}" \
+    && log "packed the JIT cache: $(du -h "$OUT/jit.tgz" | cut -f1) (${parts[*]}); bring it back as .wheelhouse/jit/jit.tgz"
 }
 
 phase_install() { bash "$REPO/.device-kit/install_on_device.sh" "$1"; }
@@ -903,6 +917,7 @@ for ph in "$@"; do
   log "== phase $ph ($(left)s left)"
   case $ph in
     collect) phase_collect ;;
+    jitpack) phase_jitpack ;;
     install:*) phase_install "${ph#install:}" || { log "install failed"; exit 1; } ;;
     project) phase_project || { log "project install failed"; exit 1; } ;;
     fa3) phase_fa3 || log "fa3 not ready" ;;
