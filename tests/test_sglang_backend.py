@@ -134,18 +134,21 @@ async def test_the_launched_servers_control_endpoint_wants_the_supervisors_key(s
     assert not list((tmp_path / "state" / "keys").iterdir()), "the key's files go with the server"
 
 
-async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STANDIN_PRESET", "h200-llama8b-fa3")
+@pytest.mark.parametrize(("preset", "backend"), [("h200-llama8b-fa3", "fa3"),
+                                                  ("h200-llama8b-flashinfer", "flashinfer")])
+async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       preset: str, backend: str) -> None:
+    monkeypatch.setenv("STANDIN_PRESET", preset)
     sup = Supervisor(config())
     await sup.start()
     try:
         [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the backend")
-        assert adopted["backend"] == "fa3" and adopted["ok"] is True
+        assert adopted["backend"] == backend and adopted["ok"] is True
         settings = await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings"),
                                "settings read back")
-        assert settings["off_at"] == BY_BACKEND["fa3"]["off_at"]
-        assert settings["min_accept"] == BY_BACKEND["fa3"]["min_accept"]
-        assert settings["accept_slope"] == BY_BACKEND["fa3"]["accept_slope"]
+        row = BY_BACKEND[backend]
+        assert {key: settings[key] for key in row} == row
+        assert (settings["off_at"], settings["min_accept"]) != (32, 1.3), "not the policy's defaults"
     finally:
         await sup.stop()
 

@@ -1,4 +1,4 @@
-"""The FA3 preset: where speculation pays at every load, unlike the Triton one it was derived from."""
+"""The FA3 and FlashInfer presets: where speculation pays, by backend, against the Triton one they derive from."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import dataclasses
 
 import pytest
 
+from specctl.runtime.core.thresholds import for_backend
 from specctl.runtime.sim.calibrate import points, table
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
 
 TRITON = get_preset("h200-llama8b")
 FA3 = get_preset("h200-llama8b-fa3")
+FLASHINFER = get_preset("h200-llama8b-flashinfer")
 NEVER_OFF_FOR_LOAD = {"off_at": 1 << 20, "on_at": (1 << 20) - 1}
 
 
@@ -57,3 +59,28 @@ def test_calibrate_shows_the_triton_sweep_as_an_unfitted_check() -> None:
     text = table(TRITON)
     assert "check (not fitted): Triton sweep" in text
     assert len(points(TRITON, TRITON.checks[0].measured)) == 8
+
+
+def test_flashinfer_is_known_and_differs_from_triton_in_its_three_fitted_parameters() -> None:
+    assert FLASHINFER.attention_backend == "flashinfer" and "FlashInfer" in FLASHINFER.description
+    changed = {f.name for f in dataclasses.fields(FLASHINFER.params)
+               if getattr(FLASHINFER.params, f.name) != getattr(TRITON.params, f.name)}
+    assert changed == {"verify_kv_s", "draft_overhead_s", "prefill_overhead_s"}
+    assert FA3.params.verify_kv_s < FLASHINFER.params.verify_kv_s < TRITON.params.verify_kv_s
+
+
+def test_flashinfer_lands_within_its_tolerance_and_crosses_over_where_it_was_measured() -> None:
+    rows = points(FLASHINFER)
+    assert len(rows) == 14 and FLASHINFER.tolerance <= 0.08
+    for series, concurrency, measured, simulated in rows:
+        assert simulated == pytest.approx(measured, rel=FLASHINFER.tolerance), (series, concurrency)
+    sim = {(series, c): value for series, c, _, value in rows}
+    assert sim["eagle3", 32] > sim["nospec", 32] and sim["eagle3", 64] < sim["nospec", 64]  # measured: 1.04, 0.94
+
+
+@pytest.mark.parametrize("concurrency", [1, 32, 64, 256])
+def test_the_flashinfer_row_keeps_auto_at_the_better_state(concurrency: int) -> None:
+    on, off = (run_point(FLASHINFER, concurrency, mode).tok_s for mode in ("on", "off"))
+    auto = run_point(FLASHINFER, concurrency, "auto", settings=for_backend("flashinfer"))
+    assert auto.tok_s >= 0.95 * max(on, off)
+    assert auto.on_fraction == (1.0 if concurrency <= 32 else 0.0)

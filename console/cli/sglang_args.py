@@ -25,9 +25,10 @@ from specctl.runtime.core.thresholds import BY_BACKEND, for_backend
 from specctl.runtime.supervisor import config, paths
 from specctl.runtime.supervisor.launcher import build_command, launch_env
 
-# Backends an operator may name whose thresholds are not measured yet (docs/results/flashinfer.md):
-# FlashInfer is SGLang's default below Hopper (the RTX PRO 6000 of the report).
-UNMEASURED_BACKENDS = ("flashinfer",)
+# Backends an operator may name whose thresholds are not measured yet (they get the policy's
+# defaults). None today: FlashInfer, SGLang's default below Hopper (the RTX PRO 6000 of the
+# report), has a row since 2026-12-01, measured on one H200 (docs/results/flashinfer.md).
+UNMEASURED_BACKENDS: tuple[str, ...] = ()
 
 #: The flags of build_command that are the operator's own (their model, address), left off the printout.
 OWN_FLAGS = ("--model-path", "--host", "--port")
@@ -44,8 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--steps", type=int, default=3, help="draft steps when speculation is on (default 3)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
     p.add_argument("--backend", choices=sorted({*BY_BACKEND, *UNMEASURED_BACKENDS}),
-                   help="attention backend: adds --attention-backend and the thresholds measured for it, where "
-                   "measured (flashinfer: not yet, the policy's defaults) (default: SGLang's choice)")
+                   help="attention backend: adds --attention-backend and the thresholds measured for it "
+                   "(each on one H200; flashinfer's apply on any GPU) (default: SGLang's choice)")
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft model (default: keep your own "
                    f"{DRAFT_FLAG})")
     p.add_argument("--config", metavar="FILE", type=Path,

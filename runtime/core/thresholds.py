@@ -5,11 +5,15 @@ attention backend serves a verify: on one H200 (docs/results/, SGLang
 0.5.17, Llama-8B shapes, acceptance length 2.8) static EAGLE-3 and no
 speculation are level at 32 requests with Triton, whose verify runs its extend
 kernel, while with FA3 static EAGLE-3 was ahead at every concurrency measured
-(1.1-1.2x at 256). One threshold cannot serve both, so when specctl launches a
-server, the supervisor reads the backend SGLang chose from /server_info and
-applies the matching settings below, each one the operator did not set.
-Backends not listed (flashinfer, trtllm, ...) keep the policy's defaults: they
-were not measured.
+(1.1-1.2x at 256), and FlashInfer lies between (static ahead 1.04x at 32,
+behind 0.94x at 64). One threshold cannot serve them all, so when specctl
+launches a server, the supervisor reads the backend SGLang chose from
+/server_info and applies the matching settings below, each one the operator did
+not set. Each row comes from one GPU sweep on one H200 through the simulator
+(a preset calibrated to it); the rows are keyed by backend alone, so a
+FlashInfer server on other hardware (SGLang's default below Hopper) gets the
+H200's row too. Backends not listed (trtllm, ...) keep the policy's defaults:
+they were not measured.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from specctl.runtime.core.settings import MAX_BATCH
 # to each sweep), bisected over the accept length, in accepted draft tokens a
 # verify (docs/policy.md):
 #   Triton: 0.46 at 1 request, 0.86 at 8, 1.25 at 16, 1.64 at 24, 2.0 at 32, 2.56 at 48;
-#   FA3:    0.21-0.26 up to 48 requests, 0.38 at 64, 0.86 at 128, 1.04 at 192, 1.17 at 256.
+#   FA3:    0.21-0.26 up to 48 requests, 0.38 at 64, 0.86 at 128, 1.04 at 192, 1.17 at 256;
+#   FlashInfer: 0.68 at 1, 0.74 at 4, 1.02 at 16, 1.33 at 32, 1.57 at 48, 1.97 at 64, 2.61 at 96,
+#           2.91 at 112, 3.0 at 120 (python bench/accept_breakeven.py --breakeven).
 # The lines sit about 0.1 under those points at small batches: at one request a
 # 64-verify mean scatters by about 0.1, and a dip under the floor costs
 # probe_after steps off where drafting pays (bench/policy_envelope.py
@@ -34,10 +40,29 @@ from specctl.runtime.core.settings import MAX_BATCH
 # off_at above any max-running-requests means "never off for load": with FA3
 # static EAGLE-3 was ahead at every measured concurrency, and only the floor
 # turns it off.
+# FlashInfer (preset h200-llama8b-flashinfer, one sweep of 2026-12-01): the curve is
+# nearly a line, 0.66 + 0.0195 x. The floor 0.5 + 0.022 x sits 0.13-0.18 under it up to
+# 32 requests, meets it at 48 and 96 and passes 3 at 114 requests (0.05 over the curve
+# at 112, where on and off are level within 2 %), so off_at 114 turns off for load only
+# where no acceptance pays (the curve reaches 3 at 120). It is steeper than the curve
+# because the GPU crossed over earlier than the model: at the sweep's acceptance (2.8,
+# 1.8 accepted drafts) the measured static / none was 1.04 at 32 and 0.94 at 64 (the
+# model: 1.15 and 0.96), and this floor turns speculation off from 60 requests, with
+# 0.11 to spare at 64 (a line under the curve everywhere, 0.5 + 0.021 x, had 0.04).
+# A floor 0.05 higher at one request (0.55 + 0.02 x) missed there at accept length
+# 1.8 (0.93: a window's dip under it at 0.8 accepted drafts, where drafting pays only
+# 7 %). on_at 48: after a switch for load speculation comes back at 48 requests (on /
+# off 1.06 there in the model; measured 1.04 at 32, 0.94 at 64), not at 24, where it
+# wins 1.2x; the floor takes over from there.
+# These rows are keyed by backend only: on the report's Blackwell system (the
+# rtx-8gpu-report presets, also FlashInfer), where drafting loses even at one request,
+# this floor lets it run (bench/policy_envelope.py: 0.84-0.94 of the better state at 2-16
+# requests for the chain, against 0.97-1.0 with the defaults).
 NEVER = MAX_BATCH  # the largest off_at the policy takes
 BY_BACKEND: dict[str, dict[str, float]] = {
     "triton": {"off_at": 56, "on_at": 24, "min_accept": 0.3, "accept_slope": 0.05},
     "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.15, "accept_slope": 0.0042},
+    "flashinfer": {"off_at": 114, "on_at": 48, "min_accept": 0.5, "accept_slope": 0.022},
 }
 
 
