@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from specctl.runtime.core.adaptive_config import read_candidate_steps
 from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.core.thresholds import BY_BACKEND
@@ -24,7 +26,8 @@ def test_shell_output_evaluated_by_bash_gives_the_plugin_its_settings(tmp_path: 
     config = tmp_path / "etc" / "adaptive.json"
     reader = ("from specctl.runtime.sglang_plugin.plugin import settings_from_env; import os, json; "
               "print(json.dumps([os.environ['SPECCTL_PLUGIN'], settings_from_env().as_dict()]))")
-    script = (f'out="$({" ".join(SPECCTL)} --tp 8 --steps 2 --backend triton --config {config})" || exit 9; '
+    script = (f'out="$({" ".join(SPECCTL)} --tp 8 --steps 2 --backend triton --gpu "NVIDIA H200" '
+              f'--config {config})" || exit 9; '
               f'eval "$(printf "%s\\n" "$out" | grep ^export)"; '
               f'{sys.executable} -c "{reader}"')
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
@@ -71,8 +74,9 @@ def test_flashinfer_is_named_with_its_workspace_and_its_measured_row(tmp_path: P
     """The report's Blackwell runs FlashInfer: an operator can say so, and the workspace verify graphs need is set.
 
     The settings are FlashInfer's row (measured on an H200), not the policy's defaults."""
-    done = specctl("--backend", "flashinfer", "--config", str(tmp_path / "a.json"), "--format", "json")
-    assert done.returncode == 0, done.stderr
+    done = specctl("--backend", "flashinfer", "--gpu", "NVIDIA H200", "--config", str(tmp_path / "a.json"),
+                   "--format", "json")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
     out = json.loads(done.stdout)
     args = out["args"]
     assert args[args.index("--attention-backend") + 1] == "flashinfer"
@@ -80,3 +84,17 @@ def test_flashinfer_is_named_with_its_workspace_and_its_measured_row(tmp_path: P
     settings = json.loads(out["env"]["SPECCTL_SETTINGS"])
     assert {key: settings[key] for key in BY_BACKEND["flashinfer"]} == BY_BACKEND["flashinfer"]
     assert settings["off_at"] != PolicySettings().off_at
+
+
+@pytest.mark.parametrize(("gpu", "said"), [
+    (["--gpu", "NVIDIA RTX PRO 6000 Blackwell Server Edition"],
+     "this server runs on NVIDIA RTX PRO 6000 Blackwell Server Edition"),
+    ([], "add --gpu 'NVIDIA H200' if the server runs on one")])
+def test_a_row_measured_on_another_gpu_is_left_out_and_said_once(tmp_path: Path, gpu: list[str], said: str) -> None:
+    # The report's Blackwell with FlashInfer: the H200's row would keep drafting on where it loses.
+    done = specctl("--backend", "flashinfer", *gpu, "--config", str(tmp_path / "a.json"), "--format", "json")
+    assert done.returncode == 0
+    assert done.stderr.count("\n") == 1 and said in done.stderr and "Traceback" not in done.stderr
+    settings = json.loads(json.loads(done.stdout)["env"]["SPECCTL_SETTINGS"])
+    defaults = PolicySettings()
+    assert (settings["off_at"], settings["min_accept"]) == (defaults.off_at, defaults.min_accept)

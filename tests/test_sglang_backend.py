@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.core.thresholds import BY_BACKEND
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.lifecycle import Supervisor
@@ -139,11 +140,12 @@ async def test_the_launched_servers_control_endpoint_wants_the_supervisors_key(s
 async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatch: pytest.MonkeyPatch,
                                                        preset: str, backend: str) -> None:
     monkeypatch.setenv("STANDIN_PRESET", preset)
-    sup = Supervisor(config())
+    sup = Supervisor(config(gpu_source="sim"))  # the stand-in's GPUs: an H200, as NVML names it
     await sup.start()
     try:
         [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the backend")
         assert adopted["backend"] == backend and adopted["ok"] is True
+        assert not events(sup, "backend_thresholds_skipped")
         settings = await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings"),
                                "settings read back")
         row = BY_BACKEND[backend]
@@ -156,7 +158,7 @@ async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatc
 async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STANDIN_PRESET", "h200-llama8b-fa3")
-    sup = Supervisor(config(settings={"off_at": "48", "on_at": "40"}))
+    sup = Supervisor(config(settings={"off_at": "48", "on_at": "40"}, gpu_source="sim"))
     await sup.start()
     try:
         [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the backend")
@@ -165,6 +167,29 @@ async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
         await sup.poll_now()
         settings = sup.latest_sample["spec"]["settings"]
         assert (settings["off_at"], settings["on_at"]) == (48, 40)
+    finally:
+        await sup.stop()
+
+
+@pytest.mark.parametrize(("preset", "gpu_source", "why"), [
+    ("rtx-8gpu-report-topk1", "sim", "this server runs on NVIDIA RTX PRO 6000 Blackwell Server Edition"),
+    ("h200-llama8b-flashinfer", "none", "this server's GPUs could not be read")])
+async def test_thresholds_measured_on_another_gpu_stay_out_and_the_journal_says_why(
+        standin: Path, monkeypatch: pytest.MonkeyPatch, preset: str, gpu_source: str, why: str) -> None:
+    # FlashInfer's row was measured on an H200; on the report's Blackwell GPUs it would keep drafting
+    # on where it loses (docs/results/flashinfer.md, "Thresholds"), so the defaults stay.
+    monkeypatch.setenv("STANDIN_PRESET", preset)
+    sup = Supervisor(config(gpu_source=gpu_source))
+    await sup.start()
+    try:
+        [skipped] = await until(lambda: events(sup, "backend_thresholds_skipped"), "the row refused")
+        assert skipped["backend"] == "flashinfer" and why in skipped["why"]
+        assert "measured on an H200" in skipped["why"] and "specctl set" in skipped["why"]
+        settings = await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings"),
+                               "settings read back")
+        defaults = PolicySettings()
+        assert (settings["off_at"], settings["min_accept"]) == (defaults.off_at, defaults.min_accept)
+        assert not events(sup, "backend_thresholds")
     finally:
         await sup.stop()
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings, SettingsError
-from specctl.runtime.core.thresholds import BY_BACKEND, for_backend
+from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, for_backend, for_server
 from specctl.runtime.supervisor import config, paths
 from specctl.runtime.supervisor.launcher import build_command, launch_env
 
@@ -45,8 +45,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--steps", type=int, default=3, help="draft steps when speculation is on (default 3)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
     p.add_argument("--backend", choices=sorted({*BY_BACKEND, *UNMEASURED_BACKENDS}),
-                   help="attention backend: adds --attention-backend and the thresholds measured for it "
-                   "(each on one H200; flashinfer's apply on any GPU) (default: SGLang's choice)")
+                   help="attention backend: adds --attention-backend and, with --gpu, the thresholds "
+                   f"measured for it (each on one {MEASURED_ON}) (default: SGLang's choice)")
+    p.add_argument("--gpu", metavar="NAME", help="the server's GPU as nvidia-smi names it, e.g. "
+                   f"'NVIDIA {MEASURED_ON}': a backend's thresholds apply only on the GPU they were "
+                   "measured on; elsewhere the policy's defaults are printed")
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft model (default: keep your own "
                    f"{DRAFT_FLAG})")
     p.add_argument("--config", metavar="FILE", type=Path,
@@ -81,10 +84,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace) -> PolicySettings:
-    """Policy defaults, then the backend's measured thresholds, then the operator's --set (which win)."""
+    """Policy defaults, then the backend's thresholds measured on this GPU, then the operator's --set (which win).
+
+    A row that does not apply is said on stderr, once: the printout stays what a shell evaluates.
+    """
     chosen = config.parse_pairs(args.settings)
-    measured = for_backend(args.backend) or {}
-    base = PolicySettings().with_changes({**measured, "steps": args.steps})
+    measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [])
+    if why_not is not None and args.gpu is None:
+        why_not = (f"the {args.backend} thresholds were measured on an {MEASURED_ON}: add --gpu "
+                   f"'NVIDIA {MEASURED_ON}' if the server runs on one; the policy's defaults are printed")
+    if why_not is not None and for_backend(args.backend) and not all(
+            k in chosen for k in BY_BACKEND[args.backend]):
+        print(f"specctl sglang-args: {why_not}", file=sys.stderr)
+    base = PolicySettings().with_changes({**(measured or {}), "steps": args.steps})
     return base.with_changes(chosen)
 
 

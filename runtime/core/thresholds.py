@@ -18,7 +18,7 @@ they were not measured.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from specctl.runtime.core.settings import MAX_BATCH
@@ -106,3 +106,33 @@ def for_backend(backend: str | None) -> dict[str, float] | None:
         return None
     pair = BY_BACKEND.get(backend)
     return dict(pair) if pair else None
+
+
+# Every row above was measured on one NVIDIA H200 (docs/results/). Where speculation stops
+# paying moves with the GPU as much as with the backend: the report's 8x RTX PRO 6000 with
+# FlashInfer loses drafting at 2-16 requests, where this FlashInfer row keeps it on (the
+# simulator: 0.84-0.94 of the better state at accept length 2.02). So a row applies only on
+# the GPU it was measured on; elsewhere the policy's defaults stay, and the operator is told.
+MEASURED_ON = "H200"
+
+
+def for_server(backend: str | None, gpu_names: Sequence[str | None]) -> tuple[dict[str, float] | None, str | None]:
+    """The row for a server on these GPUs, and why not where a row exists but does not apply.
+
+    ``gpu_names`` as NVML reports them (``NVIDIA H200``); an empty list or a None
+    name means they could not be read, and then no row is applied either.
+    """
+    row = for_backend(backend)
+    if row is None:
+        return None, None
+    known = [name for name in gpu_names if name]
+    if not known or len(known) != len(gpu_names):
+        return None, (f"the {backend} thresholds were measured on an {MEASURED_ON} and this server's GPUs could not "
+                      "be read: the policy's defaults stay (set off_at, on_at, min_accept and accept_slope "
+                      "with specctl set; docs/policy.md)")
+    others = sorted({name for name in known if MEASURED_ON not in name.upper()})
+    if others:
+        return None, (f"the {backend} thresholds were measured on an {MEASURED_ON}, this server runs on "
+                      f"{', '.join(others)}: the policy's defaults stay (set off_at, on_at, min_accept and "
+                      "accept_slope with specctl set; docs/policy.md)")
+    return row, None

@@ -282,9 +282,19 @@ class Supervisor:
         """First answer of a server we launched: thresholds for its attention backend, read back."""
         if not self.backend.owns_process or self.sim:
             return info
-        if await self.commands.adopt_backend_thresholds(info):
+        if await self.commands.adopt_backend_thresholds(info, await self._gpu_names()):
             return await client.server_info()
         return info
+
+    async def _gpu_names(self) -> list[str | None]:
+        """The server's GPUs as NVML names them ([] where they cannot be read)."""
+        if self._gpus is None:
+            return []
+        try:
+            return [gpu.get("name") for gpu in await self._gpus.sample()]
+        except Exception:  # a source that fails now fails the next sample too, and says so there
+            log.debug("GPU names unreadable", exc_info=True)
+            return []
 
     async def _watch_process(self) -> None:
         if not self.backend.owns_process or self.state == "stopped":
