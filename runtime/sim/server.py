@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from specctl.runtime.core.policy import WIRE_PREFIX, SettingsError, SpecPolicy, settings_from_wire
-from specctl.runtime.sim import api
+from specctl.runtime.sim import admin, api
 from specctl.runtime.sim.api import words
 from specctl.runtime.sim.depth import policy_costs
 from specctl.runtime.sim.gpus import SimGpus
@@ -237,17 +237,18 @@ class SimServer:
                     f"({self.engine.kv_pool_tokens} tokens)")
         return None
 
-    async def tokens(self, prompt_tokens: int, max_new: int) -> AsyncIterator[list[int]]:
+    async def tokens(self, prompt_tokens: int, max_new: int, greedy: str | None = None) -> AsyncIterator[list[int]]:
         """A request's output ids as the engine produces them, a tick's worth at a time.
 
         The performance model decides when each appears (the first after the prefill and a decode
         step, then as steps finish), so a streaming client sees the simulated TTFT and inter-token
-        latency. A client that leaves early aborts the request, as SGLang does.
+        latency. A client that leaves early aborts the request, as SGLang does. ``greedy``: the prompt of a
+        greedy request (greedy_key), whose output it alone decides.
         """
         if max_new == 0:
             return
         req = self.engine.submit(prompt_tokens, max_new, HTTP_TAG)
-        ids = _output_ids(self.cfg.seed, req.rid, max_new)
+        ids = _output_ids(self.cfg.seed, req.rid, max_new, greedy)
         sent = 0
         try:
             while sent < max_new:
@@ -277,7 +278,7 @@ class SimServer:
         finally:
             if self._waiters.pop(req.rid, None) is not None:
                 self.engine.abort(req)  # the client left before the answer
-        ids = _output_ids(self.cfg.seed, done.rid, done.done)
+        ids = _output_ids(self.cfg.seed, done.rid, done.done, greedy_key(body))
         return _generate_answer(prompt_tokens, ids, done.accept_len, done.finished_at - t0, done.decode_steps)
 
     # -- /set_internal_state ----------------------------------------------
@@ -326,9 +327,21 @@ def _parse_generate(body: Any) -> tuple[int, int]:
     return prompt, max_new
 
 
-def _output_ids(seed: int, rid: int, n: int) -> list[int]:
-    """Deterministic stand-in token ids (a Llama-3 vocabulary has 128256)."""
-    rng = random.Random(seed * 1_000_003 + rid)
+def greedy_key(body: dict[str, Any]) -> str | None:
+    """The prompt of a greedy request (``temperature`` 0), else None (SGLang's default samples, at 1.0).
+
+    Greedy decoding's output depends on the prompt alone, so the same prompt gets the same ids in every
+    request, mode and batch, as bench/gpu/correctness.py expects of SGLang; a sampled one differs per request.
+    """
+    sp = body.get("sampling_params")
+    if not isinstance(sp, dict) or sp.get("temperature") != 0:
+        return None
+    return json.dumps(body["input_ids"] if body.get("input_ids") is not None else body.get("text"))
+
+
+def _output_ids(seed: int, rid: int, n: int, greedy: str | None = None) -> list[int]:
+    """Deterministic stand-in token ids (a Llama-3 vocabulary has 128256): per prompt when greedy, else per request."""
+    rng = random.Random(f"{seed}:{greedy}") if greedy is not None else random.Random(seed * 1_000_003 + rid)
     return [rng.randrange(128_256) for _ in range(n)]
 
 
@@ -457,7 +470,7 @@ def build_app(server: SimServer) -> web.Application:
                 out["meta_info"]["finish_reason"] = None
             return out
 
-        return await api.generate_stream(request, server, prompt, max_new, answer)
+        return await api.generate_stream(request, server, prompt, max_new, answer, greedy_key(body))
 
     async def sim_gpus(_: web.Request) -> web.Response:
         return web.json_response(server.gpus.snapshot())
@@ -500,4 +513,5 @@ def build_app(server: SimServer) -> web.Application:
     app.router.add_get("/sim/load", get_load)
     app.router.add_post("/sim/load", set_load)
     api.add_routes(app, server)  # /v1/*, /model_info and the old /get_* names (api.py)
+    admin.add_routes(app, server)  # /flush_cache and /v1/loads: the KV pool as an experiment reads it (admin.py)
     return app
