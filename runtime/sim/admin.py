@@ -12,7 +12,7 @@ nothing to drop; it is refused while requests run or wait, as SGLang's is.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -43,7 +43,7 @@ def add_routes(app: web.Application, server: SimServer) -> None:
         rows = [load_snapshot(server)] if rank in (None, "0") else []
         if request.query.get("format") == "prometheus":
             return web.Response(text=prometheus(rows), content_type="text/plain", charset="utf-8")
-        return web.json_response({"timestamp": datetime.now(timezone.utc).isoformat(),
+        return web.json_response({"timestamp": datetime.now(UTC).isoformat(),
                                   "version": server.server_info()["version"],
                                   "accelerator": server.cfg.preset.gpu.name,
                                   "num_accelerators": server.cfg.preset.tp_size, "loads": rows})
