@@ -97,13 +97,14 @@ HERE=$REPO/bench/gpu
 OUT=${OUT:-$REPO/gpu-out}
 ATTN=${ATTN:-triton}
 TAG=${TAG:-$ATTN}
-mkdir -p "$OUT" /root/keep
-WORK=/root/keep/$TAG            # survives between calls while the machine stays warm
+ROOT=${ROOT:-/root}              # where the machine keeps work, models, the install; a dry run's own folder
+mkdir -p "$OUT" "$ROOT/keep"
+WORK=$ROOT/keep/$TAG            # survives between calls while the machine stays warm
 mkdir -p "$WORK"
-SITE=/root/site
+SITE=$ROOT/site
 export PYTHONPATH=$SITE
-MODELS=/root/models
-PORT=30000
+MODELS=$ROOT/models
+PORT=${PORT:-30000}             # the server's port (offpair's second server: PORT+1)
 URL=http://127.0.0.1:$PORT
 CONCS=${CONCS:-"1 16 64 256"}
 WARMUP=${WARMUP:-4}
@@ -155,20 +156,37 @@ CSV2=$OUT/interleave-$TAG.csv
 XENV=()                         # extra environment for the next start_server
 STEPS=3
 CSV=$OUT/sweep-$TAG.csv
-export TRITON_CACHE_DIR=/root/jitcache/triton TVM_FFI_CACHE_DIR=/root/jitcache/tvm-ffi
+export TRITON_CACHE_DIR="$ROOT"/jitcache/triton TVM_FFI_CACHE_DIR="$ROOT"/jitcache/tvm-ffi
 export PYTHONUNBUFFERED=1
-mkdir -p /root/jitcache
+mkdir -p "$ROOT"/jitcache
 
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 log() { echo "[fastoff $(date +%H:%M:%S) +$(( $(date +%s) - T0 ))s $TAG] $*"; }
 
+# DRY_RUN=sim: the same phases on a CPU machine against specctl's simulator (docs/benchmarks.md, "Dry run"),
+# so that a phase's own mistakes cost no GPU minutes. Set ROOT and OUT to a scratch folder with it.
+DRY_RUN=${DRY_RUN:-}
+case $DRY_RUN in
+  "") ;;
+  sim)
+    SIM_PRESET=h200-llama8b   # the simulator preset for ATTN, h200-llama8b where it has none of its own
+    case $ATTN in fa3) SIM_PRESET=h200-llama8b-fa3 ;; flashinfer) SIM_PRESET=h200-llama8b-flashinfer ;; esac
+    python3 -c "import sys; from specctl.runtime.sim.presets import PRESETS; sys.exit(sys.argv[1] not in PRESETS)" \
+      "$SIM_PRESET" || { log "dry run: no simulator preset $SIM_PRESET, using h200-llama8b"; SIM_PRESET=h200-llama8b; }
+    # what `project` installs on the GPU machine: the specctl this checkout runs under
+    command -v specctl >/dev/null || { log "dry run: no specctl on PATH (pip install -e . first)"; exit 2; }
+    mkdir -p "$SITE/bin" && ln -sf "$(command -v specctl)" "$SITE/bin/specctl"
+    log "dry run: every server is specctl's simulator (preset $SIM_PRESET); GPU-only steps are skipped" ;;
+  *) log "DRY_RUN must be sim or empty, got '$DRY_RUN'"; exit 2 ;;
+esac
+
 # ------------------------------------------------------------------ install
 phase_collect() {
-  mkdir -p /root/fa3parts
+  mkdir -p "$ROOT"/fa3parts
   for f in "$REPO"/.wheelhouse/fa3p/part*; do
-    [ -f "$f" ] && cp -f "$f" /root/fa3parts/ && log "kept FA3 part $(basename "$f")"
+    [ -f "$f" ] && cp -f "$f" "$ROOT"/fa3parts/ && log "kept FA3 part $(basename "$f")"
   done
-  ls /root/fa3parts | tr '\n' ' '; echo
+  ls "$ROOT"/fa3parts | tr '\n' ' '; echo
 }
 
 phase_install() { bash "$REPO/.device-kit/install_on_device.sh" "$1"; }
@@ -190,10 +208,10 @@ PYEOF
 }
 
 phase_fa3() {
-  local n; n=$(ls /root/fa3parts/part* 2>/dev/null | wc -l)
+  local n; n=$(ls "$ROOT"/fa3parts/part* 2>/dev/null | wc -l)
   if [ "$n" -lt "${FA3_PARTS:-8}" ]; then log "FA3: only $n parts here"; return 1; fi
-  if [ ! -f /root/fa3parts/.done ]; then
-    cat /root/fa3parts/part* | xz -dc -T0 > "$SITE/sgl_kernel/flash_ops.abi3.so" && touch /root/fa3parts/.done
+  if [ ! -f "$ROOT"/fa3parts/.done ]; then
+    cat "$ROOT"/fa3parts/part* | xz -dc -T0 > "$SITE/sgl_kernel/flash_ops.abi3.so" && touch "$ROOT"/fa3parts/.done
   fi
   python3 -c "import sgl_kernel.flash_attn as fa; print('[fa3] is_fa3_supported', fa.is_fa3_supported())"
 }
@@ -283,6 +301,7 @@ trap 'stop_journal; stop_pid "$SPID2"; stop_server' EXIT
 
 start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   local name=$1 kind=$2 sim=$3 slog=$WORK/server-$1.log args=() envs=()
+  if [ "${DRY_RUN:-}" = sim ]; then start_sim "$@"; return; fi
   write_models
   if [ "$kind" = nospec ]; then
     args=(python3 -m sglang.launch_server --model-path "$MODELS/llama3-8b-shape" --attention-backend "$ATTN"
@@ -312,6 +331,31 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   return 1
 }
 
+start_sim() {  # start_server's DRY_RUN=sim half: specctl's simulator in the server's place, on the same port
+  local name=$1 kind=$2 slog=$WORK/server-$1.log
+  local args=(python3 -m specctl.runtime.sim --host 127.0.0.1 --port "$PORT" --preset "$SIM_PRESET" --gpus "$TP"
+              --load idle)
+  case $kind in
+    # the simulator has no server without speculation: the plugin forced off is the closest, its model's
+    # off step costing what no speculation costs (docs/simulator.md); /server_info still says EAGLE3
+    nospec) args+=(--set mode=off) ;;
+    # SGLang's --speculative-adaptive has no model here: static EAGLE-3 without the plugin stands in
+    adaptive) args+=(--no-plugin) ;;
+    *) args+=(--steps "$STEPS")
+       [ -n "$DEPTHS" ] && args+=(--set "candidates=$DEPTHS")
+       [ -n "$DEPTH_COSTS" ] && log "dry run: the simulator prices depths with its own table, not $DEPTH_COSTS" ;;
+  esac
+  [ "${PREFILL_GRAPHS:-0}" = 1 ] || args+=(--eager-prefill)   # as --disable-prefill-cuda-graph reports it
+  [ "${#XARGS[@]}" = 0 ] || log "dry run: not simulated: ${XARGS[*]}"
+  log "starting $name: ${SERVER_PIN[*]} ${args[*]}"
+  env -u SPECCTL_SIM_ADMIN_KEY setsid "${SERVER_PIN[@]}" "${args[@]}" > "$slog" 2>&1 &
+  SPID=$!
+  wait_up "$name" && return 0
+  log "$name did NOT come up; log tail:"; tail -n 60 "$slog"
+  stop_server
+  return 1
+}
+
 wait_up() {  # wait_up NAME: until the server answers a generation, while $SPID lives (400 s at most)
   local ts; ts=$(date +%s)
   while [ $(( $(date +%s) - ts )) -lt 400 ] && [ "$(left)" -gt 30 ]; do
@@ -321,7 +365,7 @@ wait_up() {  # wait_up NAME: until the server answers a generation, while $SPID 
       log "$1 up after $(( $(date +%s) - ts ))s"
       return 0
     fi
-    sleep 3
+    sleep "$([ "${DRY_RUN:-}" = sim ] && echo 0.5 || echo 3)"   # the simulator is up in about a second
   done
   return 1
 }
@@ -330,6 +374,7 @@ server_facts() {  # server_facts NAME: memory and state lines worth keeping
   local name=$1 slog=$WORK/server-$1.log
   {
     echo "== $name $(date -u +%FT%TZ) attn=$ATTN"
+    [ "${DRY_RUN:-}" = sim ] && echo "(dry run: no nvidia-smi; the server is the simulator)" ||
     nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
     python3 "$HERE/ctl.py" "$URL" info version attention_backend max_total_num_tokens speculative_num_steps \
       speculative_num_draft_tokens speculative_adaptive cuda_graph_max_bs_decode disable_overlap_schedule
@@ -392,16 +437,25 @@ for line in open(sys.argv[1], encoding="utf-8"):
 PYEOF
 }
 
+sweep2_sim() {  # sweep2_sim SOCKET JOURNAL: DRY_RUN=sim's supervisor, which starts its own simulator on PORT
+  log "dry run: specctl run --headless starts its simulator (preset $SIM_PRESET) instead of SGLang"
+  env -u SPECCTL_SIM_ADMIN_KEY setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --sim-preset "$SIM_PRESET" \
+    --sim-gpus "$TP" --sim-load idle --port "$PORT" --socket "$1" --log "$2" --interval 0.5 \
+    > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
+}
+
 phase_sweep2() {  # the specctl server as an operator runs it: launched and steered by specctl itself
   local sock=$WORK/specctl.sock journal=$WORK/journal-sweep2-$TAG.jsonl
   write_models
   rm -f "$sock"
   log "starting sweep2 through specctl run --headless (ATTN=$ATTN, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN)"
-  SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
+  if [ "${DRY_RUN:-}" = sim ]; then sweep2_sim "$sock" "$journal"
+  else SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
     setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --model "$MODELS/llama3-8b-shape" \
       --draft "$MODELS/eagle3-llama3-8b-shape" --tp "$TP" --port "$PORT" --socket "$sock" --log "$journal" --interval 0.5 \
       -- --attention-backend "$ATTN" --speculative-draft-load-format dummy "${COMMON[@]}" \
       > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
+  fi
   SPID=$!
   if ! wait_up sweep2; then
     log "sweep2 did NOT come up"; tail -n 40 "$WORK/supervisor-sweep2-$TAG.log"
@@ -453,6 +507,7 @@ phase_resume() {
 profile_now() {  # profile_now NAME SERVER-LOG: PROF_STEPS steps of SGLang's torch profiler under load
   # (decode only with PROF_JITTER=0: every request admitted before; arrivals inside with PROF_JITTER > 0)
   local pdir=$WORK/prof-$1 slog=$2 done_p=0 trace
+  if [ "${DRY_RUN:-}" = sim ]; then log "dry run: no profile of $1 (SGLang's torch profiler, GPU only)"; return 0; fi
   mkdir -p "$pdir"
   "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1-profiled" --concs $(echo $PROF_CONCS | awk '{print $NF}') \
     --rounds 1 --window 20 --warmup 8 --input-len "$PROF_INPUT" --output-len "$PROF_OUTPUT" --len-jitter "$PROF_JITTER" \
@@ -890,6 +945,9 @@ phase_pack() {
 
 for ph in "$@"; do
   log "== phase $ph ($(left)s left)"
+  if [ -n "$DRY_RUN" ]; then
+    case $ph in collect|install:*|project|fa3) log "dry run: skip $ph (the GPU machine's install)"; continue ;; esac
+  fi
   case $ph in
     collect) phase_collect ;;
     install:*) phase_install "${ph#install:}" || { log "install failed"; exit 1; } ;;
