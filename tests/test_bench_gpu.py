@@ -73,6 +73,9 @@ def test_interleave_switches_the_mode_per_window_under_one_load(sim: str, tmp_pa
     assert all(float(r["tok_s"]) > 0 and r["switch_rc"] == "0" for r in rows)
     assert all(0 <= float(r["cpu_busy"]) <= 100 and 0 <= float(r["cpu_steal"]) <= 100 for r in rows)
     assert {r["mode"]: r["steps"] for r in rows if r["concurrency"] == "8"} == {"on": "3.0", "off": "0.0"}
+    # the accept-length gauge lands in its column (depth_table.py reads it): drafts accepted while on, none off
+    accept = {m: [float(r["accept_len"]) for r in rows if r["mode"] == m] for m in ("on", "off")}
+    assert min(accept["on"]) > 1.0 and max(accept["off"]) < min(accept["on"]), accept
     assert "c=8 off:" in done.stdout
 
 
