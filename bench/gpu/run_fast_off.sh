@@ -820,7 +820,7 @@ phase_depthcheck() {  # correctness first: every depth's greedy outputs, switchi
   python3 "$HERE/correctness.py" compare "${runs[@]}" | tee -a "$P"
   { echo "== KV used after"; python3 "$HERE/ctl.py" "$URL" used; echo "== state"; python3 "$HERE/ctl.py" "$URL" state; } >> "$P" 2>&1
   echo "== acceptance right after a depth change (draft not simulated)" >> "$P"
-  python3 "$HERE/depth_accept.py" "$URL" --depths 1,3,2,0,3,1,2,3 --period 4 --concurrency 16 \
+  python3 "$HERE/depth_accept.py" "$URL" --depths 1,3,2,0,3,1,2,3 --period "${ACCEPT_PERIOD:-4}" --concurrency 16 \
     --csv "$OUT/depth-accept-$TAG.csv" >> "$P" 2>&1 || log "depth_accept failed"
   python3 "$HERE/rank_switches.py" "$WORK/server-depthcheck.log" >> "$P" 2>&1
   cat "$P" | cut -c1-300
@@ -837,7 +837,7 @@ phase_depthsweep() {  # every static depth and off under one load; their windows
   grep -h "Built adaptive runtime state" "$WORK/server-depthsweep.log" | cut -c1-300
   python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_slope=0 >/dev/null
   interleave "depth-$ATTN" "$ROUNDS" "$CONCS3" "$modes off" "$(depth_switch)"
-  python3 "$HERE/depth_table.py" "$WORK/depth-costs-measured.json" "$CSV2" | tee "$WORK/depth-table-$TAG.txt"
+  python3 "$HERE/depth_table.py" "$WORK/depth-costs-measured.json" "$CSV2" --label "depth-$ATTN" | tee "$WORK/depth-table-$TAG.txt"
   cp -f "$WORK/depth-costs-measured.json" "$OUT/depth-costs-measured-$TAG.json" 2>/dev/null
   server_facts depthsweep
   stop_server
