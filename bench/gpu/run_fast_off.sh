@@ -883,7 +883,7 @@ phase_proof() {
   cat "$P" | cut -c1-300
   if command -v specctl >/dev/null 2>&1 || [ -x "$SITE/bin/specctl" ]; then
     PATH=$SITE/bin:$PATH timeout 300 specctl run --headless --attach "$URL" --log "$WORK/journal-$TAG.jsonl" \
-      --socket /tmp/specctl-$TAG.sock --interval 0.5 > "$WORK/supervisor-$TAG.log" 2>&1 &
+      --socket "$WORK/specctl-proof.sock" --interval 0.5 > "$WORK/supervisor-$TAG.log" 2>&1 &
     JPID=$!
     log "specctl run --headless started (pid $JPID)"
   fi
@@ -898,7 +898,8 @@ phase_proof() {
   { echo "== KV used after"; python3 "$HERE/ctl.py" "$URL" used; echo "== final state"; python3 "$HERE/ctl.py" "$URL" state; } >> "$P" 2>&1
   tail -n 4 "$P" | cut -c1-400
   sleep 2; stop_journal
-  [ -f "$WORK/journal-$TAG.jsonl" ] && log "journal lines: $(wc -l < "$WORK/journal-$TAG.jsonl")" && tail -n 3 "$WORK/supervisor-$TAG.log"
+  if [ -f "$WORK/journal-$TAG.jsonl" ]; then log "journal lines: $(wc -l < "$WORK/journal-$TAG.jsonl")"; tail -n 3 "$WORK/supervisor-$TAG.log"
+  elif [ -f "$WORK/supervisor-$TAG.log" ]; then log "the headless supervisor did not journal:"; tail -n 5 "$WORK/supervisor-$TAG.log"; fi
   python3 "$HERE/rank_switches.py" "$WORK/server-proof.log" | tee "$WORK/ranks-$TAG.txt"
   server_facts proof
   stop_server
