@@ -525,8 +525,9 @@ def test_depth_table_says_which_window_is_missing(tmp_path: Path) -> None:
 def test_depth_table_reads_only_the_label_it_is_given(tmp_path: Path) -> None:
     """run_fast_off.sh appends every phase to one CSV: sweep2's off windows at other concurrencies stay out."""
     fields = ["label", "concurrency", "mode", "round", "tok_s", "tpot_ms", "accept_len"]
-    write_csv(tmp_path / "il.csv", fields, [["depth-x", 1, "off", 0, 1, 6, 1], ["depth-x", 1, "d1", 0, 1, 4, 1.5],
-                                            ["specctl-x", 8, "off", 0, 1, 7, 1], ["depthauto-x", 1, "off", 0, 1, 60, 1]])
+    write_csv(tmp_path / "il.csv", fields, [
+        ["depth-x", 1, "off", 0, 1, 6, 1], ["depth-x", 1, "d1", 0, 1, 4, 1.5],
+        ["specctl-x", 8, "off", 0, 1, 7, 1], ["depthauto-x", 1, "off", 0, 1, 60, 1]])
     out = tmp_path / "o.json"
     done = tool(str(GPU / "depth_table.py"), str(out), str(tmp_path / "il.csv"), "--label", "depth-x")
     assert done.returncode == 0, done.stderr
