@@ -90,6 +90,9 @@
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
 #   PAIR PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE PAIR_LOAD PAIR_DECODE_OUTPUT (offpair) IL_SEED PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
 #   the servers' processes and the load generators; empty = not pinned)
+#   DRY_RUN (sim: every phase against specctl's simulator on a CPU machine, GPU-only steps skipped; see
+#   docs/benchmarks.md, "Dry run") ROOT (default /root: keep/, models/, site/) PORT (default 30000)
+#   ACCEPT_PERIOD (depthcheck's seconds per depth for depth_accept.py, default 4)
 set -uo pipefail
 T0=$(date +%s)
 REPO=$(pwd)
