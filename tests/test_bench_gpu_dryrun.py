@@ -3,7 +3,7 @@
 A phase's own mistakes (a socket in /tmp, a CSV column nobody fills, a table
 fed another phase's windows) cost minutes of a 30-minute GPU session when
 they are found there. These runs start the script as the operator does, with
-ROOT and OUT in a scratch folder and the servers on a free port, and read
+BENCH_ROOT and OUT in a scratch folder and the servers on a free port, and read
 what the operator reads: the exit status, the log, the CSVs and the tables.
 """
 
@@ -70,8 +70,9 @@ def dry_run(scratch: Path, *phases: str, **knobs: str) -> Run:
     assert shutil.which("specctl", path=str(bindir)), f"no specctl beside {sys.executable}: pip install -e ."
     port = free_port_pair()
     root, out = scratch / "root", scratch / "out"
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "DRY_RUN": "sim", "ROOT": str(root),
-           "OUT": str(out), "PORT": str(port), **TINY, **knobs}
+    mine = {k: v for k, v in os.environ.items() if k not in ("TAG", "DEPTHS", "DEPTH_COSTS", "PAIR")}  # the script's
+    env = {**mine, "PATH": f"{bindir}:{os.environ['PATH']}", "DRY_RUN": "sim", "BENCH_ROOT": str(root),
+           "OUT": str(out), "BENCH_PORT": str(port), "ATTN": "triton", **TINY, **knobs}
     proc = subprocess.Popen(["bash", str(GPU / "run_fast_off.sh"), *phases], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -91,7 +91,7 @@
 #   PAIR PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE PAIR_LOAD PAIR_DECODE_OUTPUT (offpair) IL_SEED PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
 #   the servers' processes and the load generators; empty = not pinned)
 #   DRY_RUN (sim: every phase against specctl's simulator on a CPU machine, GPU-only steps skipped; see
-#   docs/benchmarks.md, "Dry run") ROOT (default /root: keep/, models/, site/) PORT (default 30000)
+#   docs/benchmarks.md, "Dry run") BENCH_ROOT (default /root: keep/, models/, site/) BENCH_PORT (default 30000)
 #   ACCEPT_PERIOD (depthcheck's seconds per depth for depth_accept.py, default 4)
 set -uo pipefail
 T0=$(date +%s)
@@ -100,14 +100,14 @@ HERE=$REPO/bench/gpu
 OUT=${OUT:-$REPO/gpu-out}
 ATTN=${ATTN:-triton}
 TAG=${TAG:-$ATTN}
-ROOT=${ROOT:-/root}              # where the machine keeps work, models, the install; a dry run's own folder
+ROOT=${BENCH_ROOT:-/root}        # where the machine keeps work, models, the install; a dry run's own folder
 mkdir -p "$OUT" "$ROOT/keep"
 WORK=$ROOT/keep/$TAG            # survives between calls while the machine stays warm
 mkdir -p "$WORK"
 SITE=$ROOT/site
 export PYTHONPATH=$SITE
 MODELS=$ROOT/models
-PORT=${PORT:-30000}             # the server's port (offpair's second server: PORT+1)
+PORT=${BENCH_PORT:-30000}       # the server's port (offpair's second server: PORT+1)
 URL=http://127.0.0.1:$PORT
 CONCS=${CONCS:-"1 16 64 256"}
 WARMUP=${WARMUP:-4}
@@ -167,7 +167,7 @@ left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 log() { echo "[fastoff $(date +%H:%M:%S) +$(( $(date +%s) - T0 ))s $TAG] $*"; }
 
 # DRY_RUN=sim: the same phases on a CPU machine against specctl's simulator (docs/benchmarks.md, "Dry run"),
-# so that a phase's own mistakes cost no GPU minutes. Set ROOT and OUT to a scratch folder with it.
+# so that a phase's own mistakes cost no GPU minutes. Set BENCH_ROOT and OUT to a scratch folder with it.
 DRY_RUN=${DRY_RUN:-}
 case $DRY_RUN in
   "") ;;
