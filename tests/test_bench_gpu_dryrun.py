@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import os
+import random
 import re
 import shutil
 import socket
@@ -50,17 +51,18 @@ class Run:
 
 
 def free_port_pair() -> int:
-    """A port P with P + 1 free too (offpair's second server)."""
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
+    """A port P with P + 1 free too (offpair's second server), below the ephemeral range, so that no
+    process binding port 0 meanwhile (every other test's servers) can take it before the script does."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20_000, 29_000)
+        try:
+            for p in (port, port + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
     raise AssertionError("no two free ports in a row")
 
 
