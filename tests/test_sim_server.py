@@ -160,6 +160,38 @@ def test_flush_cache_and_v1_loads_read_the_kv_pool_as_sglang_answers(start_sim: 
     assert gauges["sglang_num_used_tokens"].labels == {"dp_rank": "0"}
 
 
+def test_abort_request_ends_the_matching_requests_with_what_they_have(start_sim: Start) -> None:
+    import threading
+
+    _, url = start_sim("--load", "idle")
+    answers: dict[str, Any] = {}
+
+    def generate(rid: str) -> None:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            answers[rid] = c.post("/generate", json={"rid": rid, "input_ids": [1] * 32,
+                                                     "sampling_params": {"max_new_tokens": 100_000}}).json()
+
+    threads = [threading.Thread(target=generate, args=(rid,)) for rid in ("load-1", "load-2", "other")]
+    for t in threads:
+        t.start()
+    with httpx.Client(base_url=url, timeout=60) as client:
+        _poll(lambda: client.get("/v1/loads").json()["loads"][0], lambda x: x["num_running_reqs"] == 3)
+        assert client.post("/abort_request", json={"rid": ""}).status_code == 200  # empty rid: none, as SGLang
+        assert client.post("/abort_request", json={"rid": "load-"}).status_code == 200
+        for t in threads[:2]:
+            t.join(timeout=DEADLINE_S)
+        assert client.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 1
+        assert client.post("/abort_request", json={"abort_all": True}).status_code == 200
+        threads[2].join(timeout=DEADLINE_S)
+        after = client.get("/v1/loads").json()["loads"][0]
+        assert after["num_running_reqs"] == 0 and after["num_used_tokens"] == 0
+        assert client.post("/abort_request", json={"abort_all": "yes"}).status_code == 400
+    for rid in ("load-1", "load-2", "other"):
+        meta = answers[rid]["meta_info"]
+        assert meta["finish_reason"]["type"] == "abort" and meta["finish_reason"]["message"] == "Aborted"
+        assert meta["completion_tokens"] < 100_000 and len(answers[rid]["output_ids"]) == meta["completion_tokens"]
+
+
 MALFORMED = [b"[1,", b'"text"', b'{"input_ids": "abc"}', b'{"text": ""}', b"\xff\xfe",
              b'{"text": "x", "sampling_params": {"max_new_tokens": -1}}', b'{"input_ids": [[1, 2]]}']
 

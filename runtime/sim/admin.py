@@ -1,4 +1,4 @@
-"""SGLang's operator endpoints an experiment reads the KV pool through: ``/flush_cache`` and ``/v1/loads``.
+"""SGLang's operator endpoints a bench/gpu experiment uses: ``/flush_cache``, ``/v1/loads``, ``/abort_request``.
 
 bench/gpu/ctl.py's ``used`` (the KV-leak check of every greedy run on the GPU
 machine) flushes the radix cache, then reads ``num_used_tokens`` from
@@ -8,10 +8,14 @@ machine) flushes the radix cache, then reads ``num_used_tokens`` from
 the simulated pool: the engine's context tokens, which must come back to 0
 once every request has ended. The simulator has no radix cache, so a flush has
 nothing to drop; it is refused while requests run or wait, as SGLang's is.
+interleave.py ends every load with ``/abort_request`` ``{"abort_all": true}``:
+the requests end at once, each answering what it has with ``finish_reason``
+abort, so the next window starts on an empty server, as on the GPU.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +31,7 @@ SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all
 
 
 def add_routes(app: web.Application, server: SimServer) -> None:
-    """Register ``/flush_cache`` (GET and POST, as SGLang) and ``/v1/loads``."""
+    """Register ``/flush_cache`` (GET and POST, as SGLang), ``/v1/loads`` and ``/abort_request``."""
 
     async def flush_cache(_: web.Request) -> web.Response:
         idle = not server.engine.running and not server.engine.queue
@@ -48,6 +52,19 @@ def add_routes(app: web.Application, server: SimServer) -> None:
                                   "accelerator": server.cfg.preset.gpu.name,
                                   "num_accelerators": server.cfg.preset.tp_size, "loads": rows})
 
+    async def abort_request(request: web.Request) -> web.Response:
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            body = None
+        rid = body.get("rid", "") if isinstance(body, dict) else None
+        abort_all = body.get("abort_all", False) if isinstance(body, dict) else None
+        if not isinstance(rid, str) or not isinstance(abort_all, bool):
+            return web.json_response({"error": 'body must be {"rid": "...", "abort_all": false}'}, status=400)
+        server.abort_requests(rid, abort_all)
+        return web.Response(status=200)
+
+    app.router.add_post("/abort_request", abort_request)
     app.router.add_route("GET", "/flush_cache", flush_cache)
     app.router.add_route("POST", "/flush_cache", flush_cache)
     app.router.add_get("/v1/loads", loads)
