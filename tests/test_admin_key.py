@@ -43,7 +43,8 @@ def auth_module(source: SglangSource) -> types.ModuleType:
 
 def test_set_internal_state_is_admin_optional_and_generate_is_not(sglang_source: SglangSource) -> None:
     http = sglang_source.tree("sglang/srt/entrypoints/http_server.py")
-    assert "auth_level(AuthLevel.ADMIN_OPTIONAL)" in decorators_of(http, "set_internal_state")
+    for control in ("set_internal_state", "flush_cache", "abort_request"):  # the simulator's ADMIN_PATHS
+        assert "auth_level(AuthLevel.ADMIN_OPTIONAL)" in decorators_of(http, control), control
     for open_endpoint in ("generate_request", "server_info"):
         assert not any("auth_level" in d for d in decorators_of(http, open_endpoint)), open_endpoint
 

@@ -73,6 +73,9 @@ def test_interleave_switches_the_mode_per_window_under_one_load(sim: str, tmp_pa
     assert all(float(r["tok_s"]) > 0 and r["switch_rc"] == "0" for r in rows)
     assert all(0 <= float(r["cpu_busy"]) <= 100 and 0 <= float(r["cpu_steal"]) <= 100 for r in rows)
     assert {r["mode"]: r["steps"] for r in rows if r["concurrency"] == "8"} == {"on": "3.0", "off": "0.0"}
+    # the accept-length gauge lands in its column (depth_table.py reads it): drafts accepted while on, none off
+    accept = {m: [float(r["accept_len"]) for r in rows if r["mode"] == m] for m in ("on", "off")}
+    assert min(accept["on"]) > 1.0 and max(accept["off"]) < min(accept["on"]), accept
     assert "c=8 off:" in done.stdout
 
 
@@ -560,6 +563,18 @@ def test_depth_table_says_which_window_is_missing(tmp_path: Path) -> None:
                                             ["x", 8, "off", 0, 1, 7, 1]])
     done = tool(str(GPU / "depth_table.py"), str(tmp_path / "o.json"), str(tmp_path / "il.csv"))
     assert done.returncode != 0 and "(8, 1)" in done.stderr
+
+
+def test_depth_table_reads_only_the_label_it_is_given(tmp_path: Path) -> None:
+    """run_fast_off.sh appends every phase to one CSV: sweep2's off windows at other concurrencies stay out."""
+    fields = ["label", "concurrency", "mode", "round", "tok_s", "tpot_ms", "accept_len"]
+    write_csv(tmp_path / "il.csv", fields, [
+        ["depth-x", 1, "off", 0, 1, 6, 1], ["depth-x", 1, "d1", 0, 1, 4, 1.5],
+        ["specctl-x", 8, "off", 0, 1, 7, 1], ["depthauto-x", 1, "off", 0, 1, 60, 1]])
+    out = tmp_path / "o.json"
+    done = tool(str(GPU / "depth_table.py"), str(out), str(tmp_path / "il.csv"), "--label", "depth-x")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["step_ms"] == [[6.0, 6.0]] and "c=1: d0 6.00 ms  d1 6.00 ms" in done.stdout
 
 
 def test_rank_switches_compares_the_depth_when_there_are_several(tmp_path: Path,

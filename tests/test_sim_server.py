@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -112,6 +113,83 @@ def test_generate_returns_the_asked_tokens(start_sim: Start) -> None:
         assert answer["meta_info"]["spec_accept_length"] > 1.0  # alone in the batch: speculation on
         text = client.post("/generate", json={"text": "hello there", "sampling_params": {"max_new_tokens": 3}})
         assert text.json()["meta_info"]["completion_tokens"] == 3
+
+
+def test_a_greedy_prompt_gets_the_same_output_every_time_a_sampled_one_does_not(start_sim: Start) -> None:
+    _, url = start_sim("--load", "idle")
+    greedy = {"input_ids": list(range(7, 47)), "sampling_params": {"max_new_tokens": 20, "temperature": 0.0}}
+    sampled = {"input_ids": list(range(7, 47)), "sampling_params": {"max_new_tokens": 20}}
+    with httpx.Client(base_url=url, timeout=60) as client:
+        first = client.post("/generate", json=greedy).json()["output_ids"]
+        client.post("/set_internal_state", json={"server_args": {"specctl_mode": 2}})  # forced off: same outputs
+        assert client.post("/generate", json=greedy).json()["output_ids"] == first
+        other = client.post("/generate", json={**greedy, "input_ids": list(range(8, 48))}).json()["output_ids"]
+        assert other != first
+        with client.stream("POST", "/generate", json={**greedy, "stream": True}) as response:
+            chunks = [line for line in response.iter_lines() if line.startswith("data: {")]
+        assert json.loads(chunks[-1][len("data: "):])["output_ids"] == first
+        assert client.post("/generate", json=sampled).json()["output_ids"] != client.post(
+            "/generate", json=sampled).json()["output_ids"]
+
+
+def test_flush_cache_and_v1_loads_read_the_kv_pool_as_sglang_answers(start_sim: Start) -> None:
+    _, url = start_sim("--load", "idle")
+    with httpx.Client(base_url=url, timeout=60) as client:
+        flushed = client.post("/flush_cache")
+        assert flushed.status_code == 200 and flushed.text.startswith("Cache flushed.")
+        assert client.get("/flush_cache").status_code == 200
+        loads = client.get("/v1/loads").json()
+        assert loads["version"] == "0.5.17" and loads["num_accelerators"] == 1
+        (load,) = loads["loads"]
+        assert load["dp_rank"] == 0 and load["num_used_tokens"] == 0 and load["max_total_num_tokens"] > 0
+        with client.stream("POST", "/generate", json={"input_ids": [1] * 64, "stream": True,
+                                                      "sampling_params": {"max_new_tokens": 4000}}) as response:
+            next(response.iter_lines())  # the first token is out: the request holds KV
+            busy = client.get("/v1/loads").json()["loads"][0]
+            assert busy["num_running_reqs"] == 1 and busy["num_used_tokens"] > 64
+            refused = client.post("/flush_cache")
+            assert refused.status_code == 400 and refused.text == "Flush cache failed.\n"
+        after = _poll(lambda: client.get("/v1/loads").json()["loads"][0], lambda x: x["num_running_reqs"] == 0)
+        assert after["num_used_tokens"] == 0  # the client left: its request aborted, its KV given back
+        assert client.get("/v1/loads", params={"include": "core,spec"}).status_code == 200
+        bad = client.get("/v1/loads", params={"include": "nope"})
+        assert bad.status_code == 400 and "Invalid include sections" in bad.json()["detail"]
+        assert client.get("/v1/loads", params={"dp_rank": 1}).json()["loads"] == []
+        text = client.get("/v1/loads", params={"format": "prometheus"}).text
+    gauges = {s.name: s for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert gauges["sglang_num_used_tokens"].labels == {"dp_rank": "0"}
+
+
+def test_abort_request_ends_the_matching_requests_with_what_they_have(start_sim: Start) -> None:
+    import threading
+
+    _, url = start_sim("--load", "idle")
+    answers: dict[str, Any] = {}
+
+    def generate(rid: str) -> None:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            answers[rid] = c.post("/generate", json={"rid": rid, "input_ids": [1] * 32,
+                                                     "sampling_params": {"max_new_tokens": 100_000}}).json()
+
+    threads = [threading.Thread(target=generate, args=(rid,)) for rid in ("load-1", "load-2", "other")]
+    for t in threads:
+        t.start()
+    with httpx.Client(base_url=url, timeout=60) as client:
+        _poll(lambda: client.get("/v1/loads").json()["loads"][0], lambda x: x["num_running_reqs"] == 3)
+        assert client.post("/abort_request", json={"rid": ""}).status_code == 200  # empty rid: none, as SGLang
+        assert client.post("/abort_request", json={"rid": "load-"}).status_code == 200
+        for t in threads[:2]:
+            t.join(timeout=DEADLINE_S)
+        assert client.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 1
+        assert client.post("/abort_request", json={"abort_all": True}).status_code == 200
+        threads[2].join(timeout=DEADLINE_S)
+        after = client.get("/v1/loads").json()["loads"][0]
+        assert after["num_running_reqs"] == 0 and after["num_used_tokens"] == 0
+        assert client.post("/abort_request", json={"abort_all": "yes"}).status_code == 400
+    for rid in ("load-1", "load-2", "other"):
+        meta = answers[rid]["meta_info"]
+        assert meta["finish_reason"]["type"] == "abort" and meta["finish_reason"]["message"] == "Aborted"
+        assert meta["completion_tokens"] < 100_000 and len(answers[rid]["output_ids"]) == meta["completion_tokens"]
 
 
 MALFORMED = [b"[1,", b'"text"', b'{"input_ids": "abc"}', b'{"text": ""}', b"\xff\xfe",

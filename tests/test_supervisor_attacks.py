@@ -330,6 +330,8 @@ def test_the_launched_servers_control_endpoints_are_closed_to_anyone_without_the
                      {"Authorization": "Bearer guessed"}).status_code == 401
     assert side_door(url, "/sim/gpus", {"failed": [0]}).status_code == 401
     assert httpx.get(f"{url}/sim/gpus", timeout=10).status_code == 401
+    assert side_door(url, "/flush_cache", {}).status_code == 401  # ADMIN_OPTIONAL in SGLang too
+    assert side_door(url, "/abort_request", {"abort_all": True}).status_code == 401
     assert side_door(url, "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 4}}).status_code == 200
     assert httpx.get(f"{url}/server_info", timeout=10).status_code == 200
     assert sup.status()["spec"]["mode"] == "auto" and sup.status()["gpus"][0]["state"] == "ok"

@@ -12,10 +12,15 @@ request, stretched by the tokens a verify yields, so
 averaged over the windows of each (concurrency, depth). Concurrencies become
 the table's buckets (the running batch, where the window's mean differs).
 
-    depth_table.py OUT.json CSV [CSV ...]
+    depth_table.py OUT.json CSV [CSV ...] [--label LABEL]
+
+--label keeps only that label's windows: run_fast_off.sh appends every phase's
+windows to one CSV, where sweep2's "off" and depthauto's "d3" would otherwise
+join depthsweep's cells (and sweep2's concurrencies leave pairs missing).
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import re
@@ -32,11 +37,13 @@ def depth_of(mode: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def table(paths: list[str]) -> dict:
+def table(paths: list[str], label: str | None = None) -> dict:
     cells: dict[tuple[int, int], list[float]] = defaultdict(list)
     for path in paths:
         with open(path, newline="") as fh:
             for row in csv.DictReader(fh):
+                if label is not None and row.get("label") != label:
+                    continue
                 depth = depth_of(row.get("mode", ""))
                 try:
                     tpot, c = float(row["tpot_ms"]), int(row["concurrency"])
@@ -58,11 +65,13 @@ def table(paths: list[str]) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    out = table(argv[1:])
-    with open(argv[0], "w") as fh:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("out", metavar="OUT.json")
+    p.add_argument("csvs", nargs="+", metavar="CSV")
+    p.add_argument("--label", help="only this label's windows (e.g. depth-triton)")
+    args = p.parse_args(argv)
+    out = table(args.csvs, args.label)
+    with open(args.out, "w") as fh:
         json.dump(out, fh)
         fh.write("\n")
     for c, row in zip(out["buckets"], out["step_ms"]):

@@ -48,7 +48,7 @@ from bench_spec import Http, scrape
 
 DECODE = "sglang:realtime_tokens_total:decode"
 # Each gauge under SGLang's name, then the name the simulator (or the specctl plugin) uses.
-GAUGES = {"running": ("sglang:num_running_reqs",), "accept": ("sglang:spec_accept_length",),
+GAUGES = {"running": ("sglang:num_running_reqs",), "accept_len": ("sglang:spec_accept_length",),
           "steps": ("sglang:spec_num_steps", "specctl:spec_steps")}
 VERBS = {"on": "force-on", "off": "force-off", "auto": "auto"}
 FIELDS = ["label", "concurrency", "mode", "round", "window_s", "tok_s", "tpot_ms", "running",

@@ -101,6 +101,9 @@
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
 #   PAIR PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE PAIR_LOAD PAIR_DECODE_OUTPUT (offpair) IL_SEED PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
 #   the servers' processes and the load generators; empty = not pinned)
+#   DRY_RUN (sim: every phase against specctl's simulator on a CPU machine, GPU-only steps skipped; see
+#   docs/benchmarks.md, "Dry run") BENCH_ROOT (default /root: keep/, models/, site/) BENCH_PORT (default 30000)
+#   ACCEPT_PERIOD (depthcheck's seconds per depth for depth_accept.py, default 4)
 set -uo pipefail
 T0=$(date +%s)
 REPO=$(pwd)
@@ -114,14 +117,15 @@ case $MODEL in  # MTAG: what MODEL adds to TAG and to the CSV labels, so that no
   *) echo "MODEL must be llama8b or qwen3moe, got '$MODEL'" >&2; exit 2 ;;
 esac
 TAG=${TAG:-$ATTN}$MTAG
-mkdir -p "$OUT" /root/keep
-WORK=/root/keep/$TAG            # survives between calls while the machine stays warm
+ROOT=${BENCH_ROOT:-/root}        # where the machine keeps work, models, the install; a dry run's own folder
+mkdir -p "$OUT" "$ROOT/keep"
+WORK=$ROOT/keep/$TAG            # survives between calls while the machine stays warm
 mkdir -p "$WORK"
-SITE=/root/site
+SITE=$ROOT/site
 export PYTHONPATH=$SITE
-MODELS=/root/models
+MODELS=$ROOT/models
 TARGET=$MODELS/$TARGET_NAME DRAFT=$MODELS/eagle3-$TARGET_NAME   # MODEL's configs (write_models)
-PORT=30000
+PORT=${BENCH_PORT:-30000}       # the server's port (offpair's second server: PORT+1)
 URL=http://127.0.0.1:$PORT
 CONCS=${CONCS:-"1 16 64 256"}
 WARMUP=${WARMUP:-4}
@@ -177,29 +181,46 @@ CSV2=$OUT/interleave-$TAG.csv
 XENV=()                         # extra environment for the next start_server
 STEPS=3
 CSV=$OUT/sweep-$TAG.csv
-export TRITON_CACHE_DIR=/root/jitcache/triton TVM_FFI_CACHE_DIR=/root/jitcache/tvm-ffi
+export TRITON_CACHE_DIR="$ROOT"/jitcache/triton TVM_FFI_CACHE_DIR="$ROOT"/jitcache/tvm-ffi
 export PYTHONUNBUFFERED=1
-mkdir -p /root/jitcache
+mkdir -p "$ROOT"/jitcache
 
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 log() { echo "[fastoff $(date +%H:%M:%S) +$(( $(date +%s) - T0 ))s $TAG] $*"; }
 
+# DRY_RUN=sim: the same phases on a CPU machine against specctl's simulator (docs/benchmarks.md, "Dry run"),
+# so that a phase's own mistakes cost no GPU minutes. Set BENCH_ROOT and OUT to a scratch folder with it.
+DRY_RUN=${DRY_RUN:-}
+case $DRY_RUN in
+  "") ;;
+  sim)
+    SIM_PRESET=h200-llama8b   # the simulator preset for ATTN, h200-llama8b where it has none of its own
+    case $ATTN in fa3) SIM_PRESET=h200-llama8b-fa3 ;; flashinfer) SIM_PRESET=h200-llama8b-flashinfer ;; esac
+    python3 -c "import sys; from specctl.runtime.sim.presets import PRESETS; sys.exit(sys.argv[1] not in PRESETS)" \
+      "$SIM_PRESET" || { log "dry run: no simulator preset $SIM_PRESET, using h200-llama8b"; SIM_PRESET=h200-llama8b; }
+    # what `project` installs on the GPU machine: the specctl this checkout runs under
+    command -v specctl >/dev/null || { log "dry run: no specctl on PATH (pip install -e . first)"; exit 2; }
+    mkdir -p "$SITE/bin" && ln -sf "$(command -v specctl)" "$SITE/bin/specctl"
+    log "dry run: every server is specctl's simulator (preset $SIM_PRESET); GPU-only steps are skipped" ;;
+  *) log "DRY_RUN must be sim or empty, got '$DRY_RUN'"; exit 2 ;;
+esac
+
 # ------------------------------------------------------------------ install
 phase_collect() {
-  mkdir -p /root/fa3parts
+  mkdir -p "$ROOT"/fa3parts
   for f in "$REPO"/.wheelhouse/fa3p/part*; do
-    [ -f "$f" ] && cp -f "$f" /root/fa3parts/ && log "kept FA3 part $(basename "$f")"
+    [ -f "$f" ] && cp -f "$f" "$ROOT"/fa3parts/ && log "kept FA3 part $(basename "$f")"
   done
-  ls /root/fa3parts | tr '\n' ' '; echo
-  if [ -f "$REPO/.wheelhouse/jit/jit.tgz" ] && [ ! -f /root/jitcache/.unpacked ]; then
-    mkdir -p /root/jitcache && tar xzf "$REPO/.wheelhouse/jit/jit.tgz" -C /root && touch /root/jitcache/.unpacked \
-      && log "unpacked the JIT cache: $(du -sh /root/jitcache /root/.cache/flashinfer 2>/dev/null | tr '\n\t' '  ')"
+  ls "$ROOT"/fa3parts | tr '\n' ' '; echo
+  if [ -f "$REPO/.wheelhouse/jit/jit.tgz" ] && [ ! -f "$ROOT/jitcache/.unpacked" ]; then
+    mkdir -p "$ROOT/jitcache" && tar xzf "$REPO/.wheelhouse/jit/jit.tgz" -C "$ROOT" && touch "$ROOT/jitcache/.unpacked" \
+      && log "unpacked the JIT cache: $(du -sh "$ROOT/jitcache" "$ROOT/.cache/flashinfer" 2>/dev/null | tr '\n\t' '  ')"
   fi
 }
 
 phase_jitpack() {
-  local parts=(jitcache); [ -d /root/.cache/flashinfer ] && parts+=(.cache/flashinfer)
-  tar czf "$OUT/jit.tgz" -C /root --exclude=jitcache/.unpacked "${parts[@]}" \
+  local parts=(jitcache); [ -d "$ROOT/.cache/flashinfer" ] && parts+=(.cache/flashinfer)
+  tar czf "$OUT/jit.tgz" -C "$ROOT" --exclude=jitcache/.unpacked "${parts[@]}" \
     && log "packed the JIT cache: $(du -h "$OUT/jit.tgz" | cut -f1) (${parts[*]}); bring it back as .wheelhouse/jit/jit.tgz"
 }
 
@@ -222,10 +243,10 @@ PYEOF
 }
 
 phase_fa3() {
-  local n; n=$(ls /root/fa3parts/part* 2>/dev/null | wc -l)
+  local n; n=$(ls "$ROOT"/fa3parts/part* 2>/dev/null | wc -l)
   if [ "$n" -lt "${FA3_PARTS:-8}" ]; then log "FA3: only $n parts here"; return 1; fi
-  if [ ! -f /root/fa3parts/.done ]; then
-    cat /root/fa3parts/part* | xz -dc -T0 > "$SITE/sgl_kernel/flash_ops.abi3.so" && touch /root/fa3parts/.done
+  if [ ! -f "$ROOT"/fa3parts/.done ]; then
+    cat "$ROOT"/fa3parts/part* | xz -dc -T0 > "$SITE/sgl_kernel/flash_ops.abi3.so" && touch "$ROOT"/fa3parts/.done
   fi
   python3 -c "import sgl_kernel.flash_attn as fa; print('[fa3] is_fa3_supported', fa.is_fa3_supported())"
 }
@@ -295,6 +316,7 @@ trap 'stop_journal; stop_pid "$SPID2"; stop_server' EXIT
 
 start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   local name=$1 kind=$2 sim=$3 slog=$WORK/server-$1.log args=() envs=()
+  if [ "${DRY_RUN:-}" = sim ]; then start_sim "$@"; return; fi
   write_models
   if [ "$kind" = nospec ]; then
     args=(python3 -m sglang.launch_server --model-path "$TARGET" --attention-backend "$ATTN"
@@ -324,6 +346,31 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   return 1
 }
 
+start_sim() {  # start_server's DRY_RUN=sim half: specctl's simulator in the server's place, on the same port
+  local name=$1 kind=$2 slog=$WORK/server-$1.log
+  local args=(python3 -m specctl.runtime.sim --host 127.0.0.1 --port "$PORT" --preset "$SIM_PRESET" --gpus "$TP"
+              --load idle)
+  case $kind in
+    # the simulator has no server without speculation: the plugin forced off is the closest, its model's
+    # off step costing what no speculation costs (docs/simulator.md); /server_info still says EAGLE3
+    nospec) args+=(--set mode=off) ;;
+    # SGLang's --speculative-adaptive has no model here: static EAGLE-3 without the plugin stands in
+    adaptive) args+=(--no-plugin) ;;
+    *) args+=(--steps "$STEPS")
+       [ -n "$DEPTHS" ] && args+=(--set "candidates=$DEPTHS")
+       [ -n "$DEPTH_COSTS" ] && log "dry run: the simulator prices depths with its own table, not $DEPTH_COSTS" ;;
+  esac
+  [ "${PREFILL_GRAPHS:-0}" = 1 ] || args+=(--eager-prefill)   # as --disable-prefill-cuda-graph reports it
+  [ "${#XARGS[@]}" = 0 ] || log "dry run: not simulated: ${XARGS[*]}"
+  log "starting $name: ${SERVER_PIN[*]} ${args[*]}"
+  env -u SPECCTL_SIM_ADMIN_KEY setsid "${SERVER_PIN[@]}" "${args[@]}" > "$slog" 2>&1 &
+  SPID=$!
+  wait_up "$name" && return 0
+  log "$name did NOT come up; log tail:"; tail -n 60 "$slog"
+  stop_server
+  return 1
+}
+
 wait_up() {  # wait_up NAME: until the server answers a generation, while $SPID lives (400 s at most)
   local ts; ts=$(date +%s)
   while [ $(( $(date +%s) - ts )) -lt 400 ] && [ "$(left)" -gt 30 ]; do
@@ -333,7 +380,7 @@ wait_up() {  # wait_up NAME: until the server answers a generation, while $SPID 
       log "$1 up after $(( $(date +%s) - ts ))s"
       return 0
     fi
-    sleep 3
+    sleep "$([ "${DRY_RUN:-}" = sim ] && echo 0.5 || echo 3)"   # the simulator is up in about a second
   done
   return 1
 }
@@ -342,6 +389,7 @@ server_facts() {  # server_facts NAME: memory and state lines worth keeping
   local name=$1 slog=$WORK/server-$1.log
   {
     echo "== $name $(date -u +%FT%TZ) attn=$ATTN"
+    [ "${DRY_RUN:-}" = sim ] && echo "(dry run: no nvidia-smi; the server is the simulator)" ||
     nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
     python3 "$HERE/ctl.py" "$URL" info version attention_backend max_total_num_tokens speculative_num_steps \
       speculative_num_draft_tokens speculative_adaptive cuda_graph_max_bs_decode disable_overlap_schedule
@@ -404,16 +452,25 @@ for line in open(sys.argv[1], encoding="utf-8"):
 PYEOF
 }
 
+sweep2_sim() {  # sweep2_sim SOCKET JOURNAL: DRY_RUN=sim's supervisor, which starts its own simulator on PORT
+  log "dry run: specctl run --headless starts its simulator (preset $SIM_PRESET) instead of SGLang"
+  env -u SPECCTL_SIM_ADMIN_KEY setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --sim-preset "$SIM_PRESET" \
+    --sim-gpus "$TP" --sim-load idle --port "$PORT" --socket "$1" --log "$2" --interval 0.5 \
+    > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
+}
+
 phase_sweep2() {  # the specctl server as an operator runs it: launched and steered by specctl itself
   local sock=$WORK/specctl.sock journal=$WORK/journal-sweep2-$TAG.jsonl
   write_models
   rm -f "$sock"
   log "starting sweep2 through specctl run --headless (ATTN=$ATTN, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN)"
-  SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
+  if [ "${DRY_RUN:-}" = sim ]; then sweep2_sim "$sock" "$journal"
+  else SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
     setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --model "$TARGET" \
       --draft "$DRAFT" --tp "$TP" --port "$PORT" --socket "$sock" --log "$journal" --interval 0.5 \
       -- --attention-backend "$ATTN" --speculative-draft-load-format dummy "${COMMON[@]}" \
       > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
+  fi
   SPID=$!
   if ! wait_up sweep2; then
     log "sweep2 did NOT come up"; tail -n 40 "$WORK/supervisor-sweep2-$TAG.log"
@@ -465,6 +522,7 @@ phase_resume() {
 profile_now() {  # profile_now NAME SERVER-LOG: PROF_STEPS steps of SGLang's torch profiler under load
   # (decode only with PROF_JITTER=0: every request admitted before; arrivals inside with PROF_JITTER > 0)
   local pdir=$WORK/prof-$1 slog=$2 done_p=0 trace
+  if [ "${DRY_RUN:-}" = sim ]; then log "dry run: no profile of $1 (SGLang's torch profiler, GPU only)"; return 0; fi
   mkdir -p "$pdir"
   "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1-profiled" --concs $(echo $PROF_CONCS | awk '{print $NF}') \
     --rounds 1 --window 20 --warmup 8 --input-len "$PROF_INPUT" --output-len "$PROF_OUTPUT" --len-jitter "$PROF_JITTER" \
@@ -752,7 +810,8 @@ phase_tree() {  # the operator's static topk-4 tree beside the chain under specc
 
 # ------------------------------------------------------------ draft depth (issue 22)
 predicted_costs() {  # predicted_costs FILE: the simulator's cost table for ATTN's preset (a prediction)
-  local preset=h200-llama8b; [ "$ATTN" = fa3 ] && preset=h200-llama8b-fa3
+  local preset=h200-llama8b
+  case $ATTN in fa3) preset=h200-llama8b-fa3 ;; flashinfer) preset=h200-llama8b-flashinfer ;; esac
   python3 -m specctl.runtime.sim.depth --preset "$preset" --depths "$DEPTHS" --out "$1"
 }
 
@@ -790,7 +849,7 @@ phase_depthcheck() {  # correctness first: every depth's greedy outputs, switchi
   python3 "$HERE/correctness.py" compare "${runs[@]}" | tee -a "$P"
   { echo "== KV used after"; python3 "$HERE/ctl.py" "$URL" used; echo "== state"; python3 "$HERE/ctl.py" "$URL" state; } >> "$P" 2>&1
   echo "== acceptance right after a depth change (draft not simulated)" >> "$P"
-  python3 "$HERE/depth_accept.py" "$URL" --depths 1,3,2,0,3,1,2,3 --period 4 --concurrency 16 \
+  python3 "$HERE/depth_accept.py" "$URL" --depths 1,3,2,0,3,1,2,3 --period "${ACCEPT_PERIOD:-4}" --concurrency 16 \
     --csv "$OUT/depth-accept-$TAG.csv" >> "$P" 2>&1 || log "depth_accept failed"
   python3 "$HERE/rank_switches.py" "$WORK/server-depthcheck.log" >> "$P" 2>&1
   cat "$P" | cut -c1-300
@@ -807,7 +866,7 @@ phase_depthsweep() {  # every static depth and off under one load; their windows
   grep -h "Built adaptive runtime state" "$WORK/server-depthsweep.log" | cut -c1-300
   python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_slope=0 >/dev/null
   interleave "depth-$ATTN" "$ROUNDS" "$CONCS3" "$modes off" "$(depth_switch)"
-  python3 "$HERE/depth_table.py" "$WORK/depth-costs-measured.json" "$CSV2" | tee "$WORK/depth-table-$TAG.txt"
+  python3 "$HERE/depth_table.py" "$WORK/depth-costs-measured.json" "$CSV2" --label "depth-$ATTN" | tee "$WORK/depth-table-$TAG.txt"
   cp -f "$WORK/depth-costs-measured.json" "$OUT/depth-costs-measured-$TAG.json" 2>/dev/null
   server_facts depthsweep
   stop_server
@@ -853,7 +912,7 @@ phase_proof() {
   cat "$P" | cut -c1-300
   if command -v specctl >/dev/null 2>&1 || [ -x "$SITE/bin/specctl" ]; then
     PATH=$SITE/bin:$PATH timeout 300 specctl run --headless --attach "$URL" --log "$WORK/journal-$TAG.jsonl" \
-      --socket /tmp/specctl-$TAG.sock --interval 0.5 > "$WORK/supervisor-$TAG.log" 2>&1 &
+      --socket "$WORK/specctl-proof.sock" --interval 0.5 > "$WORK/supervisor-$TAG.log" 2>&1 &
     JPID=$!
     log "specctl run --headless started (pid $JPID)"
   fi
@@ -868,7 +927,8 @@ phase_proof() {
   { echo "== KV used after"; python3 "$HERE/ctl.py" "$URL" used; echo "== final state"; python3 "$HERE/ctl.py" "$URL" state; } >> "$P" 2>&1
   tail -n 4 "$P" | cut -c1-400
   sleep 2; stop_journal
-  [ -f "$WORK/journal-$TAG.jsonl" ] && log "journal lines: $(wc -l < "$WORK/journal-$TAG.jsonl")" && tail -n 3 "$WORK/supervisor-$TAG.log"
+  if [ -f "$WORK/journal-$TAG.jsonl" ]; then log "journal lines: $(wc -l < "$WORK/journal-$TAG.jsonl")"; tail -n 3 "$WORK/supervisor-$TAG.log"
+  elif [ -f "$WORK/supervisor-$TAG.log" ]; then log "the headless supervisor did not journal:"; tail -n 5 "$WORK/supervisor-$TAG.log"; fi
   python3 "$HERE/rank_switches.py" "$WORK/server-proof.log" | tee "$WORK/ranks-$TAG.txt"
   server_facts proof
   stop_server
@@ -915,6 +975,9 @@ phase_pack() {
 
 for ph in "$@"; do
   log "== phase $ph ($(left)s left)"
+  if [ -n "$DRY_RUN" ]; then
+    case $ph in collect|install:*|project|fa3) log "dry run: skip $ph (the GPU machine's install)"; continue ;; esac
+  fi
   case $ph in
     collect) phase_collect ;;
     jitpack) phase_jitpack ;;

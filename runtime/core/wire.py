@@ -12,5 +12,5 @@ SETTINGS_ENV = "SPECCTL_SETTINGS"  # JSON object of PolicySettings fields at sta
 PLUGINS_ENV = "SGLANG_PLUGINS"  # SGLang's own allow-list of plugin entry points
 SIM_ADMIN_KEY_ENV = "SPECCTL_SIM_ADMIN_KEY"  # the simulator's admin key, from the supervisor that starts it
 # control endpoints an admin key guards (prefixes; /sim/ is the simulator's)
-ADMIN_PATHS = ("/set_internal_state", "/sim/")
+ADMIN_PATHS = ("/set_internal_state", "/flush_cache", "/abort_request", "/sim/")
 COSTS_ENV = "SPECCTL_DEPTH_COSTS"  # path of the step-time table per (batch, depth) the depth choice prices with

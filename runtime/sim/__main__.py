@@ -49,8 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--slow-off", action="store_true",
                     help="act as a server without specctl's fast off: 'off' runs SGLang's own steps-0 state")
     ap.add_argument("--admin-key-file", type=Path, metavar="FILE",
-                    help=f"require this key (Bearer) on /set_internal_state and /sim/* (default: ${SIM_ADMIN_KEY_ENV}, "
-                         "if set; else they are open)")
+                    help="require this key (Bearer) on /set_internal_state, /flush_cache, /abort_request and /sim/* "
+                         f"(default: ${SIM_ADMIN_KEY_ENV}, if set; else they are open)")
     ap.add_argument("--eager-prefill", action="store_true",
                     help="report prefill CUDA graphs off, as a server launched with --disable-prefill-cuda-graph")
     ap.add_argument("--no-plugin", action="store_true",

@@ -173,14 +173,14 @@ class _Api:
 
 # -- /generate with stream (SGLang's native API) ---------------------------------
 async def generate_stream(request: web.Request, server: SimServer, prompt: int, max_new: int,
-                          answer: Any) -> web.StreamResponse:
+                          answer: Any, greedy: str | None = None, rid: str | None = None) -> web.StreamResponse:
     """``data: {...}`` per chunk with the text so far (SGLang's default, not incremental), then ``[DONE]``.
 
     ``answer(ids, req, finished)`` builds the same object as the non-streamed /generate.
     """
     response = await _sse(request)
     ids: list[int] = []
-    async for new in server.tokens(prompt, max_new):
+    async for new in server.tokens(prompt, max_new, greedy, rid):
         ids.extend(new)
         await _send(response, answer(list(ids), len(ids) == max_new))
     if max_new == 0:

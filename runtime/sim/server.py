@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError, settings_from_wire
 from specctl.runtime.core.wire import WIRE_PREFIX
-from specctl.runtime.sim import api
+from specctl.runtime.sim import admin, api
 from specctl.runtime.sim.api import words
 from specctl.runtime.sim.depth import policy_costs
 from specctl.runtime.sim.gpus import SimGpus
@@ -82,6 +82,7 @@ class SimServer:
         self.gpus = SimGpus(p.gpu, cfg.gpus, mem_fraction_static=p.mem_fraction_static, seed=cfg.seed,
                             preset=p.name, failed=cfg.failed_gpus)
         self._waiters: dict[int, asyncio.Future[SimRequest]] = {}
+        self._http: dict[int, tuple[str, SimRequest]] = {}  # engine rid -> (the client's rid, request): /abort_request
         self._tick = asyncio.Event()  # set (and replaced) after every engine tick: streams wake on it
         self._busy: deque[tuple[float, float]] = deque()  # simulated (start, end) spells in which steps ran
         self._started = time.monotonic()
@@ -239,17 +240,21 @@ class SimServer:
                     f"({self.engine.kv_pool_tokens} tokens)")
         return None
 
-    async def tokens(self, prompt_tokens: int, max_new: int) -> AsyncIterator[list[int]]:
+    async def tokens(self, prompt_tokens: int, max_new: int, greedy: str | None = None,
+                     rid: str | None = None) -> AsyncIterator[list[int]]:
         """A request's output ids as the engine produces them, a tick's worth at a time.
 
         The performance model decides when each appears (the first after the prefill and a decode
         step, then as steps finish), so a streaming client sees the simulated TTFT and inter-token
-        latency. A client that leaves early aborts the request, as SGLang does.
+        latency. A client that leaves early aborts the request, as SGLang does; one aborted through
+        /abort_request (``rid``: the client's) ends early. ``greedy``: the prompt of a greedy request
+        (greedy_key), whose output it alone decides.
         """
         if max_new == 0:
             return
         req = self.engine.submit(prompt_tokens, max_new, HTTP_TAG)
-        ids = _output_ids(self.cfg.seed, req.rid, max_new)
+        self._http[req.rid] = (rid or f"sim-{req.rid}", req)
+        ids = _output_ids(self.cfg.seed, req.rid, max_new, greedy)
         sent = 0
         try:
             while sent < max_new:
@@ -259,7 +264,10 @@ class SimServer:
                 if req.done > sent:
                     yield ids[sent:req.done]
                     sent = req.done
+                if req.finished_at is not None and sent < max_new:  # aborted (/abort_request)
+                    return
         finally:
+            self._http.pop(req.rid, None)
             if req.finished_at is None:
                 self.engine.abort(req)
 
@@ -274,13 +282,32 @@ class SimServer:
         req = self.engine.submit(prompt_tokens, max_new, HTTP_TAG)
         fut: asyncio.Future[SimRequest] = asyncio.get_running_loop().create_future()
         self._waiters[req.rid] = fut
+        self._http[req.rid] = (client_rid(body) or f"sim-{req.rid}", req)
         try:
             done = await fut
         finally:
+            self._http.pop(req.rid, None)
             if self._waiters.pop(req.rid, None) is not None:
                 self.engine.abort(req)  # the client left before the answer
-        ids = _output_ids(self.cfg.seed, done.rid, done.done)
-        return _generate_answer(prompt_tokens, ids, done.accept_len, done.finished_at - t0, done.decode_steps)
+        ids = _output_ids(self.cfg.seed, done.rid, done.done, greedy_key(body))
+        return _generate_answer(prompt_tokens, ids, done.accept_len, done.finished_at - t0, done.decode_steps,
+                                aborted=done.done < max_new)
+
+    def abort_requests(self, rid: str, abort_all: bool) -> int:
+        """/abort_request: end the HTTP requests whose rid starts with ``rid`` (all with ``abort_all``), as
+        SGLang's scheduler matches them; each answers with what it has, ``finish_reason`` abort. How many."""
+        if not abort_all and not rid:  # SGLang ignores it: an empty rid would match every request
+            return 0
+        hit = [(erid, req) for erid, (mine, req) in self._http.items() if abort_all or mine.startswith(rid)]
+        for erid, req in hit:
+            self.engine.abort(req)
+            self._http.pop(erid, None)
+            fut = self._waiters.pop(erid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(req)
+        self._tick.set()  # streams see it now, not at the next tick
+        self._tick = asyncio.Event()
+        return len(hit)
 
     # -- /set_internal_state ----------------------------------------------
     def set_internal_state(self, body: Any) -> list[bool]:
@@ -328,21 +355,42 @@ def _parse_generate(body: Any) -> tuple[int, int]:
     return prompt, max_new
 
 
-def _output_ids(seed: int, rid: int, n: int) -> list[int]:
-    """Deterministic stand-in token ids (a Llama-3 vocabulary has 128256)."""
-    rng = random.Random(seed * 1_000_003 + rid)
+def client_rid(body: dict[str, Any]) -> str | None:
+    """The ``rid`` a /generate body names (SGLang's request id), if it is a string."""
+    rid = body.get("rid")
+    return rid if isinstance(rid, str) else None
+
+
+def greedy_key(body: dict[str, Any]) -> str | None:
+    """The prompt of a greedy request (``temperature`` 0), else None (SGLang's default samples, at 1.0).
+
+    Greedy decoding's output depends on the prompt alone, so the same prompt gets the same ids in every
+    request, mode and batch, as bench/gpu/correctness.py expects of SGLang; a sampled one differs per request.
+    """
+    sp = body.get("sampling_params")
+    if not isinstance(sp, dict) or sp.get("temperature") != 0:
+        return None
+    return json.dumps(body["input_ids"] if body.get("input_ids") is not None else body.get("text"))
+
+
+def _output_ids(seed: int, rid: int, n: int, greedy: str | None = None) -> list[int]:
+    """Deterministic stand-in token ids (a Llama-3 vocabulary has 128256): per prompt when greedy, else per request."""
+    rng = random.Random(f"{seed}:{greedy}") if greedy is not None else random.Random(seed * 1_000_003 + rid)
     return [rng.randrange(128_256) for _ in range(n)]
 
 
+ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}  # FINISH_ABORT().to_json()
+
+
 def _generate_answer(prompt: int, ids: list[int], accept: float | None, latency: float,
-                     verifies: int) -> dict[str, Any]:
+                     verifies: int, aborted: bool = False) -> dict[str, Any]:
     return {
         "text": words(ids),
         "output_ids": ids,
         "meta_info": {
             "prompt_tokens": prompt,
             "completion_tokens": len(ids),
-            "finish_reason": {"type": "length", "length": len(ids)},
+            "finish_reason": dict(ABORTED) if aborted else {"type": "length", "length": len(ids)},
             "spec_accept_length": None if accept is None else round(accept, 4),
             "spec_verify_ct": verifies,
             "e2e_latency": round(latency, 6),
@@ -459,7 +507,7 @@ def build_app(server: SimServer) -> web.Application:
                 out["meta_info"]["finish_reason"] = None
             return out
 
-        return await api.generate_stream(request, server, prompt, max_new, answer)
+        return await api.generate_stream(request, server, prompt, max_new, answer, greedy_key(body), client_rid(body))
 
     async def sim_gpus(_: web.Request) -> web.Response:
         return web.json_response(server.gpus.snapshot())
@@ -502,4 +550,5 @@ def build_app(server: SimServer) -> web.Application:
     app.router.add_get("/sim/load", get_load)
     app.router.add_post("/sim/load", set_load)
     api.add_routes(app, server)  # /v1/*, /model_info and the old /get_* names (api.py)
+    admin.add_routes(app, server)  # /flush_cache and /v1/loads: the KV pool as an experiment reads it (admin.py)
     return app

@@ -1,0 +1,196 @@
+"""bench/gpu/run_fast_off.sh dry-run here (DRY_RUN=sim): its phases against specctl's simulator, tiny windows.
+
+A phase's own mistakes (a socket in /tmp, a CSV column nobody fills, a table
+fed another phase's windows) cost minutes of a 30-minute GPU session when
+they are found there. These runs start the script as the operator does, with
+BENCH_ROOT and OUT in a scratch folder and the servers on a free port, and read
+what the operator reads: the exit status, the log, the CSVs and the tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+GPU = REPO / "bench" / "gpu"
+DEADLINE_S = 300.0  # only to end a hung run; nothing here asserts on timing
+TINY = {"WINDOW": "1", "IL_WARMUP": "1", "MIXED_WARMUP": "1", "ROUNDS": "1", "PAIR_ROUNDS": "1", "MIXED_ROUNDS": "1",
+        "MIXED_CONCS": "4", "CONCS2": "4", "CONCS3": "4", "ACCEPT_PERIOD": "1", "BUDGET_S": "400"}
+# a line of the script's own that says a step did not do its work
+TROUBLE = re.compile(r"^\[fastoff .*(?:did NOT|failed|unknown phase|left$|no cost table|not journal).*$", re.M)
+
+
+@dataclass
+class Run:
+    rc: int
+    log: str
+    root: Path
+    out: Path
+    port: int
+
+    @property
+    def work(self) -> Path:
+        return self.root / "keep" / "triton"
+
+    def windows(self) -> list[dict[str, str]]:
+        with (self.out / "interleave-triton.csv").open(newline="") as fh:
+            return list(csv.DictReader(fh))
+
+
+def free_port_pair() -> int:
+    """A port P with P + 1 free too (offpair's second server), below the ephemeral range, so that no
+    process binding port 0 meanwhile (every other test's servers) can take it before the script does."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20_000, 29_000)
+        try:
+            for p in (port, port + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no two free ports in a row")
+
+
+def dry_run(scratch: Path, *phases: str, **knobs: str) -> Run:
+    """bash run_fast_off.sh PHASES with DRY_RUN=sim; every process it leaves behind is stopped."""
+    bindir = Path(sys.executable).parent  # the project's environment: python3 and specctl, as `project` installs
+    assert shutil.which("specctl", path=str(bindir)), f"no specctl beside {sys.executable}: pip install -e ."
+    port = free_port_pair()
+    root, out = scratch / "root", scratch / "out"
+    mine = {k: v for k, v in os.environ.items() if k not in ("TAG", "DEPTHS", "DEPTH_COSTS", "PAIR")}  # the script's
+    env = {**mine, "PATH": f"{bindir}:{os.environ['PATH']}", "DRY_RUN": "sim", "BENCH_ROOT": str(root),
+           "OUT": str(out), "BENCH_PORT": str(port), "ATTN": "triton", **TINY, **knobs}
+    proc = subprocess.Popen(["bash", str(GPU / "run_fast_off.sh"), *phases], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        log, _ = proc.communicate(timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:  # hung: its servers (own sessions, still its children) go with it
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        proc.wait()
+        raise
+    return Run(proc.returncode, log, root, out, port)
+
+
+def assert_clean(run: Run, *phases: str) -> None:
+    """What every dry run must show: each phase ran to its end, nothing failed, every server is stopped."""
+    assert run.rc == 0, run.log[-4000:]
+    assert "dry run: every server is specctl's simulator" in run.log
+    for phase in phases:
+        assert f"== phase {phase} (" in run.log
+    assert run.log.rstrip().endswith("done"), run.log[-2000:]
+    assert "Traceback" not in run.log, run.log[run.log.index("Traceback") - 2000:][:6000]
+    assert not TROUBLE.findall(run.log), TROUBLE.findall(run.log)
+    for port in (run.port, run.port + 1):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"a server still listens on {port}"
+
+
+def test_a_bad_dry_run_value_is_one_line_and_no_run(sock_dir: Path) -> None:
+    run = dry_run(sock_dir, "fixcheck", DRY_RUN="gpu")
+    assert run.rc == 2 and "DRY_RUN must be sim or empty, got 'gpu'" in run.log
+    assert "starting" not in run.log and "Traceback" not in run.log
+
+
+@pytest.mark.parametrize("phase", ["offpair", "earlypub"])
+def test_offpair_and_earlypub_take_turns_between_two_resident_servers(sock_dir: Path, phase: str) -> None:
+    run = dry_run(sock_dir, phase)
+    assert_clean(run, phase)
+    rows = run.windows()
+    assert sorted((r["label"], r["concurrency"], r["round"]) for r in rows) == [
+        ("mixed-nospec-triton", "4", "0"), ("mixed-off-triton", "4", "0")]
+    assert all(float(r["tok_s"]) > 0 and r["errors"] == "0" for r in rows)
+    assert re.search(r"KV pools: nospec \{\"max_total_num_tokens\": \d+\}, off \{", run.log)
+    assert "| c | server | pairs | server / none per pair |" in run.log  # report.py's paired table
+    assert re.search(r"^\| 4 \| off \| 1 \| ", run.log, re.M)
+    assert "== nospec c=4: 1 turns" in run.log  # threads.py's table
+    if phase == "offpair":
+        return
+    # earlypub's check after its last round: fixcheck's greedy runs against the pair's no-spec server, no KV left
+    for label in ("fx-on", "fx-off", "fx-toggle", "fx-cold", "fx-auto"):
+        assert f"[compare] {label}-triton vs nospec-triton: 8/8 identical" in run.log
+    assert '"num_used_tokens": [0]' in (run.work / "fixcheck-triton.txt").read_text()
+
+
+def test_nospec2_then_sweep2_through_specctls_own_supervisor(sock_dir: Path) -> None:
+    run = dry_run(sock_dir, "nospec2", "sweep2")
+    assert_clean(run, "nospec2", "sweep2")
+    rows = run.windows()
+    assert [(r["label"], r["mode"]) for r in rows if r["label"] == "nospec-triton"] == [("nospec-triton", "-")]
+    sweep = {r["mode"]: r for r in rows if r["label"] == "specctl-triton"}
+    assert set(sweep) == {"on", "off", "auto"} and all(r["switch_rc"] == "0" for r in sweep.values())
+    assert sweep["on"]["steps"] == "3.0" and sweep["off"]["steps"] == "0.0"  # the specctl CLI really switched
+    assert "specctl run --headless starts its simulator" in run.log
+    assert re.search(r"^server +ready .*\[SIM\]", run.log, re.M)  # specctl status, through sweep2's socket
+    journal = run.work / "journal-sweep2-triton.jsonl"
+    assert re.search(rf"journal: {len(journal.read_text().splitlines())} lines", run.log)
+    assert (run.work / "corr-nospec.json").exists()
+    done = subprocess.run([sys.executable, str(GPU / "report.py"), str(run.out / "interleave-triton.csv")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("| 4 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1] != "-" and cells[2] != "-" and cells[4] != "-" and cells[5] != "-", line  # none, on, off, auto
+
+
+def test_proof_fixcheck_then_pack_on_fa3(sock_dir: Path) -> None:
+    run = dry_run(sock_dir, "proof", "fixcheck", "pack", ATTN="fa3")
+    assert_clean(run, "proof", "fixcheck", "pack")
+    assert "--preset h200-llama8b-fa3" in run.log
+    # proof's headless supervisor attached and journalled (its socket in the run's folder, not /tmp)
+    assert re.search(r"journal lines: [1-9]\d*", run.log)
+    for label in ("on2", "toggle", "autoflip", "off"):
+        assert f"[compare] {label}-fa3 vs on-fa3: 8/8 identical" in run.log
+    for label in ("fx-off", "fx-toggle", "fx-cold", "fx-auto"):
+        assert f"[compare] {label}-fa3 vs fx-on-fa3: 8/8 identical" in run.log
+    work = run.root / "keep" / "fa3"
+    report = (work / "fixcheck-fa3.txt").read_text()
+    assert report.count('"num_used_tokens": [0]') == 2  # before and after: the KV check read the pool
+    facts = (run.out / "facts-fa3.txt").read_text()
+    assert '"attention_backend": "fa3"' in facts and "dry run: no nvidia-smi" in facts
+    with tarfile.open(run.out / "keep-fa3.tgz") as tar:
+        names = set(tar.getnames())
+    assert {"./fixcheck-fa3.txt", "./corr-fx-cold-fa3.json", "./server-fixcheck.log.tail"} <= names
+    assert "./server-fixcheck.log" not in names
+
+
+def test_depthcheck_runs_every_depth_and_reads_acceptance_after_each_change(sock_dir: Path) -> None:
+    run = dry_run(sock_dir, "depthcheck", DEPTHS="0,1,2,3")
+    assert_clean(run, "depthcheck")
+    for label in ("dc-d2", "dc-d3", "dc-off", "dc-cycle", "dc-auto"):
+        assert f"[compare] {label}-triton vs dc-d1-triton: 8/8 identical" in run.log
+    assert "| depth | right after (first 8 verifies) |" in run.log  # depth_accept.py's table
+    assert len(list(csv.DictReader((run.out / "depth-accept-triton.csv").open()))) > 0
+    assert (run.out / "depthcheck-triton.txt").read_text().count('"num_used_tokens": [0]') == 2
+
+
+def test_depthsweep_then_depthauto_measure_and_use_the_cost_table(sock_dir: Path) -> None:
+    from specctl.runtime.core.depth_model import read_costs
+
+    run = dry_run(sock_dir, "depthsweep", "depthauto", DEPTHS="0,1,2,3")
+    assert_clean(run, "depthsweep", "depthauto")
+    rows = run.windows()
+    sweep = {r["mode"]: r for r in rows if r["label"] == "depth-triton"}
+    assert set(sweep) == {"d1", "d2", "d3", "off"}
+    assert all(float(sweep[m]["accept_len"]) > 1.0 for m in ("d1", "d2", "d3"))
+    costs = read_costs(run.out / "depth-costs-measured-triton.json")  # as the plugin reads SPECCTL_DEPTH_COSTS
+    assert costs.buckets == (4,) and costs.depths == (0, 1, 2, 3)
+    assert re.search(r"^c=4: d0 [\d.]+ ms  d1 ", run.log, re.M)
+    assert {r["mode"] for r in rows if r["label"] == "depthauto-triton"} == {"auto", "d3", "off"}
+    assert '"candidates": [0, 1, 2, 3], "depth_model": true' in run.log  # depthauto's server chooses among them
