@@ -128,11 +128,14 @@ def test_offpair_and_earlypub_take_turns_between_two_resident_servers(sock_dir: 
     assert '"num_used_tokens": [0]' in (run.work / "fixcheck-triton.txt").read_text()
 
 
-def test_nospec2_then_sweep2_through_specctls_own_supervisor(sock_dir: Path) -> None:
-    run = dry_run(sock_dir, "nospec2", "sweep2")
-    assert_clean(run, "nospec2", "sweep2")
+def test_nospec2_tree_then_sweep2_through_specctls_own_supervisor(sock_dir: Path) -> None:
+    run = dry_run(sock_dir, "nospec2", "tree", "sweep2", "jitpack")
+    assert_clean(run, "nospec2", "tree", "sweep2", "jitpack")
     rows = run.windows()
     assert [(r["label"], r["mode"]) for r in rows if r["label"] == "nospec-triton"] == [("nospec-triton", "-")]
+    assert [(r["label"], r["mode"]) for r in rows if r["label"] == "tree-triton"] == [("tree-triton", "-")]
+    assert "--speculative-eagle-topk 4 --speculative-num-steps 2 --speculative-num-draft-tokens 16" in run.log
+    assert "packed the JIT cache" in run.log and (run.out / "jit.tgz").stat().st_size > 0
     sweep = {r["mode"]: r for r in rows if r["label"] == "specctl-triton"}
     assert set(sweep) == {"on", "off", "auto"} and all(r["switch_rc"] == "0" for r in sweep.values())
     assert sweep["on"]["steps"] == "3.0" and sweep["off"]["steps"] == "0.0"  # the specctl CLI really switched
@@ -146,7 +149,8 @@ def test_nospec2_then_sweep2_through_specctls_own_supervisor(sock_dir: Path) -> 
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("| 4 |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[1] != "-" and cells[2] != "-" and cells[4] != "-" and cells[5] != "-", line  # none, on, off, auto
+    # none, on, the tree, off, auto, and auto over the tree
+    assert "-" not in (cells[1], cells[2], cells[3], cells[4], cells[5], cells[-1]), line
 
 
 def test_proof_fixcheck_then_pack_on_fa3(sock_dir: Path) -> None:
