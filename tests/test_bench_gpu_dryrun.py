@@ -108,6 +108,15 @@ def test_a_bad_dry_run_value_is_one_line_and_no_run(sock_dir: Path) -> None:
     assert "starting" not in run.log and "Traceback" not in run.log
 
 
+def test_a_phase_that_fails_is_named_at_the_end_and_the_run_exits_3_after_the_rest(sock_dir: Path) -> None:
+    # On the GPU machine only the tail of the output comes back: the last line must say it.
+    run = dry_run(sock_dir, "nonsense", "depthauto", "pack")  # depthauto without a cost table fails too
+    assert run.rc == 3, run.log[-2000:]
+    assert "unknown phase nonsense" in run.log and "== phase pack (" in run.log
+    assert run.log.rstrip().splitlines()[-1].endswith("done; FAILED: nonsense depthauto")
+    assert (run.out / "keep-triton.tgz").exists(), "the later phases still ran"
+
+
 @pytest.mark.parametrize("phase", ["offpair", "earlypub"])
 def test_offpair_and_earlypub_take_turns_between_two_resident_servers(sock_dir: Path, phase: str) -> None:
     run = dry_run(sock_dir, phase)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # run_fast_off.sh - run ON THE GPU machine from the repo root (the carried checkout).
 #     bash bench/gpu/run_fast_off.sh PHASE [PHASE ...]
+# A phase that does not do its work does not stop the later ones (pack still keeps what there is);
+# the last line then reads "done; FAILED: PHASES" and the exit status is 3 (1: an install failed).
 # Phases, in the order they make sense:
 #   collect        keep any FA3 parts that travelled (.wheelhouse/fa3p/part*) in /root/fa3parts; unpack a JIT
 #                  cache that travelled (.wheelhouse/jit/jit.tgz, from jitpack) into /root
@@ -973,17 +975,13 @@ phase_pack() {
   true
 }
 
-for ph in "$@"; do
-  log "== phase $ph ($(left)s left)"
-  if [ -n "$DRY_RUN" ]; then
-    case $ph in collect|install:*|project|fa3) log "dry run: skip $ph (the GPU machine's install)"; continue ;; esac
-  fi
-  case $ph in
+run_phase() {  # run_phase PHASE: one phase; its status says whether it did its work
+  case $1 in
     collect) phase_collect ;;
     jitpack) phase_jitpack ;;
-    install:*) phase_install "${ph#install:}" || { log "install failed"; exit 1; } ;;
+    install:*) phase_install "${1#install:}" || { log "install failed"; exit 1; } ;;
     project) phase_project || { log "project install failed"; exit 1; } ;;
-    fa3) phase_fa3 || log "fa3 not ready" ;;
+    fa3) phase_fa3 || { log "fa3 not ready"; return 1; } ;;
     nospec) phase_nospec ;;
     proof) phase_proof ;;
     offcheck) phase_offcheck ;;
@@ -1005,7 +1003,20 @@ for ph in "$@"; do
     depthauto) phase_depthauto ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
-    *) log "unknown phase $ph" ;;
+    *) log "unknown phase $1"; return 1 ;;
   esac
+}
+
+FAILED=()  # phases that did not do their work: the later ones still run (pack keeps what there is)
+for ph in "$@"; do
+  log "== phase $ph ($(left)s left)"
+  if [ -n "$DRY_RUN" ]; then
+    case $ph in collect|install:*|project|fa3) log "dry run: skip $ph (the GPU machine's install)"; continue ;; esac
+  fi
+  run_phase "$ph" || FAILED+=("$ph")
 done
+if [ "${#FAILED[@]}" -gt 0 ]; then
+  log "done; FAILED: ${FAILED[*]}"
+  exit 3
+fi
 log "done"
