@@ -7,9 +7,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specctl.runtime.sim.generate import BadRequest, parse_generate
 from specctl.runtime.sim.load import parse_load
 from specctl.runtime.sim.presets import get_preset
-from specctl.runtime.sim.server import BadRequest, SimConfig, SimServer, _parse_generate
+from specctl.runtime.sim.server import SimConfig, SimServer
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
@@ -28,7 +29,7 @@ def _server() -> SimServer:
 @given(JSON)
 def test_generate_bodies_parse_or_are_refused(body: Any) -> None:
     try:
-        prompt, max_new = _parse_generate(body)
+        prompt, max_new = parse_generate(body)
     except BadRequest:
         return
     assert prompt >= 1 and max_new >= 0

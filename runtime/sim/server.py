@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,16 +19,23 @@ from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError, settings_from_wire
 from specctl.runtime.core.wire import WIRE_PREFIX
 from specctl.runtime.sim import admin, api
-from specctl.runtime.sim.api import words
 from specctl.runtime.sim.depth import policy_costs
+from specctl.runtime.sim.generate import (
+    BadRequest,
+    client_rid,
+    generate_answer,
+    greedy_key,
+    output_ids,
+    parse_generate,
+)
 from specctl.runtime.sim.gpus import SimGpus
 from specctl.runtime.sim.load import LoadDriver, LoadSpec, parse_load
+from specctl.runtime.sim.metrics import Collector
 from specctl.runtime.sim.model import SimEngine, SimRequest, tree_tokens
 from specctl.runtime.sim.presets import Preset
 
@@ -38,8 +44,6 @@ CPU_BUDGET_S = 0.015  # per tick; beyond it the simulated clock falls behind rat
 MAX_LAG_S = 1.0  # lag beyond this is dropped, not caught up, so a stall does not cause a burst
 UTIL_WINDOW_S = 1.0  # simulated GPU utilisation is measured over this much recent time, as NVML's is
 SGLANG_VERSION = "0.5.17"  # the SGLang release whose endpoints the simulator answers like
-MAX_PROMPT_TOKENS = 131_072
-MAX_NEW_TOKENS = 131_072
 HTTP_TAG = "http"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -59,10 +63,6 @@ class SimConfig:
     slow_off: bool = False  # as a server whose fast off is not in place (SGLang's own steps-0 state)
     eager_prefill: bool = False  # as a server launched with --disable-prefill-cuda-graph
     plugin: bool = True  # False: as SGLang without the specctl plugin (static EAGLE-3, no specctl keys)
-
-
-class BadRequest(Exception):
-    """A client error; becomes a 400 JSON answer."""
 
 
 class SimServer:
@@ -90,7 +90,7 @@ class SimServer:
         self.health_checks = 0  # /health and /health_generate answered: each costs SGLang a generation
         self._task: asyncio.Task[None] | None = None
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(self))
+        self.registry.register(Collector(self))
 
     # -- the real-time loop ---------------------------------------------
     async def start(self) -> None:
@@ -254,7 +254,7 @@ class SimServer:
             return
         req = self.engine.submit(prompt_tokens, max_new, HTTP_TAG)
         self._http[req.rid] = (rid or f"sim-{req.rid}", req)
-        ids = _output_ids(self.cfg.seed, req.rid, max_new, greedy)
+        ids = output_ids(self.cfg.seed, req.rid, max_new, greedy)
         sent = 0
         try:
             while sent < max_new:
@@ -273,12 +273,12 @@ class SimServer:
 
     async def generate(self, body: Any) -> dict[str, Any]:
         """Queue one request and answer when its simulated tokens are done."""
-        prompt_tokens, max_new = _parse_generate(body)
+        prompt_tokens, max_new = parse_generate(body)
         if problem := self.fit_problem(prompt_tokens, max_new):
             raise BadRequest(problem)
         t0 = self.engine.now
         if max_new == 0:
-            return _generate_answer(prompt_tokens, [], None, 0.0, 0)
+            return generate_answer(prompt_tokens, [], None, 0.0, 0)
         req = self.engine.submit(prompt_tokens, max_new, HTTP_TAG)
         fut: asyncio.Future[SimRequest] = asyncio.get_running_loop().create_future()
         self._waiters[req.rid] = fut
@@ -289,8 +289,8 @@ class SimServer:
             self._http.pop(req.rid, None)
             if self._waiters.pop(req.rid, None) is not None:
                 self.engine.abort(req)  # the client left before the answer
-        ids = _output_ids(self.cfg.seed, done.rid, done.done, greedy_key(body))
-        return _generate_answer(prompt_tokens, ids, done.accept_len, done.finished_at - t0, done.decode_steps,
+        ids = output_ids(self.cfg.seed, done.rid, done.done, greedy_key(body))
+        return generate_answer(prompt_tokens, ids, done.accept_len, done.finished_at - t0, done.decode_steps,
                                 aborted=done.done < max_new)
 
     def abort_requests(self, rid: str, abort_all: bool) -> int:
@@ -329,108 +329,6 @@ class SimServer:
             return [False]
         self.policy.apply(new.as_dict())
         return [True]
-
-
-def _parse_generate(body: Any) -> tuple[int, int]:
-    """Prompt length and max_new_tokens from an SGLang /generate body; BadRequest on anything else."""
-    if not isinstance(body, dict):
-        raise BadRequest("body must be a JSON object")
-    ids, text = body.get("input_ids"), body.get("text")
-    if ids is not None:
-        if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
-            raise BadRequest("input_ids must be a non-empty list of integers (batches are not supported)")
-        prompt = len(ids)
-    elif isinstance(text, str) and text:
-        prompt = max(1, -(-len(text) // 4))  # about four characters a token
-    else:
-        raise BadRequest('give "input_ids" (list of integers) or "text" (a non-empty string)')
-    if prompt > MAX_PROMPT_TOKENS:
-        raise BadRequest(f"prompt of {prompt} tokens is longer than {MAX_PROMPT_TOKENS}")
-    sp = body.get("sampling_params", {})
-    if not isinstance(sp, dict):
-        raise BadRequest("sampling_params must be an object")
-    max_new = sp.get("max_new_tokens", 128)
-    if type(max_new) is not int or not 0 <= max_new <= MAX_NEW_TOKENS:
-        raise BadRequest(f"sampling_params.max_new_tokens must be an integer 0..{MAX_NEW_TOKENS}")
-    return prompt, max_new
-
-
-def client_rid(body: dict[str, Any]) -> str | None:
-    """The ``rid`` a /generate body names (SGLang's request id), if it is a string."""
-    rid = body.get("rid")
-    return rid if isinstance(rid, str) else None
-
-
-def greedy_key(body: dict[str, Any]) -> str | None:
-    """The prompt of a greedy request (``temperature`` 0), else None (SGLang's default samples, at 1.0).
-
-    Greedy decoding's output depends on the prompt alone, so the same prompt gets the same ids in every
-    request, mode and batch, as bench/gpu/correctness.py expects of SGLang; a sampled one differs per request.
-    """
-    sp = body.get("sampling_params")
-    if not isinstance(sp, dict) or sp.get("temperature") != 0:
-        return None
-    return json.dumps(body["input_ids"] if body.get("input_ids") is not None else body.get("text"))
-
-
-def _output_ids(seed: int, rid: int, n: int, greedy: str | None = None) -> list[int]:
-    """Deterministic stand-in token ids (a Llama-3 vocabulary has 128256): per prompt when greedy, else per request."""
-    rng = random.Random(f"{seed}:{greedy}") if greedy is not None else random.Random(seed * 1_000_003 + rid)
-    return [rng.randrange(128_256) for _ in range(n)]
-
-
-ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}  # FINISH_ABORT().to_json()
-
-
-def _generate_answer(prompt: int, ids: list[int], accept: float | None, latency: float,
-                     verifies: int, aborted: bool = False) -> dict[str, Any]:
-    return {
-        "text": words(ids),
-        "output_ids": ids,
-        "meta_info": {
-            "prompt_tokens": prompt,
-            "completion_tokens": len(ids),
-            "finish_reason": dict(ABORTED) if aborted else {"type": "length", "length": len(ids)},
-            "spec_accept_length": None if accept is None else round(accept, 4),
-            "spec_verify_ct": verifies,
-            "e2e_latency": round(latency, 6),
-        },
-    }
-
-
-class _Collector:
-    """Builds the /metrics families from the engine at scrape time."""
-
-    LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
-
-    def __init__(self, server: SimServer) -> None:
-        self.server = server
-
-    def collect(self) -> Any:
-        s = self.server
-        e, state = s.engine, s.policy.state()
-        values = (s.cfg.preset.model_path, "unified", "0", "0", "0")
-        for name, doc, value in (
-            ("sglang:num_running_reqs", "The number of running requests.", len(e.running)),
-            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", len(e.queue)),
-            ("sglang:gen_throughput", "The generation throughput (token/s).", e.gen_throughput()),
-            ("sglang:spec_accept_length", "The average speculative accept length.", e.accept_len()),
-            ("sglang:token_usage", "The token usage.", e.token_usage()),
-        ):
-            g = GaugeMetricFamily(name, doc, labels=self.LABELS)
-            g.add_metric(values, float(value))
-            yield g
-        c = CounterMetricFamily("sglang:realtime_tokens", "Tokens processed, by mode.",
-                                labels=self.LABELS + ("mode",))
-        c.add_metric(values + ("decode",), float(e.decode_tokens_total))
-        c.add_metric(values + ("prefill",), float(e.prefill_tokens_total))
-        yield c
-        if not s.cfg.plugin:
-            return
-        yield GaugeMetricFamily("specctl:spec_on", "1 while speculation is on.", value=float(state["on"]))
-        yield GaugeMetricFamily("specctl:spec_steps", "Draft steps run now (0 = off).", value=float(state["steps"]))
-        yield CounterMetricFamily("specctl:spec_switches", "Speculation on/off switches.",
-                                  value=float(state["switches"]))
 
 
 # -- aiohttp wiring ---------------------------------------------------------
@@ -496,13 +394,13 @@ def build_app(server: SimServer) -> web.Application:
         return web.json_response(await server.generate(body))
 
     async def generate_stream(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
-        prompt, max_new = _parse_generate(body)
+        prompt, max_new = parse_generate(body)
         if problem := server.fit_problem(prompt, max_new):
             raise BadRequest(problem)
         t0 = server.engine.now
 
         def answer(ids: list[int], finished: bool) -> dict[str, Any]:
-            out = _generate_answer(prompt, ids, None, server.engine.now - t0, 0)
+            out = generate_answer(prompt, ids, None, server.engine.now - t0, 0)
             if not finished:
                 out["meta_info"]["finish_reason"] = None
             return out
