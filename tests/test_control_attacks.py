@@ -18,7 +18,7 @@ import pytest
 from specctl.runtime.control.framing import MAX_LINE
 from specctl.runtime.control.server import ControlServer
 
-from support.control_standin import StandInTarget
+from support.control_standin import StandInTarget, standin_server
 from support.peer import Peer
 
 CHANGES = ("mode", "set", "server")  # the commands that change something
@@ -26,11 +26,8 @@ CHANGES = ("mode", "set", "server")  # the commands that change something
 
 @pytest.fixture
 async def served(sock_dir: Path) -> AsyncIterator[tuple[ControlServer, StandInTarget]]:
-    target = StandInTarget()
-    server = ControlServer(target, sock_dir / "run" / "specctl.sock", write_timeout=0.5, line_timeout=2.0)
-    await server.start()
-    yield server, target
-    await server.stop()
+    async with standin_server(sock_dir, line_timeout=2.0) as served_pair:
+        yield served_pair
 
 
 def command_records(sub: Any) -> list[dict[str, Any]]:

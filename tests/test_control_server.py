@@ -23,7 +23,7 @@ from specctl.runtime.control.ownership import ControlSocketError, SocketInUse, p
 from specctl.runtime.control.server import ControlServer
 from specctl.runtime.core import records
 
-from support.control_standin import StandInTarget
+from support.control_standin import StandInTarget, standin_server
 from support.peer import GUARD, Peer
 
 CODES = {"bad_request", "unknown_command", "invalid_value", "unavailable", "internal"}
@@ -31,11 +31,8 @@ CODES = {"bad_request", "unknown_command", "invalid_value", "unavailable", "inte
 
 @pytest.fixture
 async def served(sock_dir: Path) -> AsyncIterator[tuple[ControlServer, StandInTarget]]:
-    target = StandInTarget()
-    server = ControlServer(target, sock_dir / "run" / "specctl.sock", write_timeout=0.5, line_timeout=1.0)
-    await server.start()
-    yield server, target
-    await server.stop()
+    async with standin_server(sock_dir, line_timeout=1.0) as served_pair:
+        yield served_pair
 
 
 async def greeted(path: Path) -> Peer:

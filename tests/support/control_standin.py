@@ -14,9 +14,11 @@ argument sets ``max_clients`` (default: from RLIMIT_NOFILE).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +135,15 @@ async def _serve(path: Path, max_clients: int | None = None) -> None:
 
 if __name__ == "__main__":
     asyncio.run(_serve(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None))
+
+
+@contextlib.asynccontextmanager
+async def standin_server(sock_dir: Path, line_timeout: float) -> AsyncIterator[tuple[ControlServer, StandInTarget]]:
+    """A real control server on SOCK_DIR/run/specctl.sock over a stand-in target, stopped at the end."""
+    target = StandInTarget()
+    server = ControlServer(target, sock_dir / "run" / "specctl.sock", write_timeout=0.5, line_timeout=line_timeout)
+    await server.start()
+    try:
+        yield server, target
+    finally:
+        await server.stop()
