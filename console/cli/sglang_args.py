@@ -21,7 +21,7 @@ from pathlib import Path
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings, SettingsError
-from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, for_backend, for_server
+from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, for_backend, for_server, unset_groups
 from specctl.runtime.supervisor import config, paths
 from specctl.runtime.supervisor.launcher import build_command, launch_env
 
@@ -93,8 +93,7 @@ def _settings(args: argparse.Namespace) -> PolicySettings:
     if why_not is not None and args.gpu is None:
         why_not = (f"the {args.backend} thresholds were measured on an {MEASURED_ON}: add --gpu "
                    f"'NVIDIA {MEASURED_ON}' if the server runs on one; the policy's defaults are printed")
-    if why_not is not None and for_backend(args.backend) and not all(
-            k in chosen for k in BY_BACKEND[args.backend]):
+    if why_not is not None and unset_groups(for_backend(args.backend) or {}, chosen):
         print(f"specctl sglang-args: {why_not}", file=sys.stderr)
     base = PolicySettings().with_changes({**(measured or {}), "steps": args.steps})
     return base.with_changes(chosen)

@@ -14,3 +14,11 @@ SIM_ADMIN_KEY_ENV = "SPECCTL_SIM_ADMIN_KEY"  # the simulator's admin key, from t
 # control endpoints an admin key guards (prefixes; /sim/ is the simulator's)
 ADMIN_PATHS = ("/set_internal_state", "/flush_cache", "/abort_request", "/sim/")
 COSTS_ENV = "SPECCTL_DEPTH_COSTS"  # path of the step-time table per (batch, depth) the depth choice prices with
+FALSE_WORDS = ("0", "false", "no", "off")  # what switches a SPECCTL_* flag off, in any case
+
+
+def env_flag(raw: str | None, default: bool) -> bool:
+    """A SPECCTL_* on/off variable's value: FALSE_WORDS are False, anything else True; unset or blank the default."""
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip().lower() not in FALSE_WORDS

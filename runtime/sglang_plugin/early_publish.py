@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specctl.runtime.core.wire import FALSE_WORDS, env_flag
 from specctl.runtime.sglang_plugin.compat import EarlyPublishNames
 
 logger = logging.getLogger(__name__)
@@ -102,12 +103,11 @@ def read_env() -> None:
         setting = AUTO
     elif raw == DECODE_ONLY:
         setting = DECODE_ONLY
-    elif raw in ("0", "false", "no", "off"):
+    elif raw in FALSE_WORDS:
         setting = OFF
     else:
         setting = DECODE_AND_EXTEND
-    check = setting != OFF and (os.environ.get(ENV_EARLY_CHECK) or "").strip().lower() not in (
-        "", "0", "false", "no", "off")
+    check = setting != OFF and env_flag(os.environ.get(ENV_EARLY_CHECK), False)
     global STATS, _PENDING
     STATS = EarlyPublishStats(setting=setting, mode=OFF if setting == AUTO else setting,
                               decided=setting != AUTO, check=check)

@@ -79,6 +79,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specctl.runtime.core.wire import env_flag
 from specctl.runtime.sglang_plugin import draft_prefill, draft_trace, draft_warmth, early_publish, spec_alloc
 from specctl.runtime.sglang_plugin.compat import (
     EarlyPublishNames,
@@ -120,14 +121,6 @@ class FastOffStats:
 
 
 STATS = FastOffStats()
-
-
-def _env_flag(name: str, default: bool) -> bool:
-    """'0', 'false', 'no', 'off' (any case) are False; unset is the default."""
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    return raw.strip().lower() not in ("0", "false", "no", "off")
 
 
 def state() -> dict[str, Any]:
@@ -175,7 +168,7 @@ def hooks_for(release: Release) -> tuple[HookSpec, ...]:
     ``warm_below`` says, since the setting can change at any step. The
     plugin's start-up check verifies that exactly these were applied.
     """
-    if not _env_flag(ENV_ENABLE, True):
+    if not env_flag(os.environ.get(ENV_ENABLE), True):
         return ()
     return release.fast_off_hooks
 
@@ -187,7 +180,7 @@ def install(release: Release, register: Callable[[HookSpec, Callable[..., Any]],
     (through compat); tests pass their own.
     Returns whether the hooks were registered.
     """
-    STATS.enabled = _env_flag(ENV_ENABLE, True)
+    STATS.enabled = env_flag(os.environ.get(ENV_ENABLE), True)
     if not STATS.enabled:
         logger.info("specctl fast-off disabled (%s=0): SGLang's steps-0 path runs", ENV_ENABLE)
         return False
