@@ -104,7 +104,7 @@ def test_auto_switches_off_under_load_and_stays_on_when_quiet() -> None:
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_presets_land_near_their_measurements(name: str) -> None:
-    preset = PRESETS[name]  # each states its tolerance; docs/simulator.md has the tables
+    preset = PRESETS[name]  # each states its tolerance; docs/sim-presets.md has the tables
     assert preset.tolerance <= 0.12
     for series, concurrency, measured, simulated in points(preset):
         assert simulated == pytest.approx(measured, rel=preset.tolerance), (series, concurrency)

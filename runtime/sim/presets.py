@@ -239,7 +239,7 @@ H200_LLAMA8B_FLASHINFER = replace(
     ),
 )
 
-# The report's system (docs/simulator.md, "rtx-8gpu-report"): 8 RTX PRO 6000
+# The report's system (docs/sim-presets.md, "rtx-8gpu-report"): 8 RTX PRO 6000
 # Blackwell at TP 8 over PCIe Gen5 (no NVLink), GLM-5-NVFP4, EAGLE-3 topk 4 /
 # 2 steps / 16 draft tokens, FlashInfer. GLM-5's public figures (its technical
 # report, arXiv 2602.15763; the DeepSeek-V3 / Kimi K2.5 family): 78 layers (3
@@ -247,7 +247,7 @@ H200_LLAMA8B_FLASHINFER = replace(
 # shared (MoE intermediate 2048, dense 12288), MLA (64 heads, q LoRA 2048, KV
 # LoRA 512, QK head 192, V head 256) with a DSA indexer (32 heads x 128),
 # vocabulary 154880: 743 B parameters, 40.0 B active per token, as reported
-# (744 B / 40 B). Counted from those shapes (docs/simulator.md has the sums):
+# (744 B / 40 B). Counted from those shapes (docs/sim-presets.md has the sums):
 _GLM5_LAYERS, _GLM5_HIDDEN = 78, 6144
 _GLM5_EXPERT_PARAMS = 3 * _GLM5_HIDDEN * 2048  # one routed expert of one MoE layer
 _NVFP4 = 0.5625  # bytes per parameter: 4-bit values + one FP8 scale per 16
@@ -279,7 +279,7 @@ RTX_8GPU_REPORT = Preset(
         mem_bw=8 * _RTX_PRO_6000_BW * 0.80,  # 11.5 TB/s: 80 % of 8 x 1.79 TB/s
         compute=1.6e15,  # 8 x ~400 TFLOP/s (bf16 attention, NVFP4 experts) at 50 %
         decode_kv_s=576 * 2 * _GLM5_LAYERS / (_RTX_PRO_6000_BW * 0.80),  # MLA latent, bf16, whole on each rank
-        # fitted: 50x decode's; the tree's 16 tokens each read the latent cache (docs/simulator.md)
+        # fitted: 50x decode's; the tree's 16 tokens each read the latent cache (docs/sim-presets.md)
         verify_kv_s=3.14e-6,
         step_overhead_s=1.5e-3,
         req_overhead_s=20e-6,
