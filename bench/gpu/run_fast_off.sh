@@ -241,6 +241,12 @@ from importlib.metadata import entry_points, version
 print("[project] specctl", version("specctl"), "| plugins:", [e.value for e in entry_points(group="sglang.srt.plugins")])
 import specctl.runtime.sglang_plugin.plugin as p, specctl.runtime.sglang_plugin.fast_off as f
 print("[project] installers:", [getattr(i, "__name__", i) for i in p.INSTALLERS], "| fast_off", f.__file__)
+try:
+    import pynvml
+    pynvml.nvmlInit()
+    print("[project] NVML:", [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())])
+except Exception as exc:  # the supervisor then keeps the default thresholds (backend_thresholds_skipped)
+    print("[project] NVML unavailable:", exc)
 PYEOF
 }
 
@@ -461,6 +467,16 @@ sweep2_sim() {  # sweep2_sim SOCKET JOURNAL: DRY_RUN=sim's supervisor, which sta
     > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
 }
 
+sweep2_thresholds() {  # sweep2_thresholds JOURNAL: what the supervisor did with ATTN's row; false where a
+  # measured row stayed out (NVML could not name the GPU, or another GPU): auto would run the defaults
+  grep -h '"backend_thresholds' "$1" | cut -c1-400
+  [ -z "$(backend_settings)" ] && return 0
+  [ "${DRY_RUN:-}" = sim ] && { log "dry run: the supervisor leaves a simulator's thresholds alone"; return 0; }
+  grep -q '"event": *"backend_thresholds"' "$1" && return 0
+  log "sweep2: the $ATTN row was not applied (journal above); auto would run the defaults, so it stops here"
+  return 1
+}
+
 phase_sweep2() {  # the specctl server as an operator runs it: launched and steered by specctl itself
   local sock=$WORK/specctl.sock journal=$WORK/journal-sweep2-$TAG.jsonl
   write_models
@@ -481,7 +497,7 @@ phase_sweep2() {  # the specctl server as an operator runs it: launched and stee
   fi
   sleep 3   # the supervisor applies the backend's thresholds when it sees the server ready
   PATH=$SITE/bin:$PATH specctl status --socket "$sock" | head -n 12
-  grep -h "backend_thresholds" "$WORK/supervisor-sweep2-$TAG.log" | tail -n 2
+  if ! sweep2_thresholds "$journal"; then stop_server; return 1; fi
   python3 "$HERE/ctl.py" "$URL" state | cut -c1-400
   interleave "specctl-$ATTN" "$ROUNDS" "$CONCS2" "$SWEEP_MODES" "$SITE/bin/specctl {verb} --socket $sock"
   PATH=$SITE/bin:$PATH specctl auto --socket "$sock" >/dev/null
