@@ -118,6 +118,19 @@ def test_report_puts_each_mode_in_its_column_with_the_ratios(tmp_path: Path) -> 
     assert line.startswith("| 64 | 1050 (1000-1100) [59.0] | 800 [80.0] |")
 
 
+def test_report_drops_a_window_in_which_the_server_stalled_and_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "w.csv"
+    rows = [("nospec-x", 32, "-", 0, 1800, 17), ("nospec-x", 32, "-", 1, 0.0, ""),
+            ("specctl-x", 32, "on", 0, 4300, 7), ("specctl-x", 32, "off", 0, 3800, 8),
+            ("specctl-x", 32, "auto", 0, 4270, 7)]
+    write_csv(path, TOK_TPOT, rows)
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "dropped a window with no tokens (nospec-x c=32 mode=- round=1)" in done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("| 32 |"))
+    assert line.startswith("| 32 | 1800 [17.0] |"), "the stalled window is out of the mean"
+
+
 def test_report_reads_the_static_tree_beside_the_chain_under_specctl(tmp_path: Path) -> None:
     path = tmp_path / "w.csv"
     rows = [("nospec-x", 1, "-", 0, 200, 5), ("tree-x", 1, "-", 0, 250, 4), ("specctl-x", 1, "on", 0, 330, 3),

@@ -53,6 +53,11 @@ def read(paths: list[str]) -> Cells:
             for row in csv.DictReader(fh):
                 if not row.get("tok_s"):
                     continue
+                if float(row["tok_s"]) == 0.0:  # a stall, not a rate: no window of a live server yields nothing
+                    print(f"report.py: {path}: dropped a window with no tokens ({row['label']} c={row['concurrency']} "
+                          f"mode={row['mode']} round={row.get('round', '?')}): the server stalled in it",
+                          file=sys.stderr)
+                    continue
                 parts = row["label"].split("-")
                 kind = "-".join(parts[:2]) if parts[0] in OFFCOST_LOADS else parts[0]
                 tpot = float(row["tpot_ms"]) if row.get("tpot_ms") else float("nan")
