@@ -10,10 +10,11 @@ behind 0.94x at 64). One threshold cannot serve them all, so when specctl
 launches a server, the supervisor reads the backend SGLang chose from
 /server_info and applies the matching settings below, each one the operator did
 not set. Each row comes from one GPU sweep on one H200 through the simulator
-(a preset calibrated to it); the rows are keyed by backend alone, so a
-FlashInfer server on other hardware (SGLang's default below Hopper) gets the
-H200's row too. Backends not listed (trtllm, ...) keep the policy's defaults:
-they were not measured.
+(a preset calibrated to it), and applies only where NVML names the server's
+GPUs as that GPU (:func:`for_server`): a FlashInfer server on other hardware
+(SGLang's default below Hopper) keeps the defaults, and the journal says why.
+Backends not listed (trtllm, ...) keep the policy's defaults: they were not
+measured.
 """
 
 from __future__ import annotations
