@@ -27,10 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specctl.runtime.sglang_plugin import draft_warmth
+from specctl.runtime.sglang_plugin import draft_warmth, progress_log
 
 logger = logging.getLogger(__name__)
-LOG_EVERY = 20000  # skipped prefills between two lines in the server log
 
 
 @dataclass
@@ -53,7 +52,7 @@ def around_draft_extend_for_prefill(ready: Callable[[], bool], original: Callabl
     if not (ready() and draft_warmth.cold_prefill(draft_worker, batch) and stub_fits(draft_worker)):
         return original(draft_worker, batch, *args, **kwargs)
     STATS.skipped += 1
-    if STATS.skipped == 1 or STATS.skipped % LOG_EVERY == 0:
+    if progress_log.due(STATS.skipped):
         logger.info("specctl fast-off: %d prefills while off with the draft cold (draft prefill skipped)",
                     STATS.skipped)
     next_token_ids = args[1] if len(args) > 1 else kwargs["next_token_ids"]

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specctl.runtime.core.wire import FALSE_WORDS, env_flag
+from specctl.runtime.sglang_plugin import progress_log
 from specctl.runtime.sglang_plugin.compat import EarlyPublishNames
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,6 @@ AUTO = "auto"
 DECODE_ONLY = "decode"
 DECODE_AND_EXTEND = "decode+extend"
 OFF = "off"
-LOG_EVERY = 20000  # early publishes between two progress lines in the server log
 
 
 @dataclass
@@ -201,9 +201,9 @@ def fire(new_seq_lens: Any) -> None:
 
 
 def log_progress() -> None:
-    """After the step (the counts then include SGLang's late call): the first early publish, then every LOG_EVERY."""
+    """After the step (the counts then include SGLang's late call): the first early publish, then every Nth."""
     published = STATS.decode + STATS.extend
-    if published != STATS.logged and (published == 1 or published % LOG_EVERY == 0):
+    if published != STATS.logged and progress_log.due(published):
         STATS.logged = published
         logger.info(
             "specctl fast-off: early publish (%s): %d off decode steps and %d prefills published early, "

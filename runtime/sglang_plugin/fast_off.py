@@ -80,7 +80,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specctl.runtime.core.wire import env_flag
-from specctl.runtime.sglang_plugin import draft_prefill, draft_trace, draft_warmth, early_publish, spec_alloc
+from specctl.runtime.sglang_plugin import (
+    draft_prefill,
+    draft_trace,
+    draft_warmth,
+    early_publish,
+    progress_log,
+    spec_alloc,
+)
 from specctl.runtime.sglang_plugin.compat import (
     EarlyPublishNames,
     HookSpec,
@@ -98,7 +105,6 @@ STEP_HANDLER = "forward_batch_generation"
 # Attribute set on the attention backends this module builds: the per-step
 # hook recognises "off" by it, without any state of its own.
 MARK = "_specctl_fast_off"
-LOG_EVERY = 20000  # off steps between two progress lines in the server log
 
 
 @dataclass
@@ -467,10 +473,10 @@ def _decode_forward_batch(batch: Any, runner: Any, bs: int) -> Any:
 
 
 def _count(bs: int, graph: bool) -> None:
-    """Count off steps; log the first one and then every LOG_EVERY."""
+    """Count off steps; log the first one and then every progress_log.LOG_EVERY."""
     STATS.decode_steps += 1
     STATS.graph_steps += int(graph)
-    if STATS.decode_steps == 1 or STATS.decode_steps % LOG_EVERY == 0:
+    if progress_log.due(STATS.decode_steps):
         logger.info(
             "specctl fast-off: %d DECODE-mode off steps (%d in CUDA graphs, %d before this one with the draft "
             "warm); this one bs=%d graph=%s",
