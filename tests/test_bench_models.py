@@ -240,12 +240,24 @@ def test_run_fast_off_refuses_a_model_it_does_not_know(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists(), "nothing made before the refusal"
 
 
+def test_sweep2_stops_before_its_windows_where_the_backends_row_stayed_out(tmp_path: Path) -> None:
+    """Without NVML the supervisor cannot tell the GPU, so Triton's row stays out: a sweep of auto would
+    measure the defaults, not what an operator on the H200 gets, and the phase says so and stops."""
+    log, _ = run_isolated(tmp_path, {"CONCS2": "2", "ROUNDS": "1", "WINDOW": "0.5", "IL_WARMUP": "0.3"}, "sweep2")
+    assert log.rstrip().endswith("rc=3"), log[-3000:]
+    assert "the triton row was not applied (journal above); auto would run the defaults, so it stops here" in log
+    assert "done; FAILED: sweep2" in log
+    assert "[interleave]" not in log, "no window ran"
+
+
 def test_moe_runs_load_moe_configs_and_keep_their_rows_apart(tmp_path: Path) -> None:
     """nospec2 and sweep2 with MODEL=qwen3moe: both servers on the MoE configs, the work folder,
     the files and every CSV label carrying the model, and report.py reading the labels as ever."""
     log, out = run_isolated(tmp_path, {"MODEL": "qwen3moe", "CONCS2": "2", "ROUNDS": "1", "WINDOW": "0.5",
-                                       "IL_WARMUP": "0.3"}, "nospec2", "sweep2")
+                                       "IL_WARMUP": "0.3", "REQUIRE_ROW": "0"}, "nospec2", "sweep2")
     assert log.rstrip().endswith("rc=0"), log[-3000:]
+    # no NVML here, so the supervisor keeps the defaults and says why; REQUIRE_ROW=0 runs on regardless
+    assert '"event":"backend_thresholds_skipped"' in log and "REQUIRE_ROW=0, so auto runs the defaults" in log
     assert "--model-path /root/models/qwen3-30b-a3b-shape --attention-backend triton" in starting(log, "nospec")
     assert "--load-format dummy" in starting(log, "nospec")
     assert "llama3-8b" not in log and "[fastoff" in log and " triton]" not in log

@@ -96,7 +96,8 @@
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) EARLY_PUBLISH (SPECCTL_EARLY_PUBLISH for
 #   the specctl servers: 1|decode|0|auto; unset = the plugin's default, auto: on where the scheduler waits on the host, FlashInfer) EARLY_CHECK (SPECCTL_EARLY_PUBLISH_CHECK) CONCS2 ROUNDS WINDOW IL_WARMUP
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share) ROTATE
-#   SWEEP_MODES (sweep2's modes, default "on off auto") CG_BS (decode graph batch sizes; default: all to 256)
+#   SWEEP_MODES (sweep2's modes, default "on off auto") REQUIRE_ROW (sweep2: 1, the default, stops where
+#   ATTN has a measured thresholds row and the supervisor did not apply it; 0 runs on with the defaults) CG_BS (decode graph batch sizes; default: all to 256)
 #   PREFILL_GRAPHS (0: --disable-prefill-cuda-graph, the kit's default, for a shorter start-up; 1: SGLang's
 #   own default, breakable prefill CUDA graphs)
 #   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile, offcost, prefillcost)
@@ -473,7 +474,12 @@ sweep2_thresholds() {  # sweep2_thresholds JOURNAL: what the supervisor did with
   [ -z "$(backend_settings)" ] && return 0
   [ "${DRY_RUN:-}" = sim ] && { log "dry run: the supervisor leaves a simulator's thresholds alone"; return 0; }
   grep -q '"event": *"backend_thresholds"' "$1" && return 0
-  log "sweep2: the $ATTN row was not applied (journal above); auto would run the defaults, so it stops here"
+  if [ "${REQUIRE_ROW:-1}" = 0 ]; then
+    log "sweep2: the $ATTN row was not applied (journal above); REQUIRE_ROW=0, so auto runs the defaults"
+    return 0
+  fi
+  log "sweep2: the $ATTN row was not applied (journal above); auto would run the defaults, so it stops here" \
+    "(REQUIRE_ROW=0 runs on)"
   return 1
 }
 
