@@ -22,7 +22,9 @@ middle depth wins), then on a trace whose concurrency changes every 10-20 s
 --decline D makes each draft position's acceptance D below the one before
 (a non-geometric law; the preset's accept length still holds at its steps);
 --sglang-law uses SGLang's simulated acceptance instead (the same accepted
-drafts at every depth: what the GPU's depthsweep sees, so what predicts it).
+drafts at every depth: what the GPU's depthsweep sees, so what predicts it);
+without --depths it does the same for on / off / auto (a GPU sweep's
+SGLANG_SIMULATE_ACC_LEN accepts floor(a) - 1 or floor(a) drafts a verify, never 0 or 3).
 """
 
 from __future__ import annotations
@@ -50,20 +52,25 @@ WINDOW_S = 30.0
 
 
 def sweep(preset: Preset, settings: dict[str, Any], concurrencies: tuple[int, ...] = CONCURRENCIES,
-          seed: int = 0) -> list[Row]:
-    """(c, on, off, auto) per concurrency; the same seed for all three, so they see the same requests."""
+          seed: int = 0, law: AcceptLaw | None = None) -> list[Row]:
+    """(c, on, off, auto) per concurrency; the same seed for all three, so they see the same requests.
+
+    ``law``: acceptance per draft position (None: the preset's geometric law).
+    """
     warmup_s, window_s = max(WARMUP_S, preset.warmup_s), max(WINDOW_S, preset.window_s)
 
     def point(c: int, server: Server) -> PointResult:
-        return run_point(preset, c, server, settings=settings, seed=seed, warmup_s=warmup_s, window_s=window_s)
+        return run_point(preset, c, server, settings=settings, seed=seed, warmup_s=warmup_s, window_s=window_s,
+                         accept_law=law)
 
     return [(c, point(c, "on"), point(c, "off"), point(c, "auto")) for c in concurrencies]
 
 
-def render(preset: Preset, settings: dict[str, Any], rows: list[Row]) -> str:
+def render(preset: Preset, settings: dict[str, Any], rows: list[Row], sglang_law: bool = False) -> str:
     """The table, and which points miss the goal."""
     chosen = preset.default_settings().with_changes(settings).as_dict()
-    lines = [f"preset {preset.name}, accept length {preset.accept_len:g}; auto settings: {chosen}",
+    law = " (SGLang's simulated acceptance)" if sglang_law else ""
+    lines = [f"preset {preset.name}, accept length {preset.accept_len:g}{law}; auto settings: {chosen}",
              f"closed loop, {max(WARMUP_S, preset.warmup_s):g} s warm-up + {max(WINDOW_S, preset.window_s):g} s "
              "window of simulated time per point",
              "| c | on tok/s | off tok/s | auto tok/s | auto / max(on, off) | auto on-share | switches |",
@@ -254,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --depths: each draft position accepted D less often than the one before")
     ap.add_argument("--no-trace", action="store_true", help="with --depths: skip the changing-load trace")
     ap.add_argument("--sglang-law", action="store_true",
-                    help="with --depths: SGLang's simulated acceptance (match-expected), what the GPU sweeps see")
+                    help="SGLang's simulated acceptance (match-expected), what the GPU sweeps see")
     ns = ap.parse_args(argv)
     settings: dict[str, Any] = {}
     for item in ns.set:
@@ -290,11 +297,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             try:
                 variant = dataclasses.replace(preset, accept_len=accept_len)
-                rows = sweep(variant, chosen_settings)
+                rows = sweep(variant, chosen_settings, law=match_expected_law(accept_len) if ns.sglang_law else None)
             except ValueError as exc:  # an accept length the preset's draft steps cannot reach
                 ap.error(str(exc))
             grids.setdefault(name, {})[accept_len] = rows
-            print(render(variant, chosen_settings, rows))
+            print(render(variant, chosen_settings, rows, ns.sglang_law))
             print()
     if ns.accept_lens:
         for name, grid in grids.items():

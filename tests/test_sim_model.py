@@ -102,10 +102,10 @@ def test_auto_switches_off_under_load_and_stays_on_when_quiet() -> None:
     assert quiet.tok_s >= 0.95 * run_point(H200, 4, "on").tok_s
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", sorted(name for name, preset in PRESETS.items() if preset.calibrated))
 def test_presets_land_near_their_measurements(name: str) -> None:
     preset = PRESETS[name]  # each states its tolerance; docs/sim-presets.md has the tables
-    assert preset.tolerance <= 0.12
+    assert preset.tolerance <= 0.12 and points(preset)  # (an uncalibrated one: tests/test_sim_qwen3moe.py)
     for series, concurrency, measured, simulated in points(preset):
         assert simulated == pytest.approx(measured, rel=preset.tolerance), (series, concurrency)
 

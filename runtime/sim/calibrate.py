@@ -7,6 +7,11 @@ the squared log error) and prints them, for re-calibrating a preset when new
 measurements arrive; the preset file is then edited by hand, with the why.
 A preset's ``checks`` (other runs it was not fitted to) are printed below its
 table and never enter the fit.
+
+A preset with no measurement (``h200-qwen3moe``: a prediction written before
+its GPU run) prints what the GPU sweep would measure instead: no speculation
+and static EAGLE-3 (specctl forced on) at the sweep's concurrencies, their
+ratio, and where they cross. ``--predict`` prints that table for any preset.
 """
 
 from __future__ import annotations
@@ -52,8 +57,61 @@ def render(rows: list[Row]) -> list[str]:
     return lines
 
 
+PREDICT_CONCURRENCY = (1, 4, 16, 32, 64, 128, 256)  # the GPU sweep's (bench/gpu/run_fast_off.sh)
+
+
+def predicted(preset: Preset, concurrencies: Iterable[int] = PREDICT_CONCURRENCY) -> list[tuple[int, float, float]]:
+    """(concurrency, no speculation tok/s, static tok/s) in the preset's own windows."""
+    def tok_s(c: int, server: Server) -> float:
+        return run_point(preset, c, server, warmup_s=preset.warmup_s, window_s=preset.window_s).tok_s
+
+    return [(c, tok_s(c, "nospec"), tok_s(c, "on")) for c in concurrencies]
+
+
+def crossover(preset: Preset, rows: list[tuple[int, float, float]]) -> int | None:
+    """The first concurrency at which static falls under no speculation (bisected between the rows).
+
+    None when static stays ahead at every row; the first row's concurrency when it never leads.
+    """
+    ahead = [static >= none for _, none, static in rows]
+    if all(ahead):
+        return None
+    first = ahead.index(False)
+    if first == 0:
+        return rows[0][0]
+    lo, hi = rows[first - 1][0], rows[first][0]  # static ahead at lo, behind at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        (_, none, static), = predicted(preset, (mid,))
+        lo, hi = (mid, hi) if static >= none else (lo, mid)
+    return hi
+
+
+def prediction(preset: Preset) -> str:
+    """What a none / static sweep would measure, as the simulator predicts it."""
+    rows = predicted(preset)
+    cross = crossover(preset, rows)
+    state = "calibrated" if preset.calibrated else "UNCALIBRATED (no GPU measurement): a prediction"
+    lines = [f"preset {preset.name}: {preset.description}",
+             f"{state}; closed loop, {preset.warmup_s:g} s warm-up + {preset.window_s:g} s window (simulated), "
+             f"accept length {preset.accept_len:g}",
+             "| c | " + " | ".join(str(c) for c, _, _ in rows) + " |",
+             "| --- |" + " ---: |" * len(rows),
+             "| no spec tok/s | " + " | ".join(f"{none:.1f}" for _, none, _ in rows) + " |",
+             "| static tok/s | " + " | ".join(f"{static:.1f}" for _, _, static in rows) + " |",
+             "| static / none | " + " | ".join(f"{static / none:.2f}" for _, none, static in rows) + " |",
+             ("static ahead at every concurrency" if cross is None else
+              f"static falls under no speculation from c = {cross}")]
+    return "\n".join(lines)
+
+
 def table(preset: Preset) -> str:
-    """The fitted points with the worst error, then each check (data the preset was not fitted to)."""
+    """The fitted points with the worst error, then each check (data the preset was not fitted to).
+
+    A preset without measurements has nothing to compare: its prediction instead.
+    """
+    if not preset.calibrated:
+        return prediction(preset)
     rows = points(preset)
     lines = [f"preset {preset.name}: {preset.description}",
              f"closed loop, {preset.warmup_s:g} s warm-up + {preset.window_s:g} s window (simulated)",
@@ -95,9 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", choices=sorted(PRESETS), action="append",
                     help="preset to check (repeatable; default: all)")
     ap.add_argument("--fit", metavar="KEY,KEY", help="fit these PerfParams fields and print them")
+    ap.add_argument("--predict", action="store_true",
+                    help="print no speculation and static EAGLE-3 at c = 1-256 and where they cross, not the fit")
     ns = ap.parse_args(argv)
+    if ns.fit and ns.predict:
+        ap.error("--fit and --predict do not go together")
     for name in ns.preset or sorted(PRESETS):
         preset = PRESETS[name]
+        if ns.predict:
+            print(prediction(preset))
+            print()
+            continue
+        if ns.fit and not preset.calibrated:
+            ap.error(f"preset {name} has no measurements to fit to")
         if ns.fit:
             preset = fit(preset, ns.fit.split(","))
             for key in ns.fit.split(","):

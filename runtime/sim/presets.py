@@ -71,6 +71,11 @@ class Preset:
     topk: int = 1  # --speculative-eagle-topk: 1 drafts a chain, more a tree
     draft_tokens: int | None = None  # --speculative-num-draft-tokens for a tree (topk 1: steps + 1)
 
+    @property
+    def calibrated(self) -> bool:
+        """Whether a GPU measurement backs this preset; one without (``measured`` empty) is a prediction."""
+        return bool(self.measured)
+
     def engine(self, policy: SpecPolicy | None, seed: int = 0, fast_off: bool = True) -> SimEngine:
         """A fresh engine of this preset; ``policy`` None gives a server without speculation."""
         return SimEngine(self.params, self.workload, policy=policy, accept_len=self.accept_len,
@@ -335,8 +340,79 @@ RTX_8GPU_REPORT_TOPK1 = replace(
            '"96.1 tok/s after tuning", read as this chain',
 )
 
+# UNCALIBRATED: a prediction, written before the GPU run (issue 23; docs/sim-presets.md,
+# "h200-qwen3moe"; docs/results/moe.md). The h200-llama8b server (same H200, Triton,
+# SGLang 0.5.17) with Qwen3-30B-A3B's shapes as the sweep's target (bench/gpu/models.py
+# qwen3moe): 48 layers, hidden 2048, 32 query / 4 KV heads of 128, 128 experts of
+# intermediate 768 with 8 a token, every layer sparse, vocabulary 151936, bf16; and its
+# EAGLE-3 head: 1 layer at hidden 2048 with the target's heads, intermediate 6144, a
+# 32000-token draft vocabulary. The machine's rates and overheads are Triton's
+# (mem_bw, compute, step/request/draft/prefill overheads, chunk size); only what the
+# model changes is recounted, each from the shapes:
+_QWEN3MOE_LAYERS, _QWEN3MOE_HIDDEN, _QWEN3MOE_VOCAB = 48, 2048, 151_936
+_QWEN3MOE_Q_HEADS, _QWEN3MOE_KV_HEADS, _HEAD_DIM = 32, 4, 128
+_QWEN3MOE_ATTN_PARAMS = _QWEN3MOE_LAYERS * (  # q 2048x4096, k and v 2048x512, o 4096x2048, q/k norms
+    2 * _QWEN3MOE_HIDDEN * _QWEN3MOE_Q_HEADS * _HEAD_DIM + 2 * _QWEN3MOE_HIDDEN * _QWEN3MOE_KV_HEADS * _HEAD_DIM
+    + 2 * _HEAD_DIM)  # 0.906 B
+_QWEN3MOE_ROUTER_NORM_PARAMS = _QWEN3MOE_LAYERS * (128 * _QWEN3MOE_HIDDEN + 2 * _QWEN3MOE_HIDDEN) + _QWEN3MOE_HIDDEN
+_QWEN3MOE_EMBED_HEAD_PARAMS = 2 * _QWEN3MOE_VOCAB * _QWEN3MOE_HIDDEN  # untied; 0.62 B
+# Read by every forward whatever it routes: attention, routers, norms, embedding and LM head
+# (3.08 GB). The embedding is a lookup, but h200-llama8b's weight_bytes counts it (8.03 B
+# parameters), and its mem_bw was fitted so: counted the same way here.
+_QWEN3MOE_ALWAYS_BYTES = (_QWEN3MOE_ATTN_PARAMS + _QWEN3MOE_ROUTER_NORM_PARAMS + _QWEN3MOE_EMBED_HEAD_PARAMS) * 2
+_QWEN3MOE_EXPERT_BYTES = 3 * _QWEN3MOE_HIDDEN * 768 * _QWEN3MOE_LAYERS * 2  # one expert, 48 layers: 453 MB
+_QWEN3MOE_ACTIVE_PARAMS = _QWEN3MOE_ALWAYS_BYTES / 2 + 8 * _QWEN3MOE_EXPERT_BYTES / 2  # 3.35 B, as published
+# KV a context token: 48 layers x 4 KV heads x 128 x (K, V) x 2 bytes = 96 KiB (Llama-8B 128 KiB).
+_QWEN3MOE_KV_BYTES = _QWEN3MOE_LAYERS * _QWEN3MOE_KV_HEADS * _HEAD_DIM * 2 * 2
+# The EAGLE-3 head a draft forward streams (its embedding is the target's, a lookup): q on the
+# 2h input 4096x4096, k and v 4096x512, o 4096x2048, MLP 3 x 2048 x 6144, fc 6144 -> 2048,
+# LM head 2048 x 32000: 0.145 B parameters (Llama-8B's head, counted the same way: 0.44 B).
+_QWEN3MOE_EAGLE3_PARAMS = (2 * _QWEN3MOE_HIDDEN * 4096 + 2 * 2 * _QWEN3MOE_HIDDEN * 512 + 4096 * _QWEN3MOE_HIDDEN
+                           + 3 * _QWEN3MOE_HIDDEN * 6144 + 3 * _QWEN3MOE_HIDDEN * _QWEN3MOE_HIDDEN
+                           + _QWEN3MOE_HIDDEN * 32_000)
+# Attention, scaled from Triton's fitted values by what each kernel's work follows:
+# - decode: SGLang's grouped decode kernel reads each KV head once for all its query heads,
+#   memory bound (Llama: 36.5 ns, 1.11x the HBM floor): by KV bytes, x 96/128 = 27.4 ns.
+# - verify: target-verify runs Triton's extend kernel, whose grid is (requests, query heads,
+#   query blocks of 64): each query head walks its KV head's whole prefix in padded 64-row
+#   tiles, so the work follows query heads x layers (x head dim 128, the same), not KV bytes:
+#   x (32 x 48) / (32 x 32) = 1.5, 493 -> 739.5 ns. (By KV bytes it would be 370 ns;
+#   docs/sim-presets.md gives the prediction both ways.)
+# - draft: 1 layer with the same 32 query heads of 128 as Llama's head; its fitted 3.9 ns is
+#   3.8x its HBM floor, i.e. the draft extend's kernel (same scaling as verify: x 1) dominates: kept.
+# - prefill: h200-llama8b's value scaled by layers x query width (48 x 4096 / 32 x 4096 = 1.5).
+_TRITON = H200_LLAMA8B.params
+H200_QWEN3MOE = replace(
+    H200_LLAMA8B,
+    name="h200-qwen3moe",
+    description="one H200, Qwen3-30B-A3B shapes (MoE, 128 experts, 8 active), EAGLE-3 head (steps 3, topk 1), "
+                "Triton attention: UNCALIBRATED, a prediction",
+    model_path="Qwen/Qwen3-30B-A3B",
+    draft_model_path="sim/qwen3-30b-a3b-eagle3",
+    params=replace(
+        _TRITON,
+        weight_bytes=_QWEN3MOE_ALWAYS_BYTES,
+        flops_per_token=2 * _QWEN3MOE_ACTIVE_PARAMS,
+        moe_experts=128,
+        moe_active=8,
+        expert_bytes=_QWEN3MOE_EXPERT_BYTES,
+        decode_kv_s=_TRITON.decode_kv_s * _QWEN3MOE_KV_BYTES / _LLAMA8B_KV_BYTES,
+        verify_kv_s=_TRITON.verify_kv_s * (_QWEN3MOE_Q_HEADS * _QWEN3MOE_LAYERS) / (32 * 32),
+        draft_weight_bytes=_QWEN3MOE_EAGLE3_PARAMS * 2,
+        draft_flops_per_token=2 * _QWEN3MOE_EAGLE3_PARAMS,
+        prefill_attn_s=_TRITON.prefill_attn_s * (_QWEN3MOE_LAYERS * _QWEN3MOE_Q_HEADS) / (32 * 32),
+    ),
+    # docs/results/moe.md: 119.3 GiB - 56.9 weights - 0.85 draft - 1.2 = about 646,000 tokens of
+    # 98 KiB for a specctl server, 669,000 without speculation; h200-llama8b carries its
+    # no-speculation pool (845,000), so this one does too. Neither binds: 256 requests hold ~200,000.
+    kv_pool_tokens=669_000,
+    measured={},
+    source="none: not measured (a prediction from h200-llama8b's rates and Qwen3-30B-A3B's shapes)",
+    checks=(),
+)
+
 PRESETS: dict[str, Preset] = {p.name: p for p in (H200_LLAMA8B, H200_LLAMA8B_FA3, H200_LLAMA8B_FLASHINFER,
-                                                    RTX_8GPU_REPORT, RTX_8GPU_REPORT_TOPK1)}
+                                                    H200_QWEN3MOE, RTX_8GPU_REPORT, RTX_8GPU_REPORT_TOPK1)}
 
 
 def get_preset(name: str) -> Preset:

@@ -1,0 +1,144 @@
+"""h200-qwen3moe: the Triton H200 with a Qwen3-30B-A3B-shaped target, a prediction made before its GPU run.
+
+The preset must be known wherever presets are chosen, say that nothing backs
+it, be Qwen3-30B-A3B's shapes on h200-llama8b's machine (nothing else
+changed), and show the cost a MoE verify pays and a dense one does not: at
+one request a verify of 4 tokens reaches more experts than a decode of one,
+so it reads more weights; at 64 requests every expert is read either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specctl.runtime.core.thresholds import for_backend
+from specctl.runtime.sim.calibrate import crossover, predicted, table
+from specctl.runtime.sim.calibrate import main as calibrate_main
+from specctl.runtime.sim.model import decode_s, experts_touched, gemm_s, spec_s, weights_read
+from specctl.runtime.sim.offline import run_point
+from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
+
+MOE = get_preset("h200-qwen3moe")
+TRITON = get_preset("h200-llama8b")
+DEADLINE_S = 60.0  # only to end a hung test
+
+
+def test_it_is_listed_and_says_it_is_a_prediction() -> None:
+    assert "h200-qwen3moe" in PRESETS and DEFAULT_PRESET == "h200-llama8b"
+    assert not MOE.calibrated and MOE.measured == {} and MOE.checks == ()
+    assert all(p.calibrated for name, p in PRESETS.items() if name != "h200-qwen3moe")
+    assert "UNCALIBRATED" in MOE.description and "Qwen3-30B-A3B" in MOE.description
+    assert (MOE.attention_backend, MOE.steps, MOE.topk, MOE.accept_len, MOE.tp_size) == ("triton", 3, 1, 2.8, 1)
+    assert MOE.gpu == TRITON.gpu and MOE.workload == TRITON.workload
+
+
+def test_it_is_qwen3_30b_a3b_on_the_triton_h200_and_nothing_else_changed() -> None:
+    p = MOE.params
+    assert (p.moe_experts, p.moe_active) == (128, 8)
+    assert p.expert_bytes == 3 * 2048 * 768 * 48 * 2  # gate, up, down of one expert, 48 layers, bf16
+    all_params = (p.weight_bytes + 128 * p.expert_bytes) / 2
+    assert all_params == pytest.approx(30.53e9, rel=1e-3)  # docs/results/moe.md: 30.53 B, 56.9 GiB
+    assert p.flops_per_token / 2 == pytest.approx(3.35e9, rel=2e-3)  # 3.35 B active a token
+    assert p.decode_kv_s == pytest.approx(TRITON.params.decode_kv_s * 96 / 128)  # KV 96 KiB a token, not 128
+    assert p.verify_kv_s == pytest.approx(TRITON.params.verify_kv_s * 48 / 32)  # 32 query heads x 48 layers
+    changed = {f.name for f in dataclasses.fields(p) if getattr(p, f.name) != getattr(TRITON.params, f.name)}
+    assert changed == {"weight_bytes", "flops_per_token", "moe_experts", "moe_active", "expert_bytes",
+                       "decode_kv_s", "verify_kv_s", "draft_weight_bytes", "draft_flops_per_token",
+                       "prefill_attn_s"}  # the machine's rates and overheads are Triton's
+    assert MOE.kv_pool_tokens == 669_000  # moe.md's pool without speculation, as h200-llama8b carries its
+
+
+def test_at_one_request_a_verify_reads_more_weights_than_a_decode_on_the_moe_only() -> None:
+    moe, dense = MOE.params, TRITON.params
+    assert experts_touched(moe, 1) == pytest.approx(8)
+    assert experts_touched(moe, 4) == pytest.approx(29.12, abs=0.01)  # moe.md's table: 29 of 128
+    assert weights_read(moe, 4) > 2 * weights_read(moe, 1)
+    assert gemm_s(moe, 4) > 2 * gemm_s(moe, 1)
+    assert weights_read(dense, 4) == weights_read(dense, 1) and gemm_s(dense, 4) == gemm_s(dense, 1)
+    # at 64 requests a decode already reads 126 of 128 experts: the verify's 256 tokens read 2 % more
+    assert weights_read(moe, 4 * 64) == pytest.approx(weights_read(moe, 64), rel=0.02)
+    # so a speculative cycle over a decode step costs more on the MoE at one request, less at 64
+    ctx = 640  # tokens a request holds, mean of the workload
+    assert (spec_s(moe, 1, ctx, 3) / decode_s(moe, 1, ctx)) > 1.5 * (spec_s(dense, 1, ctx, 3) / decode_s(dense, 1, ctx))
+    assert (spec_s(moe, 64, 64 * ctx, 3) / decode_s(moe, 64, 64 * ctx)) < \
+        (spec_s(dense, 64, 64 * ctx, 3) / decode_s(dense, 64, 64 * ctx))
+
+
+def test_the_prediction_gains_less_alone_and_crosses_over_later_than_llama() -> None:
+    moe, dense = predicted(MOE, (1, 32)), predicted(TRITON, (1, 32))
+    (_, moe_none_1, moe_static_1), (_, moe_none_32, moe_static_32) = moe
+    (_, dense_none_1, dense_static_1), (_, dense_none_32, dense_static_32) = dense
+    assert 1.0 < moe_static_1 / moe_none_1 < dense_static_1 / dense_none_1 - 0.5
+    assert moe_static_32 > 1.1 * moe_none_32 and dense_static_32 < dense_none_32
+    rows = predicted(MOE)
+    assert crossover(MOE, rows) > 2 * crossover(TRITON, predicted(TRITON))
+
+
+def test_calibrate_prints_the_prediction_and_refuses_to_fit_it(capsys: pytest.CaptureFixture[str]) -> None:
+    text = table(MOE)
+    assert "UNCALIBRATED" in text and "| static / none |" in text
+    assert "static falls under no speculation from c = " in text
+    assert calibrate_main(["--preset", "h200-qwen3moe"]) == 0
+    assert capsys.readouterr().out.strip() == text
+    with pytest.raises(SystemExit) as exit_info:
+        calibrate_main(["--preset", "h200-qwen3moe", "--fit", "mem_bw"])
+    assert exit_info.value.code == 2
+    assert "has no measurements to fit to" in capsys.readouterr().err
+
+
+@pytest.fixture
+def moe_sim(tmp_path: Path) -> Iterator[str]:
+    """The simulator serving the MoE preset, as a real process on loopback."""
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0", "--port-file",
+                             str(port_file), "--preset", "h200-qwen3moe", "--load", "idle"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not port_file.exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "simulator never wrote its port file"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{int(port_file.read_text())}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_simulator_serves_with_the_moe_preset(moe_sim: str) -> None:
+    with httpx.Client(base_url=moe_sim, timeout=60) as client:
+        info = client.get("/server_info").json()
+        answer = client.post("/generate", json={"input_ids": list(range(40)),
+                                                "sampling_params": {"max_new_tokens": 12}}).json()
+    assert info["attention_backend"] == "triton" and "Qwen3-30B-A3B" in info["model_path"]
+    assert info["speculative_num_steps"] == 3
+    assert answer["meta_info"]["completion_tokens"] == 12 and len(answer["output_ids"]) == 12
+    assert answer["meta_info"]["spec_accept_length"] > 1.0  # alone in the batch: speculation on
+
+
+def test_the_triton_row_is_predicted_to_turn_speculation_off_where_it_still_pays_on_the_moe() -> None:
+    # docs/results/moe.md, "Prediction": the Triton row's floor (0.3 + 0.05 x batch) passes the
+    # sweep's 1.8 accepted drafts at about 30 requests; the MoE crosses over at about 69
+    on = run_point(MOE, 32, "on", warmup_s=10, window_s=30).tok_s
+    auto = run_point(MOE, 32, "auto", settings=for_backend("triton"), warmup_s=10, window_s=30)
+    assert auto.on_fraction == 0.0 and auto.tok_s < 0.9 * on
+    on = run_point(TRITON, 32, "on", warmup_s=10, window_s=30).tok_s  # on Llama-8B, where it was measured
+    auto = run_point(TRITON, 32, "auto", settings=for_backend("triton"), warmup_s=10, window_s=30)
+    assert auto.tok_s >= 0.95 * max(on, run_point(TRITON, 32, "off", warmup_s=10, window_s=30).tok_s)
+
+
+def test_the_envelope_runs_with_sglangs_acceptance_law_without_depths() -> None:
+    bench = Path(__file__).resolve().parents[1] / "bench" / "policy_envelope.py"
+    out = subprocess.run([sys.executable, str(bench), "--preset", "h200-qwen3moe", "--sglang-law"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "accept length 2.8 (SGLang's simulated acceptance)" in out.stdout
+    assert "missed at c = 32" in out.stdout
