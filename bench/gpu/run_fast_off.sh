@@ -193,12 +193,18 @@ log() { echo "[fastoff $(date +%H:%M:%S) +$(( $(date +%s) - T0 ))s $TAG] $*"; }
 
 # DRY_RUN=sim: the same phases on a CPU machine against specctl's simulator (docs/benchmarks.md, "Dry run"),
 # so that a phase's own mistakes cost no GPU minutes. Set BENCH_ROOT and OUT to a scratch folder with it.
+model_preset() {  # the simulator preset for MODEL and ATTN (the MoE target has Triton's only: a prediction)
+  case $MODEL in
+    qwen3moe) echo h200-qwen3moe ;;
+    *) case $ATTN in fa3) echo h200-llama8b-fa3 ;; flashinfer) echo h200-llama8b-flashinfer ;; *) echo h200-llama8b ;; esac ;;
+  esac
+}
+
 DRY_RUN=${DRY_RUN:-}
 case $DRY_RUN in
   "") ;;
   sim)
-    SIM_PRESET=h200-llama8b   # the simulator preset for ATTN, h200-llama8b where it has none of its own
-    case $ATTN in fa3) SIM_PRESET=h200-llama8b-fa3 ;; flashinfer) SIM_PRESET=h200-llama8b-flashinfer ;; esac
+    SIM_PRESET=$(model_preset)   # the simulator preset for MODEL and ATTN
     python3 -c "import sys; from specctl.runtime.sim.presets import PRESETS; sys.exit(sys.argv[1] not in PRESETS)" \
       "$SIM_PRESET" || { log "dry run: no simulator preset $SIM_PRESET, using h200-llama8b"; SIM_PRESET=h200-llama8b; }
     # what `project` installs on the GPU machine: the specctl this checkout runs under
@@ -833,9 +839,9 @@ phase_tree() {  # the operator's static topk-4 tree beside the chain under specc
 }
 
 # ------------------------------------------------------------ draft depth (issue 22)
-predicted_costs() {  # predicted_costs FILE: the simulator's cost table for ATTN's preset (a prediction)
-  local preset=h200-llama8b
-  case $ATTN in fa3) preset=h200-llama8b-fa3 ;; flashinfer) preset=h200-llama8b-flashinfer ;; esac
+predicted_costs() {  # predicted_costs FILE: the simulator's cost table for MODEL and ATTN's preset (a prediction)
+  local preset; preset=$(model_preset)
+  [ "$MODEL" = qwen3moe ] && [ "$ATTN" != triton ] && log "no $ATTN preset for $MODEL: Triton's prediction stands in"
   python3 -m specctl.runtime.sim.depth --preset "$preset" --depths "$DEPTHS" --out "$1"
 }
 
