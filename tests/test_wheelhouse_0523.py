@@ -186,3 +186,16 @@ def test_slim_drops_fa3_and_keeps_the_hopper_ops(tmp_path: Path) -> None:
         record = zf.read(names[-1]).decode()
     assert kept == {"sgl_kernel/__init__.py", "sgl_kernel/sm90/common_ops.abi3.so", names[-1]}
     assert "flash_ops" not in record and "sm90/common_ops" in record
+
+
+def test_an_install_of_another_pack_is_not_taken_for_this_one(wheels: Path, tmp_path: Path) -> None:
+    """Path C after path D on one machine: the C chunks must not find D's install and skip their own."""
+    d_chunks = chunks_of(pack(wheels, tmp_path, "D"))
+    assert "installing 3 wheels (path D)" in install(tmp_path, *d_chunks).stdout
+    c_chunks = chunks_of(pack(wheels, tmp_path, "C"))
+    shutil.rmtree(tmp_path / "wheels")  # as the doc's first C call does; the site stays
+    res = install(tmp_path, *c_chunks)
+    assert res.returncode == 1 and "holds another pack's install (D " in res.stdout, res.stdout + res.stderr
+    shutil.rmtree(tmp_path / "site")
+    res = install(tmp_path, *c_chunks)
+    assert res.returncode == 0 and "installing 3 wheels (path C)" in res.stdout, res.stdout + res.stderr

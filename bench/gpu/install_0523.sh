@@ -30,14 +30,19 @@ case $rc in
   *) exit 1 ;;
 esac
 LABEL=$("$PY" "$HERE/wheelpack.py" label "$W")
+PACK="$LABEL $(sha256sum "$W/MANIFEST" | cut -c1-16)"   # what .installed records: this pack and no other
 
+if [ -f "$SITE/.installed" ] && [ "$(cat "$SITE/.installed")" != "$PACK" ]; then
+  echo "[install] $SITE holds another pack's install ($(cat "$SITE/.installed"), not $PACK): remove it first (rm -rf $SITE)"
+  exit 1
+fi
 if [ ! -f "$SITE/.installed" ]; then
   mapfile -t WHEELS < <("$PY" "$HERE/wheelpack.py" wheels "$W")
   echo "[install] installing ${#WHEELS[@]} wheels (path $LABEL) into $SITE"
   t0=$(date +%s)
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" "${WHEELS[@]/#/$W/}" || { echo "[install] pip install failed"; exit 1; }
-  touch "$SITE/.installed"
+  echo "$PACK" > "$SITE/.installed"
   echo "[install] installed in $(( $(date +%s) - t0 )) s: $(du -sh "$SITE" | cut -f1)"
 fi
 if [ "$CHECK" = 0 ]; then
