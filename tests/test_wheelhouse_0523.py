@@ -199,3 +199,56 @@ def test_an_install_of_another_pack_is_not_taken_for_this_one(wheels: Path, tmp_
     shutil.rmtree(tmp_path / "site")
     res = install(tmp_path, *c_chunks)
     assert res.returncode == 0 and "installing 3 wheels (path C)" in res.stdout, res.stdout + res.stderr
+
+
+KERNEL_OPS = REPO / "bench" / "gpu" / "kernel_ops.py"
+
+
+def ops_tool(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(KERNEL_OPS), *argv], capture_output=True, text=True, timeout=120)
+
+
+def fake_library(path: Path, *schemas: str) -> Path:
+    """Bytes shaped like a shared library: binary noise with NUL-terminated schema strings among other strings."""
+    rnd = random.Random(path.name)
+    blob = bytearray(rnd.randbytes(2000))
+    for s in ("GLIBC_2.2.5", "sgl_kernel", *schemas, "std::vector<int> -> nothing"):
+        blob += b"\0" + s.encode() + b"\0" + rnd.randbytes(50)
+    path.write_bytes(bytes(blob))
+    return path
+
+
+def test_kernel_ops_schemas_names_removed_added_and_changed_ops(tmp_path: Path) -> None:
+    old = fake_library(tmp_path / "old.so", "rmsnorm(Tensor! output, Tensor input, float eps) -> ()",
+                       "verify_tree_greedy(Tensor! predicts, Tensor candidates) -> ()",
+                       "silu_and_mul(Tensor! out,\n   Tensor input) -> ()")
+    new = fake_library(tmp_path / "new.so", "rmsnorm(Tensor! output, Tensor input, float eps, bool enable_pdl) -> ()",
+                       "get_device_accessible_ptr(Tensor tensor, int device_index) -> int",
+                       "silu_and_mul(Tensor! out, Tensor input) -> ()")
+    res = ops_tool("schemas", str(old), str(new))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert "removed  verify_tree_greedy(Tensor! predicts, Tensor candidates) -> ()" in lines
+    assert "added    get_device_accessible_ptr(Tensor tensor, int device_index) -> int" in lines
+    assert "changed  rmsnorm(Tensor! output, Tensor input, float eps) -> ()" in lines
+    assert lines[-1] == "# unchanged: 1"  # silu_and_mul: the same once whitespace is normalised
+
+
+def test_kernel_ops_uses_finds_unguarded_imports_of_what_the_old_kernel_lacks(tmp_path: Path) -> None:
+    for ver, extra in (("old", ""), ("new", "def new_op(x):\n    pass\n")):
+        pkg = tmp_path / ver / "sgl_kernel"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text(f"def rmsnorm(x, w, eps):\n    pass\n{extra}")
+        (pkg / "sm90").mkdir()
+        fake_library(pkg / "sm90" / "common_ops.abi3.so")
+    srt = tmp_path / "sg" / "sglang" / "srt" / "entrypoints"
+    srt.mkdir(parents=True)
+    (srt / "http_server.py").write_text("from sgl_kernel import rmsnorm\nfrom sgl_kernel import new_op\n")
+    (srt / "guarded.py").write_text("try:\n    from sgl_kernel import new_op\nexcept ImportError:\n    new_op = None\n")
+    res = ops_tool("uses", str(tmp_path / "sg"), str(tmp_path / "old"), str(tmp_path / "new"))
+    assert res.returncode == 0, res.stderr
+    assert "imports of a name new has and old lacks: 2" in res.stdout
+    assert ("ON  sglang/srt/entrypoints/http_server.py:2 from sgl_kernel import new_op "
+            "[unguarded, module level]") in res.stdout
+    guarded = "off sglang/srt/entrypoints/guarded.py:2 from sgl_kernel import new_op [try/except ImportError]"
+    assert guarded in res.stdout

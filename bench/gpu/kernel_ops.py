@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 
 SCHEMA = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\((.*)\)\s*->\s*(.+)$", re.S)
+# a mangled name in at::, c10::, torch:: or caffe2:: (also their typeinfo and vtables)
+TORCH_SYMBOL = re.compile(r"_Z(T[IVS])?N[rVKRO]*(2at|3c10|5torch|6caffe2)")
 ARGS = re.compile(r"[\w\s\[\]\?\!\(\),=\.\-\*'\"|:]*")
 # Where a `launch_server --model <Llama-3.1-8B> --speculative-algorithm EAGLE3
 # --attention-backend triton|flashinfer` starts importing (server, scheduler, workers, model, draft).
@@ -210,7 +212,8 @@ def cmd_uses(sg: Path, old: Path, new: Path) -> None:
                 if name in changed:
                     calls.append((rel in onpath, f"{rel}:{node.lineno} {name}(keywords "
                                                  f"{[k.arg for k in node.keywords]})"))
-            nxt = stack + [node] if isinstance(node, (ast.Try, ast.If, ast.FunctionDef, ast.AsyncFunctionDef)) else stack
+            scope = (ast.Try, ast.If, ast.FunctionDef, ast.AsyncFunctionDef)
+            nxt = stack + [node] if isinstance(node, scope) else stack
             for c in ast.iter_child_nodes(node):
                 visit(c, nxt)
 
@@ -248,7 +251,7 @@ def cmd_symbols(torch_lib: Path, sos: list[Path]) -> None:
     defined = _nm(["--defined-only", *libs])
     for so in sos:
         need = _nm(["--undefined-only", str(so)])
-        torchish = {s for s in need if re.match(r"_Z(T[IVS])?N[rVKRO]*(2at|3c10|5torch|6caffe2)", s) or s.startswith(("torch_", "THP"))}
+        torchish = {s for s in need if TORCH_SYMBOL.match(s) or s.startswith(("torch_", "THP"))}
         missing = sorted(torchish - defined)
         print(f"{so}: needs {len(torchish)} torch symbols, {len(missing)} not exported by {torch_lib}")
         if missing:
