@@ -72,7 +72,8 @@ def dry_run(scratch: Path, *phases: str, **knobs: str) -> Run:
     assert shutil.which("specctl", path=str(bindir)), f"no specctl beside {sys.executable}: pip install -e ."
     port = free_port_pair()
     root, out = scratch / "root", scratch / "out"
-    mine = {k: v for k, v in os.environ.items() if k not in ("TAG", "DEPTHS", "DEPTH_COSTS", "PAIR")}  # the script's
+    knob_names = ("TAG", "DEPTHS", "DEPTH_COSTS", "PAIR", "SITE")  # the script's own, never the caller's
+    mine = {k: v for k, v in os.environ.items() if k not in knob_names}
     env = {**mine, "PATH": f"{bindir}:{os.environ['PATH']}", "DRY_RUN": "sim", "BENCH_ROOT": str(root),
            "OUT": str(out), "BENCH_PORT": str(port), "ATTN": "triton", **TINY, **knobs}
     proc = subprocess.Popen(["bash", str(GPU / "run_fast_off.sh"), *phases], cwd=REPO, env=env, text=True,

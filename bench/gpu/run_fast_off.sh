@@ -106,6 +106,8 @@
 #   the servers' processes and the load generators; empty = not pinned)
 #   DRY_RUN (sim: every phase against specctl's simulator on a CPU machine, GPU-only steps skipped; see
 #   docs/benchmarks.md, "Dry run") BENCH_ROOT (default /root: keep/, models/, site/) BENCH_PORT (default 30000)
+#   SITE (default BENCH_ROOT/site: where install: and project install and what PYTHONPATH names; /root/site523
+#   for SGLang 0.5.23 from bench/gpu/install_0523.sh, with SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 on path D)
 #   ACCEPT_PERIOD (depthcheck's seconds per depth for depth_accept.py, default 4)
 set -uo pipefail
 T0=$(date +%s)
@@ -124,7 +126,7 @@ ROOT=${BENCH_ROOT:-/root}        # where the machine keeps work, models, the ins
 mkdir -p "$OUT" "$ROOT/keep"
 WORK=$ROOT/keep/$TAG            # survives between calls while the machine stays warm
 mkdir -p "$WORK"
-SITE=$ROOT/site
+SITE=${SITE:-$ROOT/site}          # the install (PYTHONPATH); SGLang 0.5.23's: SITE=/root/site523 (install_0523.sh)
 export PYTHONPATH=$SITE
 MODELS=$ROOT/models
 TARGET=$MODELS/$TARGET_NAME DRAFT=$MODELS/eagle3-$TARGET_NAME   # MODEL's configs (write_models)
