@@ -19,24 +19,17 @@ from typing import Any
 
 import pytest
 
+from support.sim_process import sim_process
+
 GPU = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 DEADLINE_S = 60.0
 
 
 def idle_simulator(tmp_path: Path, *settings: str) -> Iterator[str]:
     """A simulator (Triton preset) with no load of its own and ``settings`` (KEY=VALUE); stopped at the end."""
-    port_file = tmp_path / "port"
     sets = [w for kv in ("off_at=1000", "on_at=999", *settings) for w in ("--set", kv)]
-    proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0", "--port-file",
-                             str(port_file), "--load", "idle", *sets],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + DEADLINE_S
-    while not port_file.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the simulator did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{int(port_file.read_text())}"
-    proc.terminate()
-    proc.wait(timeout=DEADLINE_S)
+    with sim_process(tmp_path, "--load", "idle", *sets) as url:
+        yield url
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,9 +25,10 @@ from specctl.runtime.sim.model import decode_s, experts_touched, gemm_s, spec_s,
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
 
+from support.sim_process import sim_process
+
 MOE = get_preset("h200-qwen3moe")
 TRITON = get_preset("h200-llama8b")
-DEADLINE_S = 60.0  # only to end a hung test
 
 
 def test_it_is_listed_and_says_it_is_a_prediction() -> None:
@@ -97,20 +97,8 @@ def test_calibrate_prints_the_prediction_and_refuses_to_fit_it(capsys: pytest.Ca
 @pytest.fixture
 def moe_sim(tmp_path: Path) -> Iterator[str]:
     """The simulator serving the MoE preset, as a real process on loopback."""
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0", "--port-file",
-                             str(port_file), "--preset", "h200-qwen3moe", "--load", "idle"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + DEADLINE_S
-        while not port_file.exists():
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "simulator never wrote its port file"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{int(port_file.read_text())}"
-    finally:
-        proc.kill()
-        proc.wait()
+    with sim_process(tmp_path, "--preset", "h200-qwen3moe", "--load", "idle") as url:
+        yield url
 
 
 def test_the_simulator_serves_with_the_moe_preset(moe_sim: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,29 +20,18 @@ from specctl.runtime.sim.model import decode_s, draft_forward_s, experts_touched
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import get_preset
 
+from support.sim_process import sim_process
+
 REPORT = get_preset("rtx-8gpu-report")
 TOPK1 = get_preset("rtx-8gpu-report-topk1")
 H200 = get_preset("h200-llama8b")
-DEADLINE_S = 60.0  # only to end a hung test
 
 
 @pytest.fixture
 def report_sim(tmp_path: Path) -> Iterator[str]:
     """The simulator running the report's preset, as a real process on loopback."""
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0", "--port-file",
-                             str(port_file), "--preset", "rtx-8gpu-report", "--load", "idle"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + DEADLINE_S
-        while not port_file.exists():
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "simulator never wrote its port file"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{int(port_file.read_text())}"
-    finally:
-        proc.kill()
-        proc.wait()
+    with sim_process(tmp_path, "--preset", "rtx-8gpu-report", "--load", "idle") as url:
+        yield url
 
 
 def test_the_gpu_panels_read_what_nvidia_smi_shows_on_that_machine(report_sim: str) -> None:

@@ -1,0 +1,46 @@
+"""specctl's simulator as a real process on loopback, for tests that need a server to talk to.
+
+Why a helper: several test files start one the same way (an ephemeral port read
+back from ``--port-file``, a wait bounded only to end a hung test, the process
+stopped at the end) and differ only in the simulator's arguments.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+DEADLINE_S = 60.0  # only to end a hung test
+
+
+@contextmanager
+def sim_process(tmp_path: Path, *args: str) -> Iterator[str]:
+    """Start ``python -m specctl.runtime.sim ARGS`` on an ephemeral port; yield its URL; stop it.
+
+    Its stderr goes to a file in ``tmp_path`` (a pipe nobody reads could fill and
+    stall it), and says why when the process dies before it listens.
+    """
+    tag = f"sim-{time.monotonic_ns()}"
+    port_file, err_file = tmp_path / f"{tag}.port", tmp_path / f"{tag}.err"
+    with err_file.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0",
+                                 "--port-file", str(port_file), *args],
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not port_file.exists():
+            assert proc.poll() is None, f"the simulator exited: {err_file.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, "the simulator never wrote its port file"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{int(port_file.read_text())}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
