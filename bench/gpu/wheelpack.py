@@ -32,6 +32,7 @@ import re
 import shutil
 import sys
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,15 +157,23 @@ def _manifest(label: str, items: list[Item], wheels: dict[str, tuple[str, int]],
     return "\n".join(lines) + "\n"
 
 
-def _part_sha(it: Item) -> str:
-    h = hashlib.sha256()
+def _part_blocks(it: Item) -> Iterator[bytes]:
+    """The bytes of a split wheel's part, a MiB at a time (a part is up to a chunk: no whole read)."""
     with it.src.open("rb") as fh:
         fh.seek(it.offset)
         left = it.size
         while left:
             block = fh.read(min(MIB, left))
-            h.update(block)
+            if not block:
+                raise PackError(f"{it.src} ended {left} bytes before its part {it.name}")
+            yield block
             left -= len(block)
+
+
+def _part_sha(it: Item) -> str:
+    h = hashlib.sha256()
+    for block in _part_blocks(it):
+        h.update(block)
     return h.hexdigest()
 
 
@@ -200,13 +209,9 @@ def _write(it: Item, dst: Path) -> None:
     if not it.of_wheel:
         shutil.copy2(it.src, dst)
         return
-    with it.src.open("rb") as fin, dst.open("wb") as fout:
-        fin.seek(it.offset)
-        left = it.size
-        while left:
-            block = fin.read(min(MIB, left))
+    with dst.open("wb") as fout:
+        for block in _part_blocks(it):
             fout.write(block)
-            left -= len(block)
 
 
 def _table(out_dir: Path, chunks: list[Chunk], wheels: dict[str, tuple[str, int]], limit: int) -> None:
