@@ -128,3 +128,21 @@ def test_the_topk_bench_prints_the_comparison_and_refuses_bad_input() -> None:
     bad = subprocess.run([sys.executable, str(bench), "--accept-lens", "9"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "between 1 and 4" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_topk_bench_predicts_the_h200_tree_run_with_the_reports_tree_flags() -> None:
+    """--system h200-triton: the GPU bench's tree phase, predicted; the chain under specctl wins under load."""
+    bench = Path(__file__).resolve().parents[1] / "bench" / "topk_compare.py"
+    out = subprocess.run([sys.executable, str(bench), "--system", "h200-triton", "--concurrency", "1,128",
+                          "--accept-lens", "2.8"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("tree: one H200, Llama-3.1-8B-Instruct shapes, EAGLE-3 head (topk 4, 2 steps, "
+                                 "16 draft tokens), Triton attention")
+    assert "accept length 2.7 (assumed)" in out.stdout.splitlines()[0]
+    ratios = {int(line.split(" | ")[0].strip("| ")): float(line.strip("| ").split(" | ")[-1])
+              for line in out.stdout.splitlines() if line.startswith(("| 1 |", "| 128 |"))}
+    assert ratios[128] > 1.5, "at 128 requests specctl's off state serves what no speculation serves"
+    assert ratios[1] < ratios[128], "alone, the tree's extra candidates are worth the most"
+    bad = subprocess.run([sys.executable, str(bench), "--system", "h200-triton", "--tree-accept", "3.5"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "between 1 and 3" in bad.stderr and "Traceback" not in bad.stderr
