@@ -788,24 +788,161 @@ def test_the_alloc_hook_leaves_what_sglangs_function_does(sglang_source: SglangS
     assert assigned == ([("idx", "to_token", "cur", "nxt", "slots:5", 3)] * calls if needed else [])
 
 
-def test_the_cold_prefill_stub_is_what_sglang_stubs_for_a_skipped_draft_extend(sglang_source: SglangSource) -> None:
-    prefill = sglang_source.locate(compat._COLD_PREFILL.target).node
-    if not hooked_here(sglang_source.release, "draft_extend_for_prefill"):
-        # Why this release is left out: its prefill takes more (a KV location plan), so the stub is unproven.
-        assert parameter_names(prefill) != list(compat._COLD_PREFILL.params)
-        return
+# -- the cold prefill (draft_prefill.py), in both releases ---------------------------
+
+
+def prefill_method(source: SglangSource) -> ast.FunctionDef:
+    node = source.locate(fast_off_spec(source.release, "draft_extend_for_prefill").target).node
+    assert isinstance(node, ast.FunctionDef)
+    return node
+
+
+def test_sglang_calls_the_draft_prefill_as_the_cold_prefill_hook_reads_it(sglang_source: SglangSource) -> None:
+    spec = fast_off_spec(sglang_source.release, "draft_extend_for_prefill")
+    # The hook names batch and reads next_token_ids at args[1] (after batch), else by name.
+    assert spec.params[:3] == ("batch", "target_hidden_states", "next_token_ids")
     worker = sglang_source.tree("sglang/srt/speculative/eagle_worker_v2.py")
-    # SGLang passes (batch, hidden states, next token ids, mm embeds) by position: fast_off reads index 1.
     calls = [n for n in ast.walk(worker) if isinstance(n, ast.Call)
              and ast.unparse(n.func).endswith("._draft_extend_for_prefill")]
-    assert calls and all(len(c.args) == 4 and not c.keywords for c in calls)
-    # The fields SGLang's own stub fills, and only those, are the ones fast_off fills with zeros.
-    stub = sglang_source.locate(f"{compat._EAGLE_WORKER}._stub_skipped_draft_extend").node
-    filled = {t.attr for n in ast.walk(stub) if isinstance(n, ast.Assign) for t in n.targets
+    # (batch, hidden states, next token ids, mm embeds) by position; 0.5.23's plan by keyword.
+    assert calls and all(len(c.args) == 4 for c in calls)
+    assert {k.arg for c in calls for k in c.keywords} == set(spec.params[4:])
+
+
+def stand_in_keywords() -> dict[str, str]:
+    """The keywords draft_prefill.cold_draft_input passes to EagleDraftInput, as source text."""
+    tree = ast.parse((ROOT / "runtime" / "sglang_plugin" / "draft_prefill.py").read_text())
+    fn = find_definition(tree, "cold_draft_input")
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and ast.unparse(n.func) == "EagleDraftInput"]
+    assert len(calls) == 1
+    return {k.arg: ast.unparse(k.value) for k in calls[0].keywords if k.arg}
+
+
+def class_defaults(tree: ast.Module, name: str) -> dict[str, str]:
+    """A dataclass's fields with their defaults, as source text ("" where it has none)."""
+    cls = find_definition(tree, name)
+    assert isinstance(cls, ast.ClassDef), name
+    return {n.target.id: ast.unparse(n.value) if n.value is not None else "" for n in cls.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+# What SGLang's draft prefill passes for the fields the stand-in leaves out, and the value
+# that comes to wherever the stand-in may stand in (draft_prefill.stub_fits: no rejection
+# sampling, no DSA seed), which must be the field's default.
+LEFT_TO_THE_DEFAULT = {
+    "draft_probs": ("probs if use_rejection_sampling else None", "None"),
+    "dsa_topk_indices": ("prefill_dsa_topk", "None"),
+    "cuda_graph_compatible": ("not (seed_from_extend and prefill_dsa_topk is None)", "True"),  # 0.5.23
+}
+
+
+def test_the_stand_in_is_what_sglangs_draft_prefill_returns_wherever_it_stands_in(sglang_source: SglangSource) -> None:
+    prefill = prefill_method(sglang_source)
+    returns = [n.value for n in ast.walk(prefill) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)]
+    assert [ast.unparse(r.func) for r in returns] == ["EagleDraftInput"]
+    real = {k.arg: ast.unparse(k.value) for k in returns[0].keywords}
+    ours = stand_in_keywords()
+    # The same values where the stand-in sets a field (the tensors aside: zeros of their shapes).
+    assert set(ours) <= set(real)
+    assert real["bonus_tokens"] == ours["bonus_tokens"] == "next_token_ids"
+    assert real["num_tokens_per_req"] == ours["num_tokens_per_req"] == "1"
+    assert real["num_tokens_for_logprob_per_req"] == ours["num_tokens_for_logprob_per_req"] == "1"
+    # The rest come to their defaults wherever stub_fits holds.
+    defaults = class_defaults(sglang_source.tree("sglang/srt/speculative/eagle_info.py"), "EagleDraftInput")
+    assert set(real) - set(ours) <= set(LEFT_TO_THE_DEFAULT)
+    for name in set(real) - set(ours):
+        expression, value = LEFT_TO_THE_DEFAULT[name]
+        assert (real[name], defaults[name]) == (expression, value), name
+    # ... because those are what stub_fits rules out: the switches, read where stub_fits reads them.
+    body = ast.unparse(prefill)
+    assert "use_rejection_sampling = get_spec().speculative_use_rejection_sampling" in body
+    assert "seed_from_extend = self.seed_dsa_topk_from_draft_extend and (not forward_batch.forward_mode.is_idle())" \
+        in body
+    seeded = {id(n) for i in ast.walk(prefill) if isinstance(i, ast.If) and ast.unparse(i.test) == "seed_from_extend"
+              for n in ast.walk(i)}
+    unseeded = [ast.unparse(n) for n in ast.walk(prefill) if isinstance(n, ast.Assign) and id(n) not in seeded
+                and "prefill_dsa_topk" in {ast.unparse(t) for t in n.targets}]
+    assert unseeded == ["prefill_dsa_topk = None"]
+    # The proposals are (bs, topk), as the stand-in shapes them.
+    assert "topk_p, topk_index = fast_topk(probs, self.topk, dim=-1)" in body
+
+
+def compiled_method(source: SglangSource, dotted: str, inject: dict[str, Any]) -> Any:
+    """One method of the wheel's source, compiled as a plain function (self first) over ``inject``."""
+    node = source.locate(dotted).node
+    assert isinstance(node, ast.FunctionDef), dotted
+    node = ast.parse(ast.unparse(node)).body[0]
+    assert isinstance(node, ast.FunctionDef)
+    for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+        arg.annotation = None
+    node.returns = None
+    namespace = dict(inject)
+    exec(compile(ast.Module(body=[node], type_ignores=[]), dotted, "exec"), namespace)
+    return namespace[node.name]
+
+
+class Ids(list):
+    """next_token_ids / seq_lens: a shape and a device, as both stubs read them."""
+
+    shape = property(lambda self: (len(self),))
+    device = "cuda:0"
+
+
+@pytest.mark.parametrize("hidden_size", [4096, None])
+def test_the_stand_in_fills_what_sglangs_own_stub_fills(sglang_source: SglangSource, monkeypatch,
+                                                         hidden_size: int | None) -> None:
+    """SGLang's ``_stub_skipped_draft_extend`` and draft_prefill.cold_draft_input, run side by side."""
+    from specctl.runtime.sglang_plugin import draft_prefill
+
+    fake_torch = types.SimpleNamespace(zeros=lambda shape, dtype, device: ("zeros", shape, dtype, device),
+                                       float32="f32", int64="i64")
+    spec_of = lambda runner: (runner.hidden_size, None if runner.hidden_size is None else "bf16")  # noqa: E731
+    stub = compiled_method(sglang_source, f"{compat._EAGLE_WORKER}._stub_skipped_draft_extend",
+                           {"torch": fake_torch, "get_draft_recurrent_hidden_state_spec": spec_of})
+    # The stub's assignments are all the fields it fills.
+    filled = {t.attr for n in ast.walk(sglang_source.locate(f"{compat._EAGLE_WORKER}._stub_skipped_draft_extend").node)
+              if isinstance(n, ast.Assign) for t in n.targets
               if isinstance(t, ast.Attribute) and ast.unparse(t.value) == "next_draft_input"}
     assert filled == {"topk_p", "topk_index", "hidden_states"}
-    fields = class_fields(sglang_source.tree("sglang/srt/speculative/eagle_info.py"))
-    assert {"topk_p", "topk_index", "hidden_states", "bonus_tokens", "num_tokens_per_req",
-            "num_tokens_for_logprob_per_req"} <= fields
+    runner = types.SimpleNamespace(hidden_size=hidden_size)
+    ids = Ids([7, 8, 9])
+    sglangs = types.SimpleNamespace(hidden_states=None)  # as verify leaves it: EagleDraftInput(bonus_tokens=...)
+    stub(types.SimpleNamespace(topk=1, device=ids.device, draft_worker=types.SimpleNamespace(draft_runner=runner)),
+         types.SimpleNamespace(seq_lens=ids), types.SimpleNamespace(next_draft_input=sglangs))
+
+    fakes = {"torch": vars(fake_torch),
+             "sglang.srt.speculative.eagle_info": {"EagleDraftInput": types.SimpleNamespace},
+             "sglang.srt.speculative.eagle_utils": {"get_draft_recurrent_hidden_state_spec": spec_of}}
+    for name, attrs in fakes.items():
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            monkeypatch.setitem(sys.modules, ".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+        module = types.ModuleType(name)
+        module.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, module)
+    ours = draft_prefill.cold_draft_input(types.SimpleNamespace(topk=1, draft_runner=runner), ids)
+    assert {f: getattr(ours, f) for f in filled} == {f: getattr(sglangs, f) for f in filled}
+    assert ours.topk_p == ("zeros", (3, 1), "f32", "cuda:0")
+    assert ours.bonus_tokens is ids  # the target's next token ids themselves, as SGLang's prefill hands them on
+
+
+def test_the_stub_fits_check_reads_what_sglangs_prefill_branches_on(sglang_source: SglangSource) -> None:
+    worker = sglang_source.tree("sglang/srt/speculative/eagle_worker_v2.py")
     assert "seed_dsa_topk_from_draft_extend" in attribute_names(worker)
-    assert "speculative_use_rejection_sampling" in class_fields(sglang_source.tree("sglang/srt/server_args.py"))
+    assert "speculative_use_rejection_sampling" in attribute_names(prefill_method(sglang_source))
+    args_fields = set().union(*(class_fields(sglang_source.tree(f"sglang/srt/{f}"))
+                                for f in sglang_source.release.args_field_files))
+    assert "speculative_use_rejection_sampling" in args_fields
+
+
+def test_a_skipped_draft_prefill_leaves_the_war_barrier_no_stale_event(sglang_source: SglangSource) -> None:
+    """The barrier after a prefill takes the draft runner's event of this step, or none (then the
+    whole-forward wait): it clears the event every step, so a skipped phase leaves none behind."""
+    names = sglang_source.release.read_done
+    worker = fast_off_spec(sglang_source.release, fast_off.STEP_HANDLER).target.rsplit(".", 1)[0]
+    prop = ast.unparse(sglang_source.locate(f"{worker}.{names.runner_property}").node)
+    assert prop.rstrip().endswith("return self._draft_worker.draft_runner")
+    barrier = ast.unparse(sglang_source.locate("sglang.srt.managers.scheduler.Scheduler._apply_war_barrier").node)
+    assert (f"runner = self.model_worker.{names.runner_property}\n    ev = runner.{names.event_attr}\n"
+            f"    runner.{names.event_attr} = None\n") in barrier
+    assert "self.schedule_stream.wait_stream(self.forward_stream)" in barrier

@@ -153,9 +153,10 @@ def installed(release: compat.Release = RELEASE) -> list[str]:
 @pytest.mark.parametrize("version", sorted(RELEASES))
 def test_install_registers_the_releases_hooks_and_skips_the_draft_extend(version: str) -> None:
     assert installed(RELEASES[version]) == [s.handler for s in RELEASES[version].fast_off_hooks]
-    only_0517 = ["draft_extend_for_prefill", "alloc_for_spec_decode"] if version == "0.5.17" else []
+    only_0517 = ["alloc_for_spec_decode"] if version == "0.5.17" else []
     assert [s.handler for s in RELEASES[version].fast_off_hooks] == [
-        "build_adaptive_runtime_state", "eagle_prepare_for_verify", fast_off.STEP_HANDLER, *only_0517]
+        "build_adaptive_runtime_state", "eagle_prepare_for_verify", fast_off.STEP_HANDLER,
+        "draft_extend_for_prefill", *only_0517]
     assert os.environ[draft_warmth.SKIP_DRAFT_EXTEND_ENV] == "1"
 
 
@@ -441,24 +442,38 @@ class Tokens(list):
     device = "cuda:0"
 
 
-@pytest.fixture
-def prefill() -> tuple[Any, SimpleNamespace, list[str]]:
-    """The prefill hook over SGLang's own draft prefill, a draft worker in the off state, and the calls."""
-    hook = fast_off.handlers(RELEASE)["draft_extend_for_prefill"]
-    worker = SimpleNamespace(speculative_num_steps=0, topk=1, draft_runner=SimpleNamespace(hidden_size=4096))
-    calls: list[str] = []
+@pytest.fixture(params=sorted(RELEASES))
+def prefill(request) -> tuple[Any, SimpleNamespace, list[Any]]:
+    """The prefill hook over SGLang's own draft prefill, a draft worker in the off state, and the calls.
 
-    def sglang_prefill(w: Any, batch: Any, hidden: Any, next_ids: Any, mm: Any = None) -> str:
-        calls.append("draft prefill")
+    Called as the release's SGLang calls it: 0.5.23 adds the target's KV location plan by keyword.
+    """
+    release = RELEASES[request.param]
+    hook = fast_off.handlers(release)["draft_extend_for_prefill"]
+    worker = SimpleNamespace(speculative_num_steps=0, topk=1, draft_runner=SimpleNamespace(hidden_size=4096))
+    calls: list[Any] = []
+
+    def sglang_prefill(w: Any, batch: Any, hidden: Any, next_ids: Any, mm: Any = None, **kw: Any) -> str:
+        calls.append(("draft prefill", kw))
         return "drafted"
 
+    extra = {"kv_loc_plan": "plan"} if "kv_loc_plan" in prefill_spec(release).params else {}
     fast_off.STATS.built = True
-    return functools.partial(hook, sglang_prefill, worker), worker, calls
+    return functools.partial(hook, sglang_prefill, worker, **extra), worker, calls
+
+
+def prefill_spec(release: compat.Release) -> compat.HookSpec:
+    return next(s for s in release.fast_off_hooks if s.handler == "draft_extend_for_prefill")
 
 
 def run_prefill(hook: Any, n: int = 3) -> Any:
     batch = SimpleNamespace(forward_mode=ForwardMode.DECODE)  # any non-idle mode
     return hook(batch, "hidden", Tokens(range(100, 100 + n)), None)
+
+
+def test_0523_passes_its_kv_location_plan_by_keyword() -> None:
+    assert prefill_spec(RELEASES["0.5.23"]).params[-1] == "kv_loc_plan"
+    assert "kv_loc_plan" not in prefill_spec(RELEASES["0.5.17"]).params
 
 
 def off_at(tmp_path, running: int, warm_below: int = 0) -> SpecctlParams:
@@ -485,7 +500,9 @@ def test_a_prefill_while_off_and_cold_skips_the_draft_and_stubs_its_output(prefi
 def test_a_prefill_while_off_below_warm_below_runs_the_draft(prefill, tmp_path) -> None:
     hook, _, calls = prefill
     off_at(tmp_path, running=10, warm_below=16)
-    assert run_prefill(hook) == "drafted" and calls == ["draft prefill"]
+    assert run_prefill(hook) == "drafted" and [c[0] for c in calls] == ["draft prefill"]
+    # SGLang's prefill gets what SGLang passed: 0.5.23's KV location plan included.
+    assert calls[0][1] == hook.keywords
     off_at(tmp_path, running=16, warm_below=16)
     assert run_prefill(hook) != "drafted"
 

@@ -170,11 +170,35 @@ _FAST_OFF_PREPARE = HookSpec("sglang.srt.speculative.eagle_utils.eagle_prepare_f
 # The step hook passes every argument through; its parameters are listed so that a
 # change of the step's signature is seen.
 _FAST_OFF_STEP = f"{_EAGLE_WORKER}.forward_batch_generation"
-# 0.5.17 only (0.5.23 changed both): skipping the draft's prefill while off and cold, whose
-# stub is 0.5.17's EagleDraftInput; and 0.5.23's tolist loop in alloc_for_spec_decode.
-_COLD_PREFILL = HookSpec("sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_prefill",
-                         "AROUND", "draft_extend_for_prefill",
-                         ("batch", "target_hidden_states", "next_token_ids", "mm_input_embeds"))
+# Skipping the draft's prefill while off and cold (draft_prefill.py). The same stand-in
+# serves both releases: 0.5.23's prefill takes the target's KV location plan as well (passed
+# by keyword; the stand-in writes no KV, so it needs none) and its EagleDraftInput gained
+# fields whose defaults are what its prefill sets whenever the stand-in may stand in
+# (tests/test_plugin_contract.py checks both against each wheel).
+_COLD_PREFILL_TARGET = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._draft_extend_for_prefill"
+_COLD_PREFILL_PARAMS = ("batch", "target_hidden_states", "next_token_ids", "mm_input_embeds")
+_COLD_PREFILL = HookSpec(_COLD_PREFILL_TARGET, "AROUND", "draft_extend_for_prefill", _COLD_PREFILL_PARAMS)
+_COLD_PREFILL_0523 = HookSpec(_COLD_PREFILL_TARGET, "AROUND", "draft_extend_for_prefill",
+                              (*_COLD_PREFILL_PARAMS, "kv_loc_plan"))
+# What the stand-in relies on, the same in both releases (under sglang/srt/): the scheduler
+# undoes the draft prefill's edits of the batch (input_ids, spec_info) after every speculative
+# forward, so skipping them changes nothing; the draft input becomes the batch's spec_info, and
+# the future map stashes only these of its fields; the bonus tokens are the target's next token
+# ids themselves (the stand-in passes the same object). The WAR barrier's side: the contract tests.
+_COLD_PREFILL_FACTS = (
+    ("managers/scheduler.py", "snapshot_v2_full = not batch.spec_algorithm.is_none()"),
+    ("managers/scheduler.py", "batch.spec_info = batch_result.next_draft_input"),
+    ("managers/overlap_utils.py",
+     "            bonus_tokens=draft_input.bonus_tokens,\n"
+     "            topk_p=draft_input.topk_p,\n"
+     "            topk_index=draft_input.topk_index,\n"
+     "            hidden_states=draft_input.hidden_states,\n"
+     '            draft_probs=getattr(draft_input, "draft_probs", None),\n'
+     "            dsa_topk_indices=draft_input.dsa_topk_indices,\n"
+     "        )"),
+    ("speculative/eagle_worker_v2.py", "bonus_tokens=next_token_ids,"),
+)
+# 0.5.17 only: 0.5.23's tolist loop in alloc_for_spec_decode, backported to 0.5.17.
 _SPEC_ALLOC = HookSpec("sglang.srt.mem_cache.allocation.alloc_for_spec_decode", "AROUND", "alloc_for_spec_decode",
                        ("tree_cache", "req_to_token_pool", "reqs", "req_pool_indices", "cur_kv_lens",
                         "cur_kv_lens_cpu", "nxt_kv_lens", "nxt_kv_lens_cpu", "num_needed_tokens", "batch"))
@@ -203,6 +227,7 @@ RELEASES: dict[str, Release] = {
             ("managers/scheduler.py", "(SetInternalStateReq, self.set_internal_state)"),
             ("managers/scheduler.py", "(GetInternalStateReq, self.get_internal_state)"),
             ("entrypoints/engine.py", "server_args.check_server_args()"),
+            *_COLD_PREFILL_FACTS,
         ),
         fast_off_hooks=(
             _FAST_OFF_BUILD,
@@ -250,12 +275,22 @@ RELEASES: dict[str, Release] = {
             ("managers/scheduler.py", "return self.internal_state.get_internal_state(recv_req)"),
             ("entrypoints/engine.py", "server_args.check_server_args()"),
             ("server_args.py", "from sglang.srt.arg_groups.validation_hook import check_server_args"),
+            *_COLD_PREFILL_FACTS,
+            # The cold prefill: the target's prefill publishes no read-done event for EAGLE
+            # (drafted or not, the barrier after a prefill is the whole-forward one) ...
+            ("speculative/spec_info.py", "return self.is_none() or self.is_dflash_family()"),
+            ("model_executor/runner_utils/shared_read_event.py",
+             "if not model_runner.spec_algorithm.supports_prefill_shared_read_done():\n        return"),
+            # ... and the draft's QSA index sharing, which reuses the draft prefill's selection,
+            # is off under adaptive speculation (which specctl requires).
+            ("speculative/eagle_worker_v2.py", '"index_share_for_mtp_iteration is disabled under adaptive "'),
         ),
         fast_off_hooks=(
             _FAST_OFF_BUILD,
             _FAST_OFF_PREPARE,
             HookSpec(_FAST_OFF_STEP, "AROUND", "forward_batch_generation",
                      ("batch", "on_publish", "grammar_barrier", "pp_proxy_tensors")),
+            _COLD_PREFILL_0523,
         ),
         read_done=ReadDoneNames("last_shared_read_runner", "shared_read_done_event"),
         early_publish=EarlyPublishNames("on_publish", "plan_stream", "needs_cpu_seq_lens", _EARLY_FACTS + (

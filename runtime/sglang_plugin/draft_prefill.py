@@ -1,4 +1,4 @@
-"""The draft model's prefill of prompts admitted while off: skipped while the draft is cold (SGLang 0.5.17).
+"""The draft model's prefill of prompts admitted while off: skipped while the draft is cold.
 
 Why: at 128-256 requests a prompt arrives about every decode step, and
 SGLang runs the draft's prefill eagerly for each (1-2 % of the step time on
@@ -16,8 +16,15 @@ states of the shapes the FutureMap stashes, and the bonus tokens the next
 step verifies. Every tensor-parallel rank decides alike (the same runtime
 state, policy state and settings), so all ranks run the draft's prefill,
 with its collectives, or none does. The hook is registered through
-fast_off (compat's ``Release.fast_off_hooks``), for 0.5.17 only: 0.5.23's
-prefill has another signature and its draft input another field.
+fast_off (compat's ``Release.fast_off_hooks``) for both releases, with one
+stand-in: 0.5.23's prefill also takes the target's KV location plan (by
+keyword; the stand-in writes no KV and passes it on untouched when the
+draft runs), and the fields its draft input gained since 0.5.17
+(``cuda_graph_compatible``, the window KV indices) keep their defaults,
+which are what its prefill gives them whenever the stand-in may stand in
+(``stub_fits``: no rejection sampling, no DSA seed). The
+contract tests check both against each release's source; on 0.5.23 it has
+not run on a GPU yet (docs/fast-off.md).
 """
 
 from __future__ import annotations
@@ -47,7 +54,8 @@ def around_draft_extend_for_prefill(ready: Callable[[], bool], original: Callabl
     """While off with the draft cold, skip the draft model's prefill of new prompts (see module doc).
 
     ``ready``: whether fast off built its DECODE state (bound by fast_off.handlers).
-    SGLang passes (batch, target hidden states, next token ids, mm embeds) by position.
+    SGLang passes (batch, target hidden states, next token ids, mm embeds) by position,
+    and on 0.5.23 the KV location plan by keyword.
     """
     if not (ready() and draft_warmth.cold_prefill(draft_worker, batch) and stub_fits(draft_worker)):
         return original(draft_worker, batch, *args, **kwargs)

@@ -41,10 +41,11 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
    of throughput at 128-256 requests on FA3: docs/results/fa3.md); greedy outputs do not
    depend on it. draft_warmth.py says
    why every tensor-parallel rank decides alike.
-5. SGLang 0.5.17 only, AROUND ``EagleDraftWorker._draft_extend_for_prefill``:
-   while off with the draft cold, prompts admitted are not prefilled by the
-   draft either (draft_prefill.py); at 128-256 requests a prompt arrives
-   about every decode step.
+5. AROUND ``EagleDraftWorker._draft_extend_for_prefill`` (both releases;
+   0.5.23's takes a KV location plan as well): while off with the draft
+   cold, prompts admitted are not prefilled by the draft either
+   (draft_prefill.py); at 128-256 requests a prompt arrives about every
+   decode step.
 6. SGLang 0.5.17 only, AROUND ``alloc_for_spec_decode``: its per-request
    bookkeeping loop over a list, as 0.5.23 has it (spec_alloc.py). Items 5
    and 6 came from a profile of the off step on FA3 at 256 requests, which
