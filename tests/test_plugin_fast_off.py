@@ -337,6 +337,25 @@ def test_the_read_done_event_moves_after_off_steps_only(version: str) -> None:
     assert (getattr(reader, names.event_attr), getattr(target, names.event_attr)) == ("event", None)
 
 
+@pytest.mark.parametrize("version", sorted(RELEASES))
+def test_an_off_step_outside_the_graphs_drops_the_stale_event_instead_of_handing_it_over(version: str) -> None:
+    """A batch above the captured sizes runs eagerly and records no event; the one the target holds is a
+    verify graph's from an earlier step: handed over, the scheduler would write buffers still being read."""
+    names = RELEASES[version].read_done
+    step = fast_off.handlers(RELEASES[version])[fast_off.STEP_HANDLER]
+    target = SimpleNamespace(**{names.event_attr: "an earlier verify's event"})
+    reader = SimpleNamespace(**{names.event_attr: None})
+    worker = SimpleNamespace(_target_worker=SimpleNamespace(model_runner=target), **{names.runner_property: reader})
+
+    def eager_off_step(w: Any, batch: Any) -> str:
+        fast_off._count(300, False)
+        return "off"
+
+    assert step(eager_off_step, worker, "batch") == "off"
+    assert getattr(reader, names.event_attr) is None, "no event: the scheduler waits for the whole forward"
+    assert getattr(target, names.event_attr) is None, "and the stale one is gone for good"
+
+
 def test_no_hand_over_when_the_target_itself_is_the_barriers_runner() -> None:
     names = RELEASE.read_done
     target = SimpleNamespace(**{names.event_attr: "event"})

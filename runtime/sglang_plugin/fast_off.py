@@ -332,12 +332,17 @@ def around_forward_batch_generation(
     forward. In an off step the last reader of req_to_token is the target's
     DECODE graph, which records exactly that event before its replay (as in
     a server without speculation), so it is moved to where the scheduler
-    looks. ``names`` are the release's (compat ``Release.read_done``), bound by ``handlers``.
+    looks. An off step that ran outside the CUDA graphs (a batch above the
+    captured sizes) recorded no event: what the target runner holds then is an
+    earlier step's (a verify graph's), already passed, and handing it over would
+    let the scheduler write buffers this forward still reads. That stale event
+    is dropped instead, and the scheduler waits for the whole forward.
+    ``names`` are the release's (compat ``Release.read_done``), bound by ``handlers``.
 
     Early publish (item 7): see ``early_publish.arm``.
     """
     warm = draft_warmth.choose(args, kwargs)
-    before = STATS.decode_steps
+    before, graphed_before = STATS.decode_steps, STATS.graph_steps
     kwargs = early_publish.arm(early, worker, args, kwargs, _is_ours)
     try:
         out = original(worker, *args, **kwargs)
@@ -348,12 +353,16 @@ def around_forward_batch_generation(
         if warm:
             STATS.warm_steps += 1  # SGLang's draft extend recorded the event itself
         else:
-            _hand_over_read_done(worker, names)
+            _hand_over_read_done(worker, names, fresh=STATS.graph_steps != graphed_before)
     return out
 
 
-def _hand_over_read_done(worker: Any, names: ReadDoneNames) -> None:
-    """Move the target runner's read-done event to the runner the scheduler reads."""
+def _hand_over_read_done(worker: Any, names: ReadDoneNames, fresh: bool = True) -> None:
+    """Move the target runner's read-done event to the runner the scheduler reads.
+
+    ``fresh``: whether this step's graph replay recorded it; a stale one is
+    dropped, never handed over (see around_forward_batch_generation).
+    """
     target = worker._target_worker.model_runner
     event = getattr(target, names.event_attr, None)
     if event is None:
@@ -362,7 +371,8 @@ def _hand_over_read_done(worker: Any, names: ReadDoneNames) -> None:
     if reader is None or reader is target:
         return
     setattr(target, names.event_attr, None)
-    setattr(reader, names.event_attr, event)
+    if fresh:
+        setattr(reader, names.event_attr, event)
 
 
 def _is_ours(attn_backend: Any) -> bool:
