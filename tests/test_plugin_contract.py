@@ -36,6 +36,7 @@ from support.sglang_source import (
     parameter_names,
     required_parameter_names,
 )
+from support.stand_in_modules import stand_in_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = PolicySettings(steps=3, off_at=8, on_at=4, dwell=0)
@@ -721,18 +722,25 @@ def hooked_here(release: Release, handler: str) -> bool:
     return any(s.handler == handler for s in release.fast_off_hooks)
 
 
-def function_from_source(source: SglangSource, rel: str, name: str, inject: dict[str, Any]) -> Any:
-    """One top-level function of the wheel's source, compiled without its annotations over ``inject``."""
-    node = find_definition(source.tree(f"sglang/srt/{rel}"), name)
-    assert isinstance(node, ast.FunctionDef), name
+def compile_definition(node: ast.AST | None, filename: str, inject: dict[str, Any]) -> Any:
+    """A function definition of the wheel's source, compiled without its annotations over ``inject``.
+
+    Annotations go because they name SGLang's types, which are not importable here.
+    """
+    assert isinstance(node, ast.FunctionDef), filename
     node = ast.parse(ast.unparse(node)).body[0]
     assert isinstance(node, ast.FunctionDef)
     for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
         arg.annotation = None
     node.returns = None
     namespace = dict(inject)
-    exec(compile(ast.Module(body=[node], type_ignores=[]), f"sglang/srt/{rel}", "exec"), namespace)
-    return namespace[name]
+    exec(compile(ast.Module(body=[node], type_ignores=[]), filename, "exec"), namespace)
+    return namespace[node.name]
+
+
+def function_from_source(source: SglangSource, rel: str, name: str, inject: dict[str, Any]) -> Any:
+    """One top-level function of the wheel's source, compiled over ``inject``."""
+    return compile_definition(find_definition(source.tree(f"sglang/srt/{rel}"), name), f"sglang/srt/{rel}", inject)
 
 
 class CpuInts(list):
@@ -869,16 +877,7 @@ def test_the_stand_in_is_what_sglangs_draft_prefill_returns_wherever_it_stands_i
 
 def compiled_method(source: SglangSource, dotted: str, inject: dict[str, Any]) -> Any:
     """One method of the wheel's source, compiled as a plain function (self first) over ``inject``."""
-    node = source.locate(dotted).node
-    assert isinstance(node, ast.FunctionDef), dotted
-    node = ast.parse(ast.unparse(node)).body[0]
-    assert isinstance(node, ast.FunctionDef)
-    for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
-        arg.annotation = None
-    node.returns = None
-    namespace = dict(inject)
-    exec(compile(ast.Module(body=[node], type_ignores=[]), dotted, "exec"), namespace)
-    return namespace[node.name]
+    return compile_definition(source.locate(dotted).node, dotted, inject)
 
 
 class Ids(list):
@@ -913,13 +912,7 @@ def test_the_stand_in_fills_what_sglangs_own_stub_fills(sglang_source: SglangSou
     fakes = {"torch": vars(fake_torch),
              "sglang.srt.speculative.eagle_info": {"EagleDraftInput": types.SimpleNamespace},
              "sglang.srt.speculative.eagle_utils": {"get_draft_recurrent_hidden_state_spec": spec_of}}
-    for name, attrs in fakes.items():
-        parts = name.split(".")
-        for i in range(1, len(parts)):
-            monkeypatch.setitem(sys.modules, ".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
-        module = types.ModuleType(name)
-        module.__dict__.update(attrs)
-        monkeypatch.setitem(sys.modules, name, module)
+    stand_in_modules(monkeypatch, fakes)
     ours = draft_prefill.cold_draft_input(types.SimpleNamespace(topk=1, draft_runner=runner), ids)
     assert {f: getattr(ours, f) for f in filled} == {f: getattr(sglangs, f) for f in filled}
     assert ours.topk_p == ("zeros", (3, 1), "f32", "cuda:0")

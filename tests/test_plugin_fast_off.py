@@ -14,8 +14,6 @@ from __future__ import annotations
 import enum
 import functools
 import os
-import sys
-import types
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,6 +25,8 @@ from specctl.runtime.sglang_plugin import compat, draft_prefill, draft_warmth, e
 from specctl.runtime.sglang_plugin import params as params_module
 from specctl.runtime.sglang_plugin.compat import RELEASES
 from specctl.runtime.sglang_plugin.params import SpecctlParams
+
+from support.stand_in_modules import stand_in_modules
 
 RELEASE = RELEASES["0.5.17"]
 SPEC = SimpleNamespace(speculative_use_rejection_sampling=False)  # SGLang's get_spec() bag
@@ -120,13 +120,7 @@ def fake_sglang(monkeypatch) -> None:
         "torch": {"zeros": lambda shape, dtype, device: ("zeros", shape, dtype, device),
                   "float32": "f32", "int64": "i64"},
     }
-    for name, attrs in modules.items():
-        parts = name.split(".")
-        for i in range(1, len(parts)):
-            monkeypatch.setitem(sys.modules, ".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
-        module = types.ModuleType(name)
-        module.__dict__.update(attrs)
-        monkeypatch.setitem(sys.modules, name, module)
+    stand_in_modules(monkeypatch, modules)
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
     monkeypatch.setattr(draft_prefill, "STATS", draft_prefill.DraftPrefillStats())
     monkeypatch.setattr(fast_off, "_RUNNER_CLASS", None)
