@@ -84,6 +84,21 @@ def test_a_server_whose_off_state_is_slow_is_said_once(tmp_path: Path, sims) -> 
         assert h.stop() == 0
 
 
+def test_status_shows_the_thresholds_auto_works_by_and_follows_a_set(tmp_path: Path, sim) -> None:
+    _, url = sim
+    h = Headless(tmp_path, "--attach", url)
+    try:
+        h.ready_sample()
+        before = h.cli("status")
+        assert before.returncode == 0 and "thresholds off_at 32  on_at 24  accept floor 1.3  dwell 8" in before.stdout
+        assert h.cli("set", "off_at=114", "on_at=48", "min_accept=0.5", "accept_slope=0.022").returncode == 0
+        wait_for(lambda: (h.status()["spec"] or {}).get("settings", {}).get("off_at") == 114, "the set read back")
+        after = h.cli("status").stdout
+        assert "thresholds off_at 114  on_at 48  accept floor 0.5 + 0.022 x batch  dwell 8" in after
+    finally:
+        assert h.stop() == 0
+
+
 def test_a_ready_server_is_not_asked_for_health_each_poll(tmp_path: Path, sim) -> None:
     """SGLang's /health generates a token and takes a second; once ready, the poll itself is the check."""
     _, url = sim

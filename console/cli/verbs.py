@@ -178,10 +178,27 @@ def _spec_lines(spec: dict[str, Any] | None) -> list[str]:
     lines = [f"spec       {state}{steps}  mode {_v(spec.get('mode'))}  reason {_v(spec.get('reason'))}  "
              f"switches {_v(spec.get('switches'))}",
              f"last switch  {_last_switch(spec)}"]
+    settings = spec.get("settings")
+    if isinstance(settings, dict):
+        lines.append(_thresholds_line(settings))
     off = spec.get("off_state")
     if isinstance(off, dict) and off.get("fast") is False:
         lines.append(f"off state  SLOW: {_v(off.get('why_not'))}")
     return lines
+
+
+def _thresholds_line(settings: dict[str, Any]) -> str:
+    """The thresholds auto works by, as `specctl set` names them: what an operator checks after a switch.
+
+    Why here: the supervisor may have set them for the server's attention backend
+    (the journal's ``backend_thresholds``), so they are not always the defaults
+    nor what the operator last typed.
+    """
+    floor = f"{_v(settings.get('min_accept'), '{:g}')}"
+    if settings.get("accept_slope"):
+        floor += f" + {settings['accept_slope']:g} x batch"
+    return (f"thresholds off_at {_v(settings.get('off_at'))}  on_at {_v(settings.get('on_at'))}  "
+            f"accept floor {floor}  dwell {_v(settings.get('dwell'))}")
 
 
 def _last_switch(spec: dict[str, Any]) -> str:
