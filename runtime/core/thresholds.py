@@ -55,10 +55,8 @@ from specctl.runtime.core.settings import MAX_BATCH
 # 7 %). on_at 48: after a switch for load speculation comes back at 48 requests (on /
 # off 1.06 there in the model; measured 1.04 at 32, 0.94 at 64), not at 24, where it
 # wins 1.2x; the floor takes over from there.
-# These rows are keyed by backend only: on the report's Blackwell system (the
-# rtx-8gpu-report presets, also FlashInfer), where drafting loses even at one request,
-# this floor lets it run (bench/policy_envelope.py: 0.84-0.94 of the better state at 2-16
-# requests for the chain, against 0.97-1.0 with the defaults).
+# The rows are keyed by backend, and apply only on the GPU they were measured on
+# (MEASURED_ON, below).
 NEVER = MAX_BATCH  # the largest off_at the policy takes
 BY_BACKEND: dict[str, dict[str, float]] = {
     "triton": {"off_at": 56, "on_at": 24, "min_accept": 0.3, "accept_slope": 0.05},
@@ -128,12 +126,14 @@ def for_server(backend: str | None, gpu_names: Sequence[str | None]) -> tuple[di
         return None, None
     known = [name for name in gpu_names if name]
     if not known or len(known) != len(gpu_names):
-        return None, (f"the {backend} thresholds were measured on an {MEASURED_ON} and this server's GPUs could not "
-                      "be read: the policy's defaults stay (set off_at, on_at, min_accept and accept_slope "
-                      "with specctl set; docs/policy.md)")
+        return None, (f"the {backend} thresholds were measured on an {MEASURED_ON} and this server's GPUs "
+                      f"could not be read: {_DEFAULTS_STAY}")
     others = sorted({name for name in known if MEASURED_ON not in name.upper()})
     if others:
         return None, (f"the {backend} thresholds were measured on an {MEASURED_ON}, this server runs on "
-                      f"{', '.join(others)}: the policy's defaults stay (set off_at, on_at, min_accept and "
-                      "accept_slope with specctl set; docs/policy.md)")
+                      f"{', '.join(others)}: {_DEFAULTS_STAY}")
     return row, None
+
+
+_DEFAULTS_STAY = ("the policy's defaults stay (set off_at, on_at, min_accept and accept_slope with specctl set; "
+                  "docs/policy.md)")
