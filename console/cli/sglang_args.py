@@ -21,7 +21,7 @@ from pathlib import Path
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings, SettingsError
-from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, for_backend, for_server, unset_groups
+from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, for_server
 from specctl.runtime.supervisor import config, paths
 from specctl.runtime.supervisor.launcher import build_command, launch_env
 
@@ -89,11 +89,11 @@ def _settings(args: argparse.Namespace) -> PolicySettings:
     A row that does not apply is said on stderr, once: the printout stays what a shell evaluates.
     """
     chosen = config.parse_pairs(args.settings)
-    measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [])
+    measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [], chosen)
     if why_not is not None and args.gpu is None:
         why_not = (f"the {args.backend} thresholds were measured on an {MEASURED_ON}: add --gpu "
                    f"'NVIDIA {MEASURED_ON}' if the server runs on one; the policy's defaults are printed")
-    if why_not is not None and unset_groups(for_backend(args.backend) or {}, chosen):
+    if why_not is not None:
         print(f"specctl sglang-args: {why_not}", file=sys.stderr)
     base = PolicySettings().with_changes({**(measured or {}), "steps": args.steps})
     return base.with_changes(chosen)

@@ -115,24 +115,35 @@ def for_backend(backend: str | None) -> dict[str, float] | None:
 MEASURED_ON = "H200"
 
 
-def for_server(backend: str | None, gpu_names: Sequence[str | None]) -> tuple[dict[str, float] | None, str | None]:
+def for_server(backend: str | None, gpu_names: Sequence[str | None],
+               chosen: dict[str, Any] | None = None) -> tuple[dict[str, float] | None, str | None]:
     """The row for a server on these GPUs, and why not where a row exists but does not apply.
 
     ``gpu_names`` as NVML reports them (``NVIDIA H200``); an empty list or a None
     name means they could not be read, and then no row is applied either.
+    ``chosen``: the operator's own settings. Where they cover every group of the
+    row, a row that stays out changes nothing, and there is no why to say.
     """
     row = for_backend(backend)
     if row is None:
         return None, None
+    why_not = _why_not(backend, gpu_names)
+    if why_not is None:
+        return row, None
+    return None, why_not if unset_groups(row, chosen or {}) else None
+
+
+def _why_not(backend: str | None, gpu_names: Sequence[str | None]) -> str | None:
+    """Why a measured row does not apply on these GPUs; None where it does."""
     known = [name for name in gpu_names if name]
     if not known or len(known) != len(gpu_names):
-        return None, (f"the {backend} thresholds were measured on an {MEASURED_ON} and this server's GPUs "
-                      f"could not be read: {_DEFAULTS_STAY}")
+        return (f"the {backend} thresholds were measured on an {MEASURED_ON} and this server's GPUs "
+                f"could not be read: {_DEFAULTS_STAY}")
     others = sorted({name for name in known if MEASURED_ON not in name.upper()})
     if others:
-        return None, (f"the {backend} thresholds were measured on an {MEASURED_ON}, this server runs on "
-                      f"{', '.join(others)}: {_DEFAULTS_STAY}")
-    return row, None
+        return (f"the {backend} thresholds were measured on an {MEASURED_ON}, this server runs on "
+                f"{', '.join(others)}: {_DEFAULTS_STAY}")
+    return None
 
 
 _DEFAULTS_STAY = ("the policy's defaults stay (set off_at, on_at, min_accept and accept_slope with specctl set; "

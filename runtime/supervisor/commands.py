@@ -17,7 +17,7 @@ from specctl.runtime.core import records
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
 from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError
-from specctl.runtime.core.thresholds import attention_backend, for_backend, for_server, set_together, unset_groups
+from specctl.runtime.core.thresholds import attention_backend, for_server, set_together, unset_groups
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 
 COMMANDS = ("ping", "status", "mode", "set", "server")
@@ -176,8 +176,8 @@ class CommandHandler:
         A row measured on another GPU is not applied, and the journal says so once.
         """
         backend = attention_backend(info)
-        row, why_not = for_server(backend, gpu_names)
-        if why_not is not None and unset_groups(for_backend(backend) or {}, self.desired):
+        row, why_not = for_server(backend, gpu_names, self.desired)
+        if why_not is not None:
             self.sup.emit(records.event(records.BACKEND_THRESHOLDS_SKIPPED, backend=backend,
                                         gpus=sorted({n for n in gpu_names if n}), why=why_not))
         pair = unset_groups(row or {}, self.desired)
