@@ -33,3 +33,10 @@ def test_a_row_stays_out_where_the_gpus_cannot_be_read(names: list[str | None]) 
 @pytest.mark.parametrize("backend", [None, "trtllm_mha", "aiter"])
 def test_an_unmeasured_backend_has_nothing_to_say(backend: str | None) -> None:
     assert for_server(backend, [RTX]) == (None, None)
+
+
+def test_a_row_that_stays_out_is_said_only_where_the_operator_left_part_of_it_to_it() -> None:
+    assert for_server("flashinfer", [RTX], {"off_at": 64, "min_accept": 1.0}) == (None, None), "all set by hand"
+    row, why = for_server("flashinfer", [RTX], {"off_at": 64})
+    assert row is None and why is not None, "the floor is still the defaults', not the row's: say why"
+    assert for_server("flashinfer", [H200], {"off_at": 64, "min_accept": 1.0}) == (BY_BACKEND["flashinfer"], None)
