@@ -530,7 +530,7 @@ phase_resume() {
   corr "lp-off-$ATTN" --mode off --logprobs
   corr "lp-on-$ATTN" --mode on --logprobs
   corr "toggle2-$ATTN" --toggle 0.03
-  corr "autoflip2-$ATTN" --set min_accept=0.5 accept_slope=0 accept_window=2 probe_after=4 dwell=1 --mode auto
+  corr "autoflip2-$ATTN" --set min_accept=0.5 accept_slope=0 accept_window=2 probe_after=4 dwell=1 --mode auto --logprobs
   python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_window=64 probe_after=256 dwell=8 >/dev/null
   python3 "$HERE/ctl.py" "$URL" set warm_below=0 | cut -c1-200
   corr "alwayson-$ATTN" --mode on
@@ -740,7 +740,7 @@ pair_check() {  # fixcheck's greedy runs on the pair's specctl server, the pair'
     esac
   done
   [ -n "$ref" ] && [ -n "$spec" ] || { log "pair check: needs a no-spec and a specctl server, PAIR is '$PAIR'"; return 0; }
-  python3 "$HERE/correctness.py" run "$ref" "nospec-$ATTN" "$WORK/corr-nospec.json"
+  python3 "$HERE/correctness.py" run "$ref" "nospec-$ATTN" "$WORK/corr-nospec.json" --logprobs
   URL=$spec fixcheck_runs
   if [ "$role" = off ]; then python3 "$HERE/ctl.py" "$spec" mode off | cut -c1-120
   else python3 "$HERE/ctl.py" "$spec" set $(backend_settings) mode=0 | cut -c1-200; fi
@@ -807,11 +807,11 @@ phase_earlypub() {  # offpair's "nospec off" with the early publish on the specc
 fixcheck_runs() {  # greedy runs through the off state's paths (cold prefill, resume), KV before/after
   local P=$WORK/fixcheck-$TAG.txt
   { echo "== KV used before"; python3 "$HERE/ctl.py" "$URL" used; } > "$P" 2>&1
-  corr "fx-on-$ATTN" --mode on
-  corr "fx-off-$ATTN" --mode off
-  corr "fx-toggle-$ATTN" --toggle 0.03
-  corr "fx-cold-$ATTN" --mode off --then on --after 0.4
-  corr "fx-auto-$ATTN" --set min_accept=0.5 accept_slope=0 accept_window=2 probe_after=4 dwell=1 --mode auto
+  corr "fx-on-$ATTN" --mode on --logprobs
+  corr "fx-off-$ATTN" --mode off --logprobs
+  corr "fx-toggle-$ATTN" --toggle 0.03 --logprobs
+  corr "fx-cold-$ATTN" --mode off --then on --after 0.4 --logprobs
+  corr "fx-auto-$ATTN" --set min_accept=0.5 accept_slope=0 accept_window=2 probe_after=4 dwell=1 --mode auto --logprobs
   python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_window=64 probe_after=256 dwell=8 >/dev/null
   python3 "$HERE/correctness.py" compare "$WORK/corr-fx-on-$ATTN.json" "$WORK/corr-fx-off-$ATTN.json" \
     "$WORK/corr-fx-toggle-$ATTN.json" "$WORK/corr-fx-cold-$ATTN.json" "$WORK/corr-fx-auto-$ATTN.json" | tee -a "$P"
