@@ -208,3 +208,28 @@ def test_depthsweep_then_depthauto_measure_and_use_the_cost_table(sock_dir: Path
     assert re.search(r"^c=4: d0 [\d.]+ ms  d1 ", run.log, re.M)
     assert {r["mode"] for r in rows if r["label"] == "depthauto-triton"} == {"auto", "d3", "off"}
     assert '"candidates": [0, 1, 2, 3], "depth_model": true' in run.log  # depthauto's server chooses among them
+
+
+def test_an_installs_pth_files_and_bench_env_reach_every_process_it_starts(sock_dir: Path) -> None:
+    # SGLang 0.5.23 found cutlass only through a .pth file (PYTHONPATH skips those) and started only with
+    # the settings install_0523.sh writes to SITE/bench.env: both must reach the servers the script starts.
+    site, extra, seen = sock_dir / "site", sock_dir / "behind-pth", sock_dir / "seen.txt"
+    extra.mkdir()
+    site.mkdir()
+    (site / "probe.pth").write_text(f"import sys; sys.path.append({str(extra)!r})\n")
+    (extra / "sitecustomize.py").write_text(
+        "import os\n"
+        f"with open({str(seen)!r}, 'a') as fh:\n"
+        "    fh.write(os.environ.get('SPECCTL_PROBE_SETTING', 'unset') + '\\n')\n")
+    (site / "bench.env").write_text("# written by an install\nSPECCTL_PROBE_SETTING=from-bench-env\n")
+    run = dry_run(sock_dir, "offcheck", SITE=str(site), CONCS="4")
+    assert_clean(run, "offcheck")
+    assert f"settings from {site}/bench.env: SPECCTL_PROBE_SETTING=from-bench-env" in run.log
+    lines = seen.read_text().split()
+    assert lines and set(lines) == {"from-bench-env"}, lines  # every python3 it started saw both
+
+
+def test_a_site_without_bench_env_says_nothing_of_settings(sock_dir: Path) -> None:
+    run = dry_run(sock_dir, "pack", SITE=str(sock_dir / "absent"))
+    assert_clean(run, "pack")
+    assert "settings from" not in run.log

@@ -252,3 +252,33 @@ def test_kernel_ops_uses_finds_unguarded_imports_of_what_the_old_kernel_lacks(tm
             "[unguarded, module level]") in res.stdout
     guarded = "off sglang/srt/entrypoints/guarded.py:2 from sgl_kernel import new_op [try/except ImportError]"
     assert guarded in res.stdout
+
+
+@pytest.mark.parametrize("kind", ["D", "C"])
+def test_the_install_fits_the_site_for_a_server_start(tmp_path: Path, kind: str) -> None:
+    # Found on the H200: under torch 2.11 (path D) deep_gemm's library raised OSError on import, which
+    # SGLang's guards let through, and the Rust TreeCore misread int64 tensors; neither pack carries
+    # sgl-flash-mla, which the EAGLE v2 worker imports at graph capture.
+    src = tmp_path / "src"
+    src.mkdir()
+    make_wheel(src, "deep_gemm", "2.3", random.Random(2).randbytes(700_000))  # travels in three parts
+    make_wheel(src, "tinypkg", "3.0", b"x" * 100)
+    make_wheel(src, "smallpkg", "2.0", random.Random(1).randbytes(90_000))
+    for d in chunks_of(pack(src, tmp_path, kind)):
+        res = install(tmp_path, d)
+        assert res.returncode == 0, res.stdout + res.stderr
+    site = tmp_path / "site"
+    settings = (site / "bench.env").read_text()
+    stub = subprocess.run([sys.executable, "-c", "import flash_mla; flash_mla.flash_mla_with_kvcache()"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(site)})
+    assert "NotImplementedError: flash_mla is a stand-in" in stub.stderr, stub.stderr
+    if kind == "D":
+        assert not (site / "deep_gemm").exists() and (site / ".set-aside" / "deep_gemm" / "__init__.py").exists()
+        assert "deep_gemm set aside" in res.stdout
+        for line in ("SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1", "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python"):
+            assert line in settings.splitlines() and line in res.stdout
+    else:  # torch 2.14 travels: every library loads, and no setting is needed
+        assert (site / "deep_gemm" / "__init__.py").exists() and "set aside" not in res.stdout
+        assert settings == ""
+    again = install(tmp_path, d)  # a later call on the same machine: the same site, unharmed
+    assert again.returncode == 0 and (site / "bench.env").read_text() == settings

@@ -45,19 +45,45 @@ if [ ! -f "$SITE/.installed" ]; then
   echo "$PACK" > "$SITE/.installed"
   echo "[install] installed in $(( $(date +%s) - t0 )) s: $(du -sh "$SITE" | cut -f1)"
 fi
+fit_site() {  # what the install needs before SGLang 0.5.23 starts (docs/sglang-0.5.23.md, "First sitting")
+  # Neither pack carries sgl-flash-mla (MLA models only), yet 0.5.23's EAGLE v2 worker imports its FlashMLA
+  # backend while capturing graphs, whatever the model: a stand-in that raises if ever called.
+  if [ ! -e "$SITE/flash_mla" ]; then
+    cp -r "$HERE/stubs/flash_mla" "$SITE/" && echo "[install] flash_mla: a stand-in (bench/gpu/stubs), raises if called"
+  fi
+  : > "$SITE/bench.env"
+  [ "$LABEL" = D ] || return 0
+  # Path D keeps torch 2.11 under wheels built for 2.14. deep_gemm's _C.so then fails with OSError, which the
+  # import guards (ImportError) let through: set aside, it is absent, and SGLang runs without it (fp8 only).
+  if [ -d "$SITE/deep_gemm" ]; then
+    mkdir -p "$SITE/.set-aside" && rm -rf "$SITE/.set-aside/deep_gemm" && mv "$SITE/deep_gemm" "$SITE/.set-aside/"
+    echo "[install] deep_gemm set aside ($SITE/.set-aside): its library needs torch 2.14"
+  fi
+  # The Rust radix TreeCore links torch 2.14's C++ API too: under 2.11 it read an int64 tensor as Int16 on the
+  # first prefill. SGLang's Python TreeCore stands in (slower on the scheduler's CPU: see the doc).
+  printf '%s\n' '# path D (torch 2.11 under 0.5.23): written by install_0523.sh, read by run_fast_off.sh' \
+    SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python \
+    SGLANG_ENABLE_JIT_DEEPGEMM=0 > "$SITE/bench.env"
+  echo "[install] settings for path D in $SITE/bench.env: $(grep -v '^#' "$SITE/bench.env" | tr '\n' ' ')"
+}
+fit_site
+
 if [ "$CHECK" = 0 ]; then
   echo "[install] CHECK=0: the GPU check is skipped"
   exit 0
 fi
 
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-[ "$LABEL" = D ] && export SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1
+set -a; . "$SITE/bench.env"; set +a
 WANT_TORCH=$(sed -n 's/^wheel [0-9a-f]* [0-9]* [0-9-]* torch-\([^-]*\)-.*/\1/p' "$W/MANIFEST")
-WANT_TORCH=${WANT_TORCH:-2.11.0} "$PY" - <<'EOF'
+SITE_DIR=$SITE WANT_TORCH=${WANT_TORCH:-2.11.0} "$PY" - <<'EOF'
 import importlib.metadata as md
 import os
+import site
 import sys
 import traceback
+
+site.addsitedir(os.environ["SITE_DIR"])  # the .pth files, as the server's run_fast_off.sh runs them
 
 failed = []
 
@@ -112,6 +138,12 @@ def server_import():
     return "OK"
 
 
+def later_imports():
+    import cutlass  # noqa: F401  (0.5.23's dual GEMM on a Llama MLP; behind a .pth)
+    import sglang.srt.layers.attention.flashmla_backend  # noqa: F401  (the EAGLE v2 worker's graph capture)
+    return "cutlass, flashmla_backend OK"
+
+
 print("[check] python", sys.version.split()[0], "| SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK =",
       os.environ.get("SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK", "(unset)"), flush=True)
 check("torch", torch_version)
@@ -119,6 +151,7 @@ check("sgl_kernel", kernel_loads)
 check("sgl_kernel.rmsnorm", rmsnorm)
 check("sglang", sglang_version)
 check("import sglang.srt.entrypoints.http_server", server_import)
+check("imports a server start makes later", later_imports)
 for d in ["transformers", "flashinfer-python", "xgrammar", "triton", "apache-tvm-ffi"]:
     check(d, lambda d=d: md.version(d))
 print(f"[check] {'FAILED: ' + ', '.join(failed) if failed else 'all OK'}", flush=True)

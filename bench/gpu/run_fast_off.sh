@@ -128,6 +128,14 @@ WORK=$ROOT/keep/$TAG            # survives between calls while the machine stays
 mkdir -p "$WORK"
 SITE=${SITE:-$ROOT/site}          # the install (PYTHONPATH); SGLang 0.5.23's: SITE=/root/site523 (install_0523.sh)
 export PYTHONPATH=$SITE
+# PYTHONPATH skips .pth files; site.addsitedir runs them (0.5.23's dual GEMM needs cutlass, behind one)
+[ -d "$SITE" ] && PYTHONPATH=$(python3 -c 'import site, sys; s = sys.argv[1]; before = set(sys.path)
+site.addsitedir(s); print(":".join([s] + [p for p in sys.path if p not in before and p != s]))' "$SITE" 2>/dev/null ||
+  echo "$SITE")
+# an install that needs settings to start says so in SITE/bench.env (install_0523.sh's path D: torch 2.11 under
+# wheels built for 2.14); every server and the supervisor then start with them
+BENCH_ENV=""
+if [ -f "$SITE/bench.env" ]; then set -a; . "$SITE/bench.env"; set +a; BENCH_ENV=$(grep -v '^#' "$SITE/bench.env" | tr '\n' ' '); fi
 MODELS=$ROOT/models
 TARGET=$MODELS/$TARGET_NAME DRAFT=$MODELS/eagle3-$TARGET_NAME   # MODEL's configs (write_models)
 PORT=${BENCH_PORT:-30000}       # the server's port (offpair's second server: PORT+1)
@@ -1038,6 +1046,7 @@ run_phase() {  # run_phase PHASE: one phase; its status says whether it did its 
 }
 
 FAILED=()  # phases that did not do their work: the later ones still run (pack keeps what there is)
+[ -n "$BENCH_ENV" ] && log "settings from $SITE/bench.env: $BENCH_ENV"
 for ph in "$@"; do
   log "== phase $ph ($(left)s left)"
   if [ -n "$DRY_RUN" ]; then
