@@ -114,7 +114,7 @@ H200_LLAMA8B = Preset(
         draft_overhead_s=0.28e-3,
         prefill_overhead_s=3.6e-3,
         prefill_compute=600e12,
-        prefill_attn_s=8.7e-13,  # 4 * layers * hidden / 2 FLOPs per token pair at ~300 TFLOP/s
+        prefill_attn_s=8.7e-10,  # 4 * layers * hidden / 2 FLOPs per token pair at ~300 TFLOP/s
     ),
     workload=Workload(256, 768, 128, 384),
     accept_len=2.8,
