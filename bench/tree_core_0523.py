@@ -28,6 +28,11 @@ through the functions the scheduler calls:
 - release: ``release_kv_cache(checkpoint=True)`` on finish (insert of prompt
   + output, the prompt-boundary split insert, unlock, frees).
 
+checkpoint and release run inside the allocator's free group
+(``free_group_begin``/``free_group_end``), as the scheduler's result passes
+do (``batch_result_processor.py:264/501`` and ``:998/1100``); the group's
+closing free is counted in the operation.
+
 Each is timed with the thread's CPU clock and reported per finished request
 (decode_alloc: its per-step total over the run, divided by the finishes).
 A second pass counts the Python calls (function and C calls) per finished
@@ -88,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="steps per chunk for the spread of the bigram/plain ratio")
     p.add_argument("--count-requests", type=int, default=100,
                    help="finished requests whose Python calls are counted")
+    p.add_argument("--step-extras", action="store_true",
+                   help="also time the spec-only host loops of a decode step (step_extras)")
     p.add_argument("--prompt-min", type=int, default=256)
     p.add_argument("--prompt-max", type=int, default=768)
     p.add_argument("--vocab", type=int, default=128_000)
@@ -200,7 +207,10 @@ class Harness:
         self._timed("match", self._match, req)
         self._timed("alloc", self._alloc_prompt, req)
         req.output_ids.append(self.rng.randrange(self.args.vocab))  # the prefill's token
+        # The prefill's result pass frees in one group, as the scheduler's does.
+        self.allocator.free_group_begin()
         self._timed("checkpoint", self.sg["checkpoint_kv_cache"], req, self.cache)
+        self._timed("checkpoint", self.allocator.free_group_end)
         self.running.append(req)
 
     def _match(self, req: Any) -> None:
@@ -241,6 +251,8 @@ class Harness:
                 r.output_ids.append(rng.randrange(vocab))  # the forward pass, faked
                 if len(r.output_ids) >= OUTPUT_LEN:
                     done.append(r)
+            # The decode result pass frees in one group, as the scheduler's does.
+            self.allocator.free_group_begin()
             for r in done:
                 self.running.remove(r)
                 r.finished_reason = self.sg["FINISH_LENGTH"](length=OUTPUT_LEN)
@@ -248,6 +260,10 @@ class Harness:
                 self._timed("release", self.sg["release_kv_cache"], r, self.cache,
                             checkpoint=True)
                 self.finished += 1
+            if done:
+                self._timed("release", self.allocator.free_group_end)
+            else:
+                self.allocator.free_group_end()
         if len(self.running) < self.target:
             self.admit()  # one a step: the ramp staggers the finishes
 
@@ -343,6 +359,107 @@ def print_table(resident: int, core: str, hs: dict[bool, Harness], res: dict,
         print(f"  {'bigram' if m else 'plain':<6} after {h.n} requests: {h.state()}")
 
 
+def _extras_fns(sg: dict[str, Any], bs: int, proc: Any, resolve: Any, sb: Any) -> tuple:
+    """step_extras' five measured bodies for a batch of ``bs`` requests:
+    spec prepare, no-spec prepare, spec resolve, no-spec resolve, isolation."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from sglang.srt.mem_cache.allocation_sizing import page_aligned_decode_alloc_lens
+
+    torch = sg["torch"]
+    reqs = []
+    for i in range(bs):
+        r = sg["Req"](rid=f"s{i}", origin_input_text="",
+                      origin_input_ids=array("q", range(512)),
+                      sampling_params=sg["SamplingParams"](temperature=0, max_new_tokens=256))
+        r.kv.kv_committed_len, r.kv.kv_allocated_len = 600, 608
+        reqs.append(r)
+    seq = torch.full((bs,), 600, dtype=torch.int64)
+    ids = torch.zeros(bs, dtype=torch.int64)
+    acc = torch.ones(bs, dtype=torch.int32)
+    batch = SimpleNamespace(reqs=reqs)
+
+    def spec_prep():
+        cur, nxt, _ = page_aligned_decode_alloc_lens(reqs, reserve=8, page_size=1)
+        for r in reqs:
+            r.decode_batch_idx += 1
+        torch.tensor(cur, dtype=torch.int32)
+        nxt_cpu = torch.tensor(nxt, dtype=torch.int32)
+        for r, n in zip(reqs, nxt_cpu.tolist(), strict=True):
+            r.kv.kv_allocated_len = max(r.kv.kv_allocated_len, n)
+
+    def plain_prep():
+        for r in reqs:
+            r.kv.kv_allocated_len += 0
+            r.kv.kv_committed_len += 0
+        for r in reqs:
+            r.decode_batch_idx += 1
+        for _ in range(3):
+            seq + 1
+
+    def spec_resolve():
+        result = SimpleNamespace(
+            next_token_ids=ids, accept_lens=acc, speculative_output_stride=1,
+            speculative_num_draft_tokens=1, num_non_draft_tokens_per_req=1,
+            block_accept_lens=None, cap_lens=None, grammar_retained_tokens=None)
+        resolve(proc, result, batch)
+
+    def plain_resolve():
+        return [[t] for t in ids.tolist()]
+
+    def isolation():
+        snap = {f.name: getattr(sb, f.name) for f in dataclasses.fields(sb)}
+        for name, value in snap.items():
+            setattr(sb, name, value)
+
+    return spec_prep, plain_prep, spec_resolve, plain_resolve, isolation
+
+
+def step_extras(sg: dict[str, Any], sizes: list[int]) -> None:
+    """Host-side Python work an EAGLE v2 decode step does around the forward
+    that a step without speculation does not, for the parts that run on CPU
+    alone (no GPU ops): SGLang's own ``page_aligned_decode_alloc_lens`` and
+    ``_resolve_spec_v2_tokens`` (called with a stand-in ``self`` whose metrics,
+    adaptive-controller and grammar calls do nothing), the loops of
+    ``eagle_prepare_for_decode`` / ``alloc_for_spec_decode`` around them, and
+    ``_forward_isolation``'s snapshot of every ``ScheduleBatch`` field. The
+    no-spec side is what its step does at the same places. Allocation and
+    GPU ops are left out on both sides."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.managers.scheduler_components.batch_result_processor import (
+        SchedulerBatchResultProcessor,
+    )
+
+    resolve = SchedulerBatchResultProcessor._resolve_spec_v2_tokens
+    proc = SimpleNamespace(
+        metrics_reporter=SimpleNamespace(snapshot_spec_decode_metrics=lambda b, r: None),
+        model_worker=SimpleNamespace(on_verify_complete_cpu=lambda *a, **k: None),
+        advance_grammar_fsm=lambda r, b: None)
+    sb = object.__new__(ScheduleBatch)
+    for f in dataclasses.fields(ScheduleBatch):
+        object.__setattr__(sb, f.name, None)
+
+    def timed(fn, n: int = 2000) -> float:
+        fn()
+        t0 = time.thread_time_ns()
+        for _ in range(n):
+            fn()
+        return (time.thread_time_ns() - t0) / n / 1e3
+
+    print(f"\nspec-only host work a decode step (topk 1, steps 0, reserve 8), µs; "
+          f"ScheduleBatch has {len(dataclasses.fields(ScheduleBatch))} fields")
+    print(f"{'bs':>5}{'prepare spec':>14}{'no-spec':>9}{'resolve spec':>14}{'no-spec':>9}"
+          f"{'isolation':>11}{'extra':>8}")
+    for bs in sizes:
+        t = [timed(f) for f in _extras_fns(sg, bs, proc, resolve, sb)]
+        extra = t[0] - t[1] + t[2] - t[3] + t[4]
+        print(f"{bs:>5}{t[0]:>14.1f}{t[1]:>9.1f}{t[2]:>14.1f}{t[3]:>9.1f}{t[4]:>11.1f}{extra:>8.1f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sg = import_sglang(args.sglang_path)
@@ -358,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
         res = measure(hs, args)
         calls = count_calls(hs, args.count_requests)
         print_table(resident, core, hs, res, calls)
+    if args.step_extras:
+        step_extras(sg, args.resident)
     return 0
 
 
