@@ -59,9 +59,14 @@ Prompts are 256-768 random ids, 256 output tokens.
 Run (needs torch and SGLang 0.5.23's dependencies importable; not part of the
 test suite):
 
-    python bench/tree_core_0523.py --sglang-path /tmp/sg523
+    python bench/tree_core_0523.py --sglang-path /tmp/sg523 [--step-extras]
 
 ``--sglang-path`` is the directory that contains the ``sglang`` package.
+``--step-extras`` adds a second table: the speculation-only host loops of a
+decode step (``step_extras``). Instrumentation: each cache's
+``evict_for_alloc`` is wrapped to count evictions (the state line).
+Findings: docs/sglang-0.5.23.md, "The off state on 0.5.23 under the Python
+TreeCore (CPU analysis)".
 """
 
 from __future__ import annotations
