@@ -295,6 +295,9 @@ COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-len
 # the one-server sweeps' no-spec server read 13-20 % under the pairs' at 64-128 on Triton, whose pools are
 # capped; one capped sweep did not settle whether the pool is why (bench/gpu/results/triton/sweep-capped-kv.csv)
 [ -n "${MAX_TOKENS:-}" ] && COMMON+=(--max-total-tokens "$MAX_TOKENS")
+# SERVER_FLAGS: more SGLang flags for every server (both of a pair), e.g. "--disable-radix-cache" to take the
+# radix tree out of a comparison (docs/sglang-0.5.23.md, "What a GPU session should run to confirm")
+[ -n "${SERVER_FLAGS:-}" ] && COMMON+=($SERVER_FLAGS)
 
 # The specctl server's command and environment, from the project's own launcher.
 specctl_cmd() {  # prints one argument per line
@@ -387,6 +390,7 @@ start_sim() {  # start_server's DRY_RUN=sim half: specctl's simulator in the ser
   esac
   [ "${PREFILL_GRAPHS:-0}" = 1 ] || args+=(--eager-prefill)   # as --disable-prefill-cuda-graph reports it
   [ "${#XARGS[@]}" = 0 ] || log "dry run: not simulated: ${XARGS[*]}"
+  [ -z "${SERVER_FLAGS:-}" ] || log "dry run: not simulated: $SERVER_FLAGS"
   log "starting $name: ${SERVER_PIN[*]} ${args[*]}"
   env -u SPECCTL_SIM_ADMIN_KEY setsid "${SERVER_PIN[@]}" "${args[@]}" > "$slog" 2>&1 &
   SPID=$!
