@@ -9,6 +9,7 @@ sampling, and every steering verb is refused with the fix, exit code 1.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,15 +19,19 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specctl.runtime.core.view_only import HEADLINES, NO_SPECULATION
+from specctl.runtime.sim import nospec
 from specctl.runtime.sim.__main__ import config_from_args
 from specctl.runtime.sim.model import decode_s
 from specctl.runtime.sim.server import SimServer
 
 from support.headless import Headless, wait_for
+from support.sglang_source import SglangSource
 from support.sim_process import sim_process
 
-SPEC_ARGS = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
-             "speculative_eagle_topk", "speculative_num_draft_tokens")
+SPEC_SERVER_ARGS = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+                    "speculative_eagle_topk", "speculative_num_draft_tokens")
+# where each release's scheduler adds avg_spec_accept_length to /get_internal_state
+INTERNAL_STATE = {"0.5.17": "managers/scheduler.py", "0.5.23": "managers/scheduler_components/internal_state.py"}
 NO_SPEC = HEADLINES[NO_SPECULATION]
 
 
@@ -38,7 +43,7 @@ def _metrics(url: str) -> dict[str, float]:
 def test_the_simulator_without_speculation_answers_as_sglang_launched_without_it(tmp_path: Path) -> None:
     with sim_process(tmp_path, "--no-speculation", "--load", "steady:c=8") as url:
         info = httpx.get(f"{url}/server_info", timeout=10).json()
-        assert {k: info[k] for k in SPEC_ARGS} == dict.fromkeys(SPEC_ARGS), "null, as SGLang's defaults"
+        assert {k: info[k] for k in SPEC_SERVER_ARGS} == dict.fromkeys(SPEC_SERVER_ARGS), "null, as SGLang's defaults"
         state = httpx.get(f"{url}/get_internal_state", timeout=10).json()[0]
         assert "specctl" not in state and not any("spec" in k for k in state), state
         assert "specctl" not in info["internal_states"][0] and "specctl_sim" in info, "the simulator says it is one"
@@ -115,4 +120,22 @@ def test_specctl_attached_to_a_server_without_speculation_watches_it_and_refuses
             assert "specctl" not in httpx.get(f"{url}/get_internal_state", timeout=10).json()[0]
         finally:
             assert h.stop() == 0
-        assert "Traceback" not in h.told()
+        told = h.told()
+        assert told.count('view_only reason="no_speculation"') == 1, "headless says it once on stderr"
+        assert "Traceback" not in told
+
+
+def test_what_the_simulator_reports_without_speculation_is_what_sglang_reports(sglang_source: SglangSource) -> None:
+    """Read from each supported release's wheel: the speculative arguments default to None (so /server_info
+    says null), the accept-length gauge is set to 0 without speculation, and avg_spec_accept_length is added
+    only for a speculative server. sim/nospec.py answers the same."""
+    text = "".join(sglang_source.srt(rel) for rel in sglang_source.release.args_field_files)
+    for name in SPEC_SERVER_ARGS:
+        field = re.search(rf"\n    {name}: A\[(.*?)\n    \] = (\w+)\n", text, re.S)
+        assert field is not None and field.group(2) == "None", name
+    reporter = sglang_source.srt("managers/scheduler_components/metrics_reporter.py")
+    assert re.search(r"if self\.scheduler\.spec_algorithm\.is_none\(\):\n\s+spec_accept_length = 0\n", reporter)
+    assert nospec.ACCEPT_GAUGE == 0.0 and set(nospec.SPEC_SERVER_ARGS) == set(SPEC_SERVER_ARGS)
+    state = sglang_source.srt(INTERNAL_STATE[sglang_source.release.version])
+    guard = state.rfind("spec_algorithm.is_none()", 0, state.index('["avg_spec_accept_length"]'))
+    assert guard > 0 and state.index('["avg_spec_accept_length"]') - guard < 300, "added only with speculation"
