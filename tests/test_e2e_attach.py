@@ -199,5 +199,8 @@ def test_status_of_a_server_without_the_plugin_says_view_only_and_how_to_fix_it(
         assert "server     ready" in out.stdout and "gpu 0" in out.stdout, "what it can read, it still shows"
         refused = h.cli("force-off")
         assert refused.returncode == 1 and "view only" in refused.stderr
+        said = h.records("event", "view_only")
+        assert len(said) == 1 and said[0]["reason"] == "no_plugin", "journaled once, and why"
+        assert "without speculation" not in out.stdout, "it speculates: the plugin is what is missing"
     finally:
         assert h.stop() == 0

@@ -379,9 +379,8 @@ start_sim() {  # start_server's DRY_RUN=sim half: specctl's simulator in the ser
   local args=(python3 -m specctl.runtime.sim --host 127.0.0.1 --port "$PORT" --preset "$SIM_PRESET" --gpus "$TP"
               --load idle)
   case $kind in
-    # the simulator has no server without speculation: the plugin forced off is the closest, its model's
-    # off step costing what no speculation costs (docs/simulator.md); /server_info still says EAGLE3
-    nospec) args+=(--set mode=off) ;;
+    # as SGLang launched without speculation: speculative_* null, no specctl keys, plain decode steps
+    nospec) args+=(--no-speculation) ;;
     # SGLang's --speculative-adaptive has no model here: static EAGLE-3 without the plugin stands in
     adaptive) args+=(--no-plugin) ;;
     *) args+=(--steps "$STEPS")

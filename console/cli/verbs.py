@@ -16,7 +16,7 @@ from typing import Any
 
 from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from specctl.runtime.control.client import ControlError, NoSupervisor, ProtocolError, call
-from specctl.runtime.core import records
+from specctl.runtime.core import records, view_only
 from specctl.runtime.core.settings import SettingsError, check_fields
 from specctl.runtime.supervisor import config, config_file, paths
 
@@ -131,7 +131,8 @@ def summary(sample: dict[str, Any]) -> list[str]:
     """The human-readable ``specctl status``: one line per topic, one per GPU."""
     server = sample.get("server") or {}
     lines = [_server_line(server, bool(sample.get("sim")))]
-    lines += _view_only_lines() if view_only(sample) else _spec_lines(sample.get("spec"))
+    why = view_only.reason(sample)
+    lines += _view_only_lines(why, server.get("tp")) if why else _spec_lines(sample.get("spec"))
     if server.get("prefill_graphs") is False:
         lines.append("prefill    EAGER: prefill CUDA graphs are off; with prompts arriving the off state "
                      "costs about 5 % more (docs/fast-off.md)")
@@ -143,16 +144,13 @@ def summary(sample: dict[str, Any]) -> list[str]:
     return lines
 
 
-def view_only(sample: dict[str, Any]) -> bool:
-    """A ready server that reports no specctl state runs without the plugin (as commands.VIEW_ONLY decides)."""
-    return (sample.get("server") or {}).get("state") == "ready" and not sample.get("spec")
+def _view_only_lines(why: str, tp: Any) -> list[str]:
+    """What the server cannot tell, said as such, with the fix: not a row of '-' that reads like a fault.
 
-
-def _view_only_lines() -> list[str]:
-    """What the server cannot tell, said as such, with the fix: not a row of '-' that reads like a fault."""
-    return ["spec       view only: this server runs without the specctl plugin",
-            "fix        relaunch it with the environment and flags `specctl sglang-args` prints "
-            "(docs/deployment.md); until then mode and set are refused"]
+    The words are runtime/core/view_only.py's, as the supervisor's refusals and the console's banner.
+    """
+    return [f"spec       {view_only.headline(why)}",
+            f"fix        {view_only.fix(why, tp)}; until then mode and set are refused"]
 
 
 def _server_line(server: dict[str, Any], sim: bool) -> str:

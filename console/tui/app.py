@@ -35,10 +35,11 @@ from specctl.console.tui.screens.confirm import ConfirmScreen
 from specctl.console.tui.screens.dashboard import Dashboard
 from specctl.console.tui.screens.help import HelpScreen
 from specctl.console.tui.screens.thresholds import ThresholdsScreen
-from specctl.runtime.supervisor.commands import VIEW_ONLY
+from specctl.runtime.core import view_only
 from specctl.themes.console_themes import DEFAULT_THEME, HIGH_CONTRAST, THEMES
 
-VIEW_ONLY_BANNER = "view only: this server runs without the specctl plugin"
+VIEW_ONLY_BANNER = view_only.headline(view_only.NO_PLUGIN)
+NO_SPECULATION_BANNER = view_only.headline(view_only.NO_SPECULATION)
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 
 
@@ -192,8 +193,8 @@ class SpecctlApp(App[int]):
             words.append(f"retrying · {self._link_text.removeprefix('lost: ')}")
         elif self._link_text:
             words.append(self._link_text)
-        if self.timeline.view_only:
-            words.append(VIEW_ONLY_BANNER)
+        if (why := self.timeline.view_only_reason) is not None:
+            words.append(view_only.headline(why))
         link = self.link
         if isinstance(link, ReplayLink):
             state = "⏸" if link.paused else "▶"
@@ -223,7 +224,7 @@ class SpecctlApp(App[int]):
         elif not self.connected:
             why = "not connected to the supervisor (the banner says why)"
         elif self.timeline.view_only:
-            why = VIEW_ONLY
+            why = self.timeline.view_only_refusal()
         else:
             return False
         self.notify(why, severity="warning")

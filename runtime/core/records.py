@@ -51,6 +51,7 @@ class Server(TypedDict, total=False):
     model: str | None
     tp: int | None
     prefill_graphs: bool | None
+    speculative: bool | None  # launched with speculation (/server_info's speculative_algorithm); None: unknown
     pid: int | None
     restarts: int
     error: str | None
@@ -209,7 +210,7 @@ EventName = Literal[
     "supervisor_start", "supervisor_stop", "journal_gap",
     "server_start", "server_start_failed", "server_ready", "server_exit", "server_restart", "server_stop",
     "server_unreachable", "server_log", "attached_simulator",
-    "spec_switch", "slow_off_state", "eager_prefill",
+    "spec_switch", "slow_off_state", "eager_prefill", "view_only",
     "settings", "settings_restored", "settings_restore_failed", "backend_thresholds", "backend_thresholds_failed",
     "backend_thresholds_skipped", "gpu_failed", "gpu_recovered", "gpu_unavailable", "external_change",
 ]
@@ -230,6 +231,7 @@ ATTACHED_SIMULATOR: Final = "attached_simulator"
 SPEC_SWITCH: Final = "spec_switch"
 SLOW_OFF_STATE: Final = "slow_off_state"
 EAGER_PREFILL: Final = "eager_prefill"
+VIEW_ONLY: Final = "view_only"
 SETTINGS: Final = "settings"
 SETTINGS_RESTORED: Final = "settings_restored"
 SETTINGS_RESTORE_FAILED: Final = "settings_restore_failed"

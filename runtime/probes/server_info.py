@@ -56,3 +56,15 @@ def public_spec(spec: dict[str, Any] | None) -> dict[str, Any] | None:
 def is_simulator(info: dict[str, Any] | None) -> bool:
     """specctl's simulator says so in a ``specctl_sim`` block; SGLang never sends one."""
     return isinstance(info, dict) and "specctl_sim" in info
+
+
+def speculative(info: dict[str, Any] | None) -> bool | None:
+    """Whether the server was launched with speculation, from its resolved ``speculative_algorithm``.
+
+    SGLang reports the argument on every server: null (its default) when launched without
+    ``--speculative-algorithm``. None when the server does not say (no answer, another server).
+    """
+    if not isinstance(info, dict) or "speculative_algorithm" not in info:
+        return None
+    algorithm = info["speculative_algorithm"]
+    return isinstance(algorithm, str) and algorithm.upper() not in ("", "NONE")

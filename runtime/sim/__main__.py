@@ -24,6 +24,7 @@ from specctl.runtime.core.settings import SettingsError
 from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV
 from specctl.runtime.sim.gpus import MAX_GPUS
 from specctl.runtime.sim.load import parse_load
+from specctl.runtime.sim.nospec import usage_problem
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
 from specctl.runtime.sim.server import SimConfig, SimServer, build_app
 
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="report prefill CUDA graphs off, as a server launched with --disable-prefill-cuda-graph")
     ap.add_argument("--no-plugin", action="store_true",
                     help="act as SGLang without the specctl plugin: static EAGLE-3, no specctl keys or metrics")
+    ap.add_argument("--no-speculation", action="store_true",
+                    help="act as SGLang launched without --speculative-algorithm (and so without the plugin): "
+                         "plain decoding, no speculative fields, specctl's keys refused")
     return ap
 
 
@@ -62,6 +66,8 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
     """Parse and validate the command line; usage errors exit with code 2 and say what is wrong."""
     ap = _parser()
     ns = ap.parse_args(argv)
+    if ns.no_speculation and (why := usage_problem(steps=ns.steps, slow_off=ns.slow_off, settings=ns.set)):
+        ap.error(why)
     preset = get_preset(ns.preset)
     changes: dict[str, object] = {}
     if ns.steps is not None:
@@ -85,7 +91,8 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
     if not 0.0 <= ns.startup_delay < 86_400:
         ap.error("--startup-delay must be between 0 and 86400 seconds")
     cfg = SimConfig(preset, gpus, load, changes, ns.seed, ns.startup_delay, frozenset(ns.fail_gpu), ns.slow_off,
-                    ns.eager_prefill, plugin=not ns.no_plugin)
+                    ns.eager_prefill, plugin=not (ns.no_plugin or ns.no_speculation),
+                    speculation=not ns.no_speculation)
     return ns, cfg
 
 

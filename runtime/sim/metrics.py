@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from specctl.runtime.sim.nospec import ACCEPT_GAUGE
+
 if TYPE_CHECKING:
     from specctl.runtime.sim.server import SimServer
 
@@ -26,7 +28,8 @@ class Collector:
             ("sglang:num_running_reqs", "The number of running requests.", len(e.running)),
             ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", len(e.queue)),
             ("sglang:gen_throughput", "The generation throughput (token/s).", e.gen_throughput()),
-            ("sglang:spec_accept_length", "The average speculative accept length.", e.accept_len()),
+            ("sglang:spec_accept_length", "The average speculative accept length.",
+             e.accept_len() if s.cfg.speculation else ACCEPT_GAUGE),
             ("sglang:token_usage", "The token usage.", e.token_usage()),
         ):
             g = GaugeMetricFamily(name, doc, labels=self.LABELS)

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError, settings_from_wire
 from specctl.runtime.core.wire import WIRE_PREFIX
-from specctl.runtime.sim import admin, api
+from specctl.runtime.sim import admin, api, nospec
 from specctl.runtime.sim.depth import policy_costs
 from specctl.runtime.sim.generate import (
     BadRequest,
@@ -63,6 +63,7 @@ class SimConfig:
     slow_off: bool = False  # as a server whose fast off is not in place (SGLang's own steps-0 state)
     eager_prefill: bool = False  # as a server launched with --disable-prefill-cuda-graph
     plugin: bool = True  # False: as SGLang without the specctl plugin (static EAGLE-3, no specctl keys)
+    speculation: bool = True  # False: as SGLang launched without speculation (sim/nospec.py); plugin False too
 
 
 class SimServer:
@@ -76,7 +77,9 @@ class SimServer:
         self.policy = SpecPolicy(settings, policy_costs(p.params, p.workload, settings.candidates))
         # Like SGLang under specctl's generated config, only the launch's depths have a runtime state.
         self.built_depths = settings.depths()
-        self.engine: SimEngine = p.engine(self.policy, seed=cfg.seed, fast_off=not cfg.slow_off)
+        # Without speculation the engine has no policy: every step costs a plain decode (the "nospec" baseline).
+        self.engine: SimEngine = p.engine(self.policy if cfg.speculation else None, seed=cfg.seed,
+                                          fast_off=not cfg.slow_off)
         self.engine.on_finish = self._finished
         self.driver = LoadDriver(cfg.load)
         self.gpus = SimGpus(p.gpu, cfg.gpus, mem_fraction_static=p.mem_fraction_static, seed=cfg.seed,
@@ -181,6 +184,8 @@ class SimServer:
             "num_queue_reqs": len(e.queue),
             "token_usage": round(e.token_usage(), 4),
         }
+        if not self.cfg.speculation:  # SGLang adds it only for a speculative server
+            del state["avg_spec_accept_length"]
         if self.cfg.plugin:  # the plugin adds its block; a server without it has none
             state = {"specctl": {**self.policy.state(), "off_state": self.off_state()}, **state}
         return state
@@ -215,6 +220,7 @@ class SimServer:
             "max_running_requests": p.max_running,
             "max_total_num_tokens": p.kv_pool_tokens,
             "mem_fraction_static": p.mem_fraction_static,
+            **({} if self.cfg.speculation else nospec.server_args()),
             **self.cuda_graph_args(),
             "version": SGLANG_VERSION,
             "internal_states": [self.internal_state()],
@@ -290,8 +296,12 @@ class SimServer:
             if self._waiters.pop(req.rid, None) is not None:
                 self.engine.abort(req)  # the client left before the answer
         ids = output_ids(self.cfg.seed, done.rid, done.done, greedy_key(body))
-        return generate_answer(prompt_tokens, ids, done.accept_len, done.finished_at - t0, done.decode_steps,
-                                aborted=done.done < max_new)
+        return self.answer(generate_answer(prompt_tokens, ids, done.accept_len, done.finished_at - t0,
+                                           done.decode_steps, aborted=done.done < max_new))
+
+    def answer(self, out: dict[str, Any]) -> dict[str, Any]:
+        """A /generate answer as this server sends it: without speculation, no speculative meta_info."""
+        return out if self.cfg.speculation else nospec.plain_answer(out)
 
     def abort_requests(self, rid: str, abort_all: bool) -> int:
         """/abort_request: end the HTTP requests whose rid starts with ``rid`` (all with ``abort_all``), as
@@ -403,7 +413,7 @@ def build_app(server: SimServer) -> web.Application:
             out = generate_answer(prompt, ids, None, server.engine.now - t0, 0)
             if not finished:
                 out["meta_info"]["finish_reason"] = None
-            return out
+            return server.answer(out)
 
         return await api.generate_stream(request, server, prompt, max_new, answer, greedy_key(body), client_rid(body))
 

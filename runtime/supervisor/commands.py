@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from specctl.runtime.core import records
+from specctl.runtime.core import records, view_only
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
 from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError
@@ -23,9 +23,9 @@ from specctl.runtime.probes.sglang_client import ServerUnreachable
 COMMANDS = ("ping", "status", "mode", "set", "server")
 JOURNALED = ("mode", "set", "server")
 SERVER_ACTIONS = ("restart", "stop", "start")
-#: A ready server whose /server_info has no specctl block: it was launched without the plugin.
-VIEW_ONLY = ("view only: this server runs without the specctl plugin; relaunch it with the environment and "
-             "flags `specctl sglang-args` prints (docs/deployment.md)")
+#: A ready server whose /server_info has no specctl block: it was launched without the plugin
+#: (view_only.refusal says so for a server launched without speculation, too).
+VIEW_ONLY = view_only.refusal(view_only.NO_PLUGIN)
 
 
 class SettingsClient(Protocol):
@@ -145,8 +145,8 @@ class CommandHandler:
         """The server's settings as last read; refuses when the server cannot be asked."""
         sample = self.sup.latest_sample
         spec = None if sample is None else sample["spec"]
-        if not spec and sample is not None and sample["server"].get("state") == "ready":  # no plugin state
-            raise CommandError(UNAVAILABLE, VIEW_ONLY)
+        if (why := view_only.reason(sample)) is not None:  # ready, no plugin state: nothing to steer
+            raise CommandError(UNAVAILABLE, view_only.refusal(why, sample["server"].get("tp") if sample else None))
         if not spec or not isinstance(spec.get("settings"), dict):
             raise CommandError(UNAVAILABLE, "the model server's policy state is not known yet "
                                             f"(server {self.sup.state}); try again when it is ready")

@@ -15,12 +15,19 @@ from collections import deque
 from typing import Any
 
 from specctl.runtime.control.hub import Hub
-from specctl.runtime.core import records
+from specctl.runtime.core import records, view_only
 from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.probes.gpus import GpuSource, NvmlUnavailable, open_gpu_source
 from specctl.runtime.probes.hosts import is_local_url
 from specctl.runtime.probes.procs import ProcSampler, listening_pid
-from specctl.runtime.probes.server_info import EAGER_PREFILL_WHY, is_simulator, prefill_graphs, public_spec, spec_state
+from specctl.runtime.probes.server_info import (
+    EAGER_PREFILL_WHY,
+    is_simulator,
+    prefill_graphs,
+    public_spec,
+    spec_state,
+    speculative,
+)
 from specctl.runtime.probes.sglang_client import ServerUnreachable, SGLangClient
 from specctl.runtime.supervisor.backends import AttachBackend, Backend, BackendError, SimBackend
 from specctl.runtime.supervisor.commands import CommandHandler
@@ -60,8 +67,9 @@ class Supervisor:
         self._polls_started = self._polls_done = 0
         self._started_at = 0.0
         self._announced = False  # supervisor_start said: only then is supervisor_stop
-        # Said once per server start: its thresholds looked up, a slow "off", eager prefills.
+        # Said once per server start: its thresholds looked up, a slow "off", eager prefills, view only.
         self._thresholds_checked, self._slow_off, self._eager_prefill = Once(), Once(), Once()
+        self._view_only = Once()
         self._switches = SwitchCursor()
         self._gpu_faults = GpuFaults()
         self._known_settings: dict[str, Any] | None = None  # the server's settings as last read
@@ -151,7 +159,7 @@ class Supervisor:
     async def _start_backend(self) -> None:
         self.health.starting()
         self._switches.start(self.backend.owns_process)
-        for once in (self._thresholds_checked, self._slow_off, self._eager_prefill):
+        for once in (self._thresholds_checked, self._slow_off, self._eager_prefill, self._view_only):
             once.reset()
         loop = asyncio.get_running_loop()
         self._started_at = loop.time()
@@ -276,7 +284,9 @@ class Supervisor:
                 self.emit(said)
             self._note_off_state(spec)
             self._note_external_change(spec)
-        self.emit(await self._sample(metrics, info, spec))
+        sample = await self._sample(metrics, info, spec)
+        self._note_view_only(sample)
+        self.emit(sample)
 
     async def _adopt_thresholds(self, client: SGLangClient, info: dict[str, Any]) -> dict[str, Any]:
         """First answer of a server we launched: thresholds for its attention backend, read back."""
@@ -366,6 +376,14 @@ class Supervisor:
         if prefill_graphs(info) is False and self._eager_prefill.first():
             self.emit(records.event(records.EAGER_PREFILL, why=EAGER_PREFILL_WHY))
 
+    def _note_view_only(self, sample: records.Sample) -> None:
+        """Say once per server when it can be watched but not steered, and why (runtime/core/view_only.py):
+        no plugin, or no speculation at all. The samples go on; steering commands are refused."""
+        why = view_only.reason(sample)
+        if why is not None and self._view_only.first():
+            self.emit(records.event(records.VIEW_ONLY, reason=why,
+                                    why=view_only.refusal(why, sample["server"].get("tp"))))
+
     def _publish_log(self) -> None:
         lines = self.backend.take_log()
         if lines:
@@ -392,11 +410,13 @@ class Supervisor:
         return {
             "state": self.state, "url": self.backend.url, "sim": self.sim,
             "running": _field(m, "running"), "queued": _field(m, "queued"),
-            "gen_tps": _field(m, "gen_tps"), "accept_len": _field(m, "accept_len"),
+            "gen_tps": _field(m, "gen_tps"),
+            # without speculation SGLang's accept-length gauge reads 0: a placeholder, not an accept length
+            "accept_len": None if speculative(info) is False else _field(m, "accept_len"),
             "token_usage": _field(m, "token_usage"),
             "decode_tokens_total": _field(m, "decode_tokens_total"),
             "model": (info or {}).get("model_path"), "tp": (info or {}).get("tp_size"),
-            "prefill_graphs": prefill_graphs(info),
+            "prefill_graphs": prefill_graphs(info), "speculative": speculative(info),
             # a stopped or exited server has no process: its old pid could be anyone's by now
             "pid": None if self.state in ("stopped", "restarting") else self.backend.pid,
             "restarts": self.health.restarts, "error": self.health.error,

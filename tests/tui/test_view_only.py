@@ -1,4 +1,5 @@
-"""`--attach` to a server launched without the specctl plugin: a read-only view that says why and how to fix it.
+"""`--attach` to a server launched without the specctl plugin, or without speculation: a read-only view that says
+why and how to fix it.
 
 The simulator runs with --no-plugin (as SGLang does without SPECCTL_PLUGIN=1 and
 the adaptive flags: no specctl block in /server_info, no specctl keys taken);
@@ -16,16 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from specctl.console.tui.app import VIEW_ONLY_BANNER, SpecctlApp
+from specctl.console.tui.app import NO_SPECULATION_BANNER, VIEW_ONLY_BANNER, SpecctlApp
 from specctl.console.tui.links import LocalLink
-from specctl.console.tui.screens.dashboard import VIEW_ONLY_NOTE
+from specctl.console.tui.screens.dashboard import NO_SPECULATION_NOTE, VIEW_ONLY_NOTE
 from specctl.runtime.core.errors import CommandError
 from specctl.runtime.supervisor.config import SupervisorConfig
+from specctl.runtime.supervisor.journal import read_journal
 from specctl.runtime.supervisor.lifecycle import Supervisor
 from specctl.widgets.banner import SpecBanner
+from specctl.widgets.event_log import EventLog
 from specctl.widgets.gpu_panel import GpuPanel
 from specctl.widgets.timechart import TimeChart
 
+from support.sim_process import sim_process
 from support.tui import until
 
 
@@ -78,3 +82,28 @@ async def test_attach_without_the_plugin_is_a_read_only_view_that_says_why(plain
             await sup.execute("mode", {"mode": "off"}, None)
         assert refused.value.message.startswith(VIEW_ONLY_BANNER) and "sglang-args" in refused.value.message
         assert VIEW_ONLY_NOTE.startswith("fix:")
+
+
+async def test_attach_to_a_server_without_speculation_says_so_once_and_how_to_add_it(tmp_path: Path) -> None:
+    """A server launched without --speculative-algorithm: the banner says so (not "without the plugin"), the
+    note names the draft model to add, the tok/s and GPUs show, the accept length stays empty (no made-up 0),
+    and a control refuses in the same words."""
+    with sim_process(tmp_path, "--no-speculation", "--load", "steady:c=6", "--gpus", "2") as url:
+        sup = Supervisor(SupervisorConfig(backend="attach", url=url, interval=0.2, socket_path=None,
+                                          journal_path=tmp_path / "run.jsonl"))
+        app = SpecctlApp(LocalLink(sup), remember_theme=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: NO_SPECULATION_BANNER in banner(app), "the no-speculation banner")
+            assert VIEW_ONLY_BANNER not in banner(app) and "READY" in banner(app)
+            note = app.dashboard.query_one("#stale-note")
+            assert note.display and str(note.render()) == NO_SPECULATION_NOTE
+            assert "sglang-args --draft" in NO_SPECULATION_NOTE and len(NO_SPECULATION_NOTE) <= 80
+            await until(pilot, lambda: app.dashboard.query_one("#chart-tps", TimeChart).data.legend != "–", "tok/s")
+            assert app.dashboard.query_one("#chart-accept", TimeChart).data.legend == "–", "no accept length"
+            assert len(app.dashboard.query(GpuPanel)) == 2
+            await pilot.press("x")
+            await until(pilot, lambda: any(NO_SPECULATION_BANNER in n.message for n in app._notifications),
+                        "the key saying why")
+            await until(pilot, lambda: "VIEW" in str(app.dashboard.query_one(EventLog).lines), "the journal's line")
+        said = [r for r in read_journal(tmp_path / "run.jsonl") if r.get("event") == "view_only"]
+        assert len(said) == 1 and said[0]["reason"] == "no_speculation"

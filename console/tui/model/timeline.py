@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specctl.console.tui.links import RESET
-from specctl.runtime.core import records
+from specctl.runtime.core import records, view_only
 from specctl.runtime.core.records import Record, Sample, Settings
 
 HISTORY_S = 600.0  # how much chart history is kept; the charts show the last few minutes of it
@@ -116,9 +116,18 @@ class Timeline:
 
     @property
     def view_only(self) -> bool:
-        """The server answers but reports no specctl state: it runs without the plugin, nothing can steer it."""
-        sample = self.latest
-        return sample is not None and sample["server"].get("state") == "ready" and sample["spec"] is None
+        """The server answers but reports no specctl state (no plugin, or no speculation): nothing can steer it."""
+        return self.view_only_reason is not None
+
+    @property
+    def view_only_reason(self) -> str | None:
+        """Why the server is view only (runtime/core/view_only.py: no_plugin, no_speculation), or None."""
+        return view_only.reason(self.latest)
+
+    def view_only_refusal(self) -> str:
+        """The line a control gets on a view-only server: the supervisor's own words for it."""
+        tp = None if self.latest is None else self.latest["server"].get("tp")
+        return view_only.refusal(self.view_only_reason or view_only.NO_PLUGIN, tp)
 
     def thresholds(self) -> tuple[float | None, float | None]:
         """(off_at, on_at) of the latest sample's settings, for the request chart."""

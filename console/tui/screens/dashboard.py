@@ -19,6 +19,7 @@ from textual.widgets import Footer, Static
 from specctl.console.tui.actions import buttons
 from specctl.console.tui.model.charts import build_charts
 from specctl.console.tui.model.timeline import Timeline
+from specctl.runtime.core import view_only
 from specctl.runtime.core.records import Gpu, Sample
 from specctl.widgets.banner import BannerState, SpecBanner
 from specctl.widgets.controls import ControlBar
@@ -33,6 +34,7 @@ WINDOW_S = 300.0
 #: Above the footer while the view is not live: what an operator can still do (80 columns each).
 LOST_NOTE = "still works: ? help, c theme, q quit; controls return when the supervisor does"
 VIEW_ONLY_NOTE = "fix: relaunch it with what `specctl sglang-args` prints (docs/deployment.md)"
+NO_SPECULATION_NOTE = "fix: relaunch with a draft: `specctl sglang-args --draft DRAFT` prints how"
 UNREACHABLE_NOTE = "server not answering · controls still work: ctrl+p Restart the model server"
 
 
@@ -100,7 +102,8 @@ class Dashboard(Screen):
     def _show_note(self, timeline: Timeline, lost: tuple[float, float] | None) -> None:
         unreachable = timeline.unreachable_since is not None and self._can_control  # a replay has no controls
         note = (LOST_NOTE if lost else UNREACHABLE_NOTE if unreachable
-                else VIEW_ONLY_NOTE if timeline.view_only and self._can_control else "")
+                else _view_only_note(timeline.view_only_reason) if timeline.view_only and self._can_control
+                else "")
         widget = self.query_one("#stale-note", Static)
         widget.update(note)
         widget.display = bool(note)
@@ -144,6 +147,11 @@ def gpu_layout(width: int, height: int, gpus: int) -> tuple[bool, int]:
 def gpu_list(sample: Sample | None) -> list[Gpu]:
     """The sample's GPUs (none before the first sample)."""
     return [] if sample is None else sample["gpus"]
+
+
+def _view_only_note(why: str | None) -> str:
+    """The fix under a view-only banner: a server without speculation needs a draft model too."""
+    return NO_SPECULATION_NOTE if why == view_only.NO_SPECULATION else VIEW_ONLY_NOTE
 
 
 def banner_state(timeline: Timeline, source: str, status: str,
