@@ -37,6 +37,6 @@ class HelpScreen(ModalScreen[None]):
             table.add_rows(self._rows)
             yield table
             yield Static("Keys marked live cannot act in a replay, while a connection is lost, or on a server "
-                         "without the specctl plugin: they say why. "
+                         "specctl can only watch (one without the plugin or without speculation): they say why. "
                          "Every action is also in the command palette (ctrl+p), and the buttons "
                          "under the banner run the same actions.", id="help-note")
