@@ -121,6 +121,7 @@ def test_specctl_attached_to_a_server_without_speculation_watches_it_and_refuses
         finally:
             assert h.stop() == 0
         told = h.told()
+        assert f"specctl: attached to {url};" in told, told[:400]  # the address once, not "URL at URL"
         assert told.count('view_only reason="no_speculation"') == 1, "headless says it once on stderr"
         assert "Traceback" not in told
 

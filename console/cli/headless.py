@@ -124,8 +124,10 @@ def _line(record: dict[str, Any]) -> str:
 
 
 def _announce(config: SupervisorConfig, sup: Supervisor) -> None:
-    what = "simulator" if sup.sim else (config.url or config.model)
-    parts = [f"specctl: supervising {what} at {sup.backend.url}"]
+    if config.url and not sup.sim:  # attached: the address is all there is to say
+        parts = [f"specctl: attached to {sup.backend.url}"]
+    else:
+        parts = [f"specctl: supervising {'simulator' if sup.sim else config.model} at {sup.backend.url}"]
     if config.socket_path:
         parts.append(f"control socket {config.socket_path}")
     if config.journal_path:
