@@ -45,6 +45,9 @@ class BannerState:
     # A server built for several depths: the depths auto may choose now (the sample's candidates, 0
     # included). Empty for a two-state server, which reads exactly as before depths existed.
     depths: tuple[int, ...] = ()
+    # A server specctl can only watch: the badge's words in place of "SPEC ?" ("NO SPEC", "NO PLUGIN");
+    # empty for a server it steers. The status line says why and the note under the banner what to change.
+    watch_only: str = ""
 
 
 def clock(t: float) -> str:
@@ -122,6 +125,8 @@ class SpecBanner(Widget):
             return self._lost_line()
         badge = {True: (" SPEC ON ", "on"), False: (" SPEC OFF ", "off"), None: (" SPEC ? ", "unknown")}
         word, style = badge[s.spec_on]
+        if s.watch_only and s.spec_on is None:  # nothing to switch: what it is, not a question mark
+            return self._watch_line(s.watch_only)
         if s.spec_on is None and s.last_seen_on is not None:  # an unreachable server: what it did last, marked old
             word = f" SPEC ? (was {'ON' if s.last_seen_on else 'OFF'}) "
         mode = MODE_WORDS.get(s.mode or "", "mode ?")
@@ -140,6 +145,16 @@ class SpecBanner(Widget):
             line.append(f"  draft steps {s.steps}")
             if s.steps_on is not None and s.steps_on != s.steps:
                 line.append(f" ({s.steps_on} when on)", self._style("muted"))
+        return self._server_part(line)
+
+    def _watch_line(self, words: str) -> Text:
+        """A server specctl watches but cannot steer: no mode, no draft steps, only what is there."""
+        line = Text.assemble((f" {words} ", self._style("unknown")), " ", ("view only", self._style("mode")))
+        return self._server_part(line)
+
+    def _server_part(self, line: Text) -> Text:
+        """The server's state, failed GPUs, slow off and the simulator mark, after the speculation part."""
+        s = self.state
         line.append("  server ", self._style("muted"))
         server = (s.server_state or "?").upper()
         line.append(server, self._style("mode" if s.server_state in GOOD_SERVER_STATES else "bad"))
@@ -176,6 +191,8 @@ class SpecBanner(Widget):
         elif s.reason:
             line.append("last switch ")
             line.append(s.reason, Style(bold=True))
+        elif s.watch_only:  # nothing to switch; the status says why
+            line.rstrip()
         else:
             line.append("no switch yet")
         if status_first:

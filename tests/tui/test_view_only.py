@@ -64,6 +64,8 @@ async def test_attach_without_the_plugin_is_a_read_only_view_that_says_why(plain
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: VIEW_ONLY_BANNER in banner(app), "the view-only banner")
         assert "READY" in banner(app)
+        assert " NO PLUGIN  view only" in banner(app) and "SPEC ?" not in banner(app), banner(app)
+        assert "mode ?" not in banner(app) and "no switch yet" not in banner(app)
         note = app.dashboard.query_one("#stale-note")
         assert note.display and "specctl sglang-args" in str(note.render()), "how to fix it"
         # what it can read, it shows: tok/s, accept length, requests, the GPUs
@@ -95,6 +97,8 @@ async def test_attach_to_a_server_without_speculation_says_so_once_and_how_to_ad
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: NO_SPECULATION_BANNER in banner(app), "the no-speculation banner")
             assert VIEW_ONLY_BANNER not in banner(app) and "READY" in banner(app)
+            assert " NO SPEC  view only" in banner(app) and "SPEC ?" not in banner(app), banner(app)
+            assert "no switch yet" not in banner(app) and "mode ?" not in banner(app)
             note = app.dashboard.query_one("#stale-note")
             assert note.display and str(note.render()) == NO_SPECULATION_NOTE
             assert "sglang-args --draft" in NO_SPECULATION_NOTE and len(NO_SPECULATION_NOTE) <= 80

@@ -149,6 +149,9 @@ def gpu_list(sample: Sample | None) -> list[Gpu]:
     return [] if sample is None else sample["gpus"]
 
 
+WATCH_BADGES = {view_only.NO_SPECULATION: "NO SPEC", view_only.NO_PLUGIN: "NO PLUGIN"}
+
+
 def _view_only_note(why: str | None) -> str:
     """The fix under a view-only banner: a server without speculation needs a draft model too."""
     return NO_SPECULATION_NOTE if why == view_only.NO_SPECULATION else VIEW_ONLY_NOTE
@@ -188,6 +191,7 @@ def banner_state(timeline: Timeline, source: str, status: str,
                       else _spec_on(None if timeline.last_ready is None else timeline.last_ready["spec"])),
         unreachable_since=timeline.unreachable_since,
         depths=timeline.auto_depths() if timeline.built_depths() else (),
+        watch_only=WATCH_BADGES.get(timeline.view_only_reason or "", ""),
     )
 
 
