@@ -1,14 +1,16 @@
 """What specctl says about a server it can watch but not steer, and why: the one place for those words.
 
 A ready server whose /server_info carries no specctl block cannot be steered:
-either it runs speculation without the plugin (a static EAGLE-3 launch, or a
-topk > 1 tree, which the plugin refuses: docs/topk.md), or it was launched
-without speculation at all (no ``--speculative-algorithm``), what many
-operators run before they try specctl. Both are *view only*: the supervisor
+it runs speculation without the plugin (a static EAGLE-3 launch), or it drafts
+a tree (topk > 1, which the plugin refuses and SGLang's adaptive machinery
+cannot switch off: docs/topk.md), or it was launched without speculation at
+all (no ``--speculative-algorithm``), what many operators run before they try
+specctl. Both are *view only*: the supervisor
 samples them (tok/s, requests, GPUs) and journals the fact once
 (``view_only``), ``specctl status`` and the console's banner say it, and every
 steering command is refused with the same sentence. Only the fix differs: a
-server without speculation needs a draft model as well as the plugin. The
+server without speculation needs a draft model as well as the plugin, a tree
+server a chain draft. The
 supervisor, the CLI and the console read the reason from a sample with
 :func:`reason`, so they cannot disagree. Pure: no I/O.
 """
@@ -18,13 +20,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-Reason = Literal["no_plugin", "no_speculation"]
+from specctl.runtime.core.tree_drafts import SERVER_FIX, TOPK_FLAG
+
+Reason = Literal["no_plugin", "no_speculation", "tree"]
 NO_PLUGIN: Final = "no_plugin"
 NO_SPECULATION: Final = "no_speculation"
+TREE: Final = "tree"
 
 HEADLINES: Final[dict[str, str]] = {
     NO_PLUGIN: "view only: this server runs without the specctl plugin",
     NO_SPECULATION: "view only: this server runs without speculation, so specctl can watch it but not steer it",
+    TREE: f"view only: this server drafts a tree ({TOPK_FLAG} > 1), which specctl cannot switch off",
 }
 
 
@@ -32,14 +38,18 @@ def reason(sample: Mapping[str, Any] | None) -> Reason | None:
     """Why a sample's server is view only, or None when it is not (or is not ready, so nobody knows yet).
 
     View only: ready, and no specctl state (``spec`` null). ``server.speculative`` false (its
-    /server_info's ``speculative_algorithm`` is null) says why: no speculation at all.
+    /server_info's ``speculative_algorithm`` is null) says why: no speculation at all; else
+    ``server.topk`` above 1: a tree draft.
     """
     if not sample:
         return None
     server = sample.get("server") or {}
     if server.get("state") != "ready" or sample.get("spec"):
         return None
-    return NO_SPECULATION if server.get("speculative") is False else NO_PLUGIN
+    if server.get("speculative") is False:
+        return NO_SPECULATION
+    topk = server.get("topk")
+    return TREE if isinstance(topk, int) and topk > 1 else NO_PLUGIN
 
 
 def headline(why: str) -> str:
@@ -53,6 +63,8 @@ def fix(why: str, tp: object = None) -> str:
     A server without speculation has no draft model to keep, so the hint names ``--draft``
     (and ``--tp`` where the server runs tensor-parallel, so the printed line matches it).
     """
+    if why == TREE:
+        return f"{SERVER_FIX}, with the environment and flags `specctl sglang-args` prints (docs/topk.md)"
     if why != NO_SPECULATION:
         return "relaunch it with the environment and flags `specctl sglang-args` prints (docs/deployment.md)"
     tp_arg = f" --tp {tp}" if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 else ""

@@ -58,6 +58,15 @@ def is_simulator(info: dict[str, Any] | None) -> bool:
     return isinstance(info, dict) and "specctl_sim" in info
 
 
+def draft_topk(info: dict[str, Any] | None) -> int | None:
+    """The draft's tree width (``--speculative-eagle-topk``) as SGLang resolved it; None where it does not say.
+
+    Above 1 the server drafts a tree, which SGLang's adaptive machinery, and so specctl, cannot switch off.
+    """
+    topk = info.get("speculative_eagle_topk") if isinstance(info, dict) else None
+    return topk if isinstance(topk, int) and not isinstance(topk, bool) and topk >= 1 else None
+
+
 def speculative(info: dict[str, Any] | None) -> bool | None:
     """Whether the server was launched with speculation, from its resolved ``speculative_algorithm``.
 

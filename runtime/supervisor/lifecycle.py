@@ -22,6 +22,7 @@ from specctl.runtime.probes.hosts import is_local_url
 from specctl.runtime.probes.procs import ProcSampler, listening_pid
 from specctl.runtime.probes.server_info import (
     EAGER_PREFILL_WHY,
+    draft_topk,
     is_simulator,
     prefill_graphs,
     public_spec,
@@ -416,7 +417,7 @@ class Supervisor:
             "token_usage": _field(m, "token_usage"),
             "decode_tokens_total": _field(m, "decode_tokens_total"),
             "model": (info or {}).get("model_path"), "tp": (info or {}).get("tp_size"),
-            "prefill_graphs": prefill_graphs(info), "speculative": speculative(info),
+            "prefill_graphs": prefill_graphs(info), "speculative": speculative(info), "topk": draft_topk(info),
             # a stopped or exited server has no process: its old pid could be anyone's by now
             "pid": None if self.state in ("stopped", "restarting") else self.backend.pid,
             "restarts": self.health.restarts, "error": self.health.error,

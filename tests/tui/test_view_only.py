@@ -19,7 +19,7 @@ import pytest
 
 from specctl.console.tui.app import NO_SPECULATION_BANNER, VIEW_ONLY_BANNER, SpecctlApp
 from specctl.console.tui.links import LocalLink
-from specctl.console.tui.screens.dashboard import NO_SPECULATION_NOTE, VIEW_ONLY_NOTE
+from specctl.console.tui.screens.dashboard import NO_SPECULATION_NOTE, TREE_NOTE, VIEW_ONLY_NOTE
 from specctl.runtime.core.errors import CommandError
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.journal import read_journal
@@ -111,3 +111,16 @@ async def test_attach_to_a_server_without_speculation_says_so_once_and_how_to_ad
             await until(pilot, lambda: "VIEW" in str(app.dashboard.query_one(EventLog).lines), "the journal's line")
         said = [r for r in read_journal(tmp_path / "run.jsonl") if r.get("event") == "view_only"]
         assert len(said) == 1 and said[0]["reason"] == "no_speculation"
+
+
+async def test_attach_to_a_tree_server_says_tree_and_the_chain_fix(tmp_path: Path) -> None:
+    """The report's topk-4 deployment: the badge and status say tree, the note says chain, not 'the plugin'."""
+    with sim_process(tmp_path, "--no-plugin", "--preset", "rtx-8gpu-report", "--load", "steady:c=4") as url:
+        sup = Supervisor(SupervisorConfig(backend="attach", url=url, interval=0.2, socket_path=None,
+                                          journal_path=tmp_path / "run.jsonl"))
+        app = SpecctlApp(LocalLink(sup), remember_theme=False)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await until(pilot, lambda: " TREE  view only" in banner(app), "the tree badge")
+            assert "drafts a tree" in banner(app) and VIEW_ONLY_BANNER not in banner(app), banner(app)
+            note = app.dashboard.query_one("#stale-note")
+            assert note.display and str(note.render()) == TREE_NOTE and len(TREE_NOTE) <= 80

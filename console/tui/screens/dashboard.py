@@ -35,6 +35,7 @@ WINDOW_S = 300.0
 LOST_NOTE = "still works: ? help, c theme, q quit; controls return when the supervisor does"
 VIEW_ONLY_NOTE = "fix: relaunch it with what `specctl sglang-args` prints (docs/deployment.md)"
 NO_SPECULATION_NOTE = "fix: relaunch with a draft: `specctl sglang-args --draft DRAFT` prints how"
+TREE_NOTE = "fix: relaunch as a chain (topk 1) with what `specctl sglang-args` prints"
 UNREACHABLE_NOTE = "server not answering · controls still work: ctrl+p Restart the model server"
 
 
@@ -149,12 +150,12 @@ def gpu_list(sample: Sample | None) -> list[Gpu]:
     return [] if sample is None else sample["gpus"]
 
 
-WATCH_BADGES = {view_only.NO_SPECULATION: "NO SPEC", view_only.NO_PLUGIN: "NO PLUGIN"}
+WATCH_BADGES = {view_only.NO_SPECULATION: "NO SPEC", view_only.NO_PLUGIN: "NO PLUGIN", view_only.TREE: "TREE"}
 
 
 def _view_only_note(why: str | None) -> str:
     """The fix under a view-only banner: a server without speculation needs a draft model too."""
-    return NO_SPECULATION_NOTE if why == view_only.NO_SPECULATION else VIEW_ONLY_NOTE
+    return {view_only.NO_SPECULATION: NO_SPECULATION_NOTE, view_only.TREE: TREE_NOTE}.get(why or "", VIEW_ONLY_NOTE)
 
 
 def banner_state(timeline: Timeline, source: str, status: str,
