@@ -63,7 +63,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     config = tmp_path / "a.json"
     for args, said in ((["--steps", "0"], "steps"), (["--set", "off_at=8"], "on_at"),
                        (["--set", "nonsense"], "KEY=VALUE"), (["--tp", "0"], "--tp"),
-                       (["--experts", "-1"], "--experts must be 0"), (["--experts", "abc"], "--experts must be a whole"),
+                       (["--experts", "-1"], "--experts must be 0"),
+                       (["--experts", "abc"], "--experts must be a whole"),
                        (["--experts", "1.5"], "--experts must be a whole")):
         done = specctl(*args, "--config", str(config))
         assert done.returncode == 2, (args, done.stderr)

@@ -1,4 +1,4 @@
-"""Which measured thresholds a server gets: its attention backend's row, on the GPU and model class it was measured on."""
+"""Which measured thresholds a server gets: its backend's row, on the GPU and model class it was measured on."""
 
 from __future__ import annotations
 
