@@ -313,6 +313,34 @@ def test_source_facts_the_adapter_relies_on(sglang_source: SglangSource) -> None
         assert text in sglang_source.srt(rel), (rel, text)
 
 
+def self_assigned(cls: ast.AST) -> set[str]:
+    """Every ``self.name = ...`` in the methods of ``cls``."""
+    return {t.attr for node in ast.walk(cls) if isinstance(node, ast.Assign) for t in node.targets
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+
+
+def test_the_model_class_is_read_where_the_release_keeps_it(sglang_source: SglangSource) -> None:
+    """get_internal_state's owner leads to the Scheduler, whose model config's text config counts the experts."""
+    release = sglang_source.release
+    spec = next(s for s in release.hooks if s.handler == "get_internal_state")
+    owner = sglang_source.locate(spec.target).owner
+    assert owner is not None
+    if release.scheduler_attr is None:
+        assert owner.name == "Scheduler"
+    else:  # a controller that keeps the Scheduler that built it
+        assert release.scheduler_attr in self_assigned(owner)
+        assert f"self.internal_state = {owner.name}(\n            {release.scheduler_attr}=self," in \
+            sglang_source.srt("managers/scheduler.py")
+    config_attr, text_attr = compat.MODEL_CONFIG_PATH
+    assert config_attr in self_assigned(sglang_source.locate("sglang.srt.managers.scheduler.Scheduler").node)
+    assert text_attr in self_assigned(sglang_source.locate("sglang.srt.configs.model_config.ModelConfig").node)
+    assert f"self.{config_attr} = ModelConfig.from_server_args(" in sglang_source.srt("managers/scheduler.py")
+    # SGLang's own MoE check reads the same object for the same keys.
+    check = ast.unparse(sglang_source.locate("sglang.srt.model_loader.utils._is_moe_model").node)
+    assert f"model_config.{text_attr}" in check
+    assert all(f"'{key}'" in check for key in compat.EXPERT_KEYS)
+
+
 # -- SGLang's own code, run with ours plugged in -------------------------------
 
 
@@ -447,6 +475,7 @@ class StandIns:
         self.unsupported_reason: str | None = None
         self.fast_off_calls: list[str] = []
         self.off_step = False
+        self.owner_attrs: dict[str, Any] = {}  # what the hooked method's owner holds (its model config)
         self.registry = exec_sglang_module(source, "plugins/hook_registry.py", {}, monkeypatch).HookRegistry
         self._module("sglang.srt.plugins.hook_registry")
         self._set(compat.SET_STATE_OUTPUT, Answer)
@@ -518,6 +547,7 @@ class StandIns:
             return self.resolve(spec.target)(*args)
         owner_path, method = spec.target.rsplit(".", 1)
         owner = self.resolve(owner_path)()
+        owner.__dict__.update(self.owner_attrs)
         if handler == "check_server_args":  # ServerArgs.check_server_args(self): the args are self
             owner.__dict__.update(vars(args[0]))
             return getattr(owner, method)()
@@ -601,6 +631,40 @@ def test_internal_state_gains_the_policy_state(hooked) -> None:
     assert {k: v for k, v in state["specctl"].items() if k != "off_state"} == params.state()
     assert (state["specctl"]["on"], state["specctl"]["batch_size"]) == (False, 12)
     assert state["specctl"]["off_state"] == fast_off.summary()
+
+
+def model_config(release: Release, **hf: Any) -> dict[str, Any]:
+    """The get_internal_state owner's attributes for a target whose HF (text) config has ``hf``."""
+    config = types.SimpleNamespace(hf_text_config=types.SimpleNamespace(**hf), hf_config=None)
+    if release.scheduler_attr is None:
+        return {"model_config": config}
+    return {release.scheduler_attr: types.SimpleNamespace(model_config=config)}
+
+
+@pytest.mark.parametrize(("hf", "experts"), [
+    ({"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768}, 128),  # Qwen3-30B-A3B
+    ({"num_local_experts": 8, "num_experts_per_tok": 2}, 8),  # Mixtral-8x7B
+    ({"n_routed_experts": 256, "n_shared_experts": 1}, 256),  # DeepSeek-V3
+    ({"num_experts": None, "hidden_size": 4096}, 0),  # a dense config class that names the field
+    ({"hidden_size": 4096}, 0),  # Llama-3.1-8B
+])
+def test_internal_state_says_the_targets_experts(hooked, sglang_source: SglangSource, hf: dict[str, Any],
+                                                 experts: int) -> None:
+    world, _ = hooked
+    world.owner_attrs = model_config(sglang_source.release, **hf)
+    state = world.call("get_internal_state", Request({})).internal_state
+    assert state["specctl"]["experts"] == experts
+    assert state["max_running_requests"] == 256
+
+
+def test_an_unreachable_model_config_leaves_experts_unsaid_and_the_state_answered(hooked, caplog) -> None:
+    world, _ = hooked  # the stand-in owner holds no model config
+    plugin._say_experts_unreported.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="specctl.plugin"):
+        first = world.call("get_internal_state", Request({})).internal_state
+        world.call("get_internal_state", Request({}))
+    assert "experts" not in first["specctl"] and first["specctl"]["mode"] == "auto"
+    assert caplog.text.count("the target's experts go unreported") == 1, "once, not every poll"
 
 
 def good_args(release: Release, config: str) -> dict[str, Any]:

@@ -41,6 +41,7 @@ def good_sample() -> dict:
     (("t",), "noon"), (("t",), True), (("kind",), "other"), (("server",), []), (("server", "gen_tps"), "fast"),
     (("server", "running"), True), (("server", "state"), 1), (("server", "progress"), "half"),
     (("spec",), 3), (("spec", "settings"), [1]), (("spec", "off_state"), {"fast": "no"}),
+    (("spec", "experts"), "128"), (("spec", "experts"), 1.5),
     (("gpus",), {"0": {}}), (("gpus", 0), "GPU 0"), (("gpus", 0, "util"), "50%"), (("procs", 0, "pid"), 1.5),
 ])
 def test_a_sample_with_a_field_of_the_wrong_type_is_skipped(where: tuple, value: object) -> None:
@@ -58,6 +59,10 @@ def test_events_and_commands_need_their_name_and_typed_fields() -> None:
     assert records.parse(records.event("from_a_newer_writer", t=T, anything=[1]))  # shown, not dropped
     assert records.parse({"v": 1, "t": T, "kind": "event"}) is None
     assert records.parse(records.event(records.SPEC_SWITCH, t=T, batch_size="forty")) is None
+    skipped = {"backend": "triton", "gpus": ["NVIDIA H200"], "why": "a MoE"}
+    assert records.parse(records.event(records.BACKEND_THRESHOLDS_SKIPPED, t=T, experts=128, **skipped))
+    assert records.parse(records.event(records.BACKEND_THRESHOLDS_SKIPPED, t=T, experts=None, **skipped))
+    assert records.parse(records.event(records.BACKEND_THRESHOLDS_SKIPPED, t=T, experts="128", **skipped)) is None
     assert records.parse(records.command("mode", True, 1000, t=T, args={"mode": "off"}))
     assert records.parse({"v": 1, "t": T, "kind": "command", "cmd": "mode"}) is None
     assert records.parse(records.command("mode", "yes", 1000, t=T)) is None

@@ -62,7 +62,10 @@ def test_systemd_lines(tmp_path: Path) -> None:
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     config = tmp_path / "a.json"
     for args, said in ((["--steps", "0"], "steps"), (["--set", "off_at=8"], "on_at"),
-                       (["--set", "nonsense"], "KEY=VALUE"), (["--tp", "0"], "--tp")):
+                       (["--set", "nonsense"], "KEY=VALUE"), (["--tp", "0"], "--tp"),
+                       (["--experts", "-1"], "--experts must be 0"),
+                       (["--experts", "abc"], "--experts must be a whole"),
+                       (["--experts", "1.5"], "--experts must be a whole")):
         done = specctl(*args, "--config", str(config))
         assert done.returncode == 2, (args, done.stderr)
         assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -73,9 +76,9 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
 def test_flashinfer_is_named_with_its_workspace_and_its_measured_row(tmp_path: Path) -> None:
     """The report's Blackwell runs FlashInfer: an operator can say so, and the workspace verify graphs need is set.
 
-    The settings are FlashInfer's row (measured on an H200), not the policy's defaults."""
-    done = specctl("--backend", "flashinfer", "--gpu", "NVIDIA H200", "--config", str(tmp_path / "a.json"),
-                   "--format", "json")
+    The settings are FlashInfer's row (measured on an H200, with a dense target), not the policy's defaults."""
+    done = specctl("--backend", "flashinfer", "--gpu", "NVIDIA H200", "--experts", "0",
+                   "--config", str(tmp_path / "a.json"), "--format", "json")
     assert done.returncode == 0 and done.stderr == "", done.stderr
     out = json.loads(done.stdout)
     args = out["args"]
@@ -98,3 +101,39 @@ def test_a_row_measured_on_another_gpu_is_left_out_and_said_once(tmp_path: Path,
     settings = json.loads(json.loads(done.stdout)["env"]["SPECCTL_SETTINGS"])
     defaults = PolicySettings()
     assert (settings["off_at"], settings["min_accept"]) == (defaults.off_at, defaults.min_accept)
+
+
+def printed_settings(done: subprocess.CompletedProcess[str]) -> dict:
+    return json.loads(json.loads(done.stdout)["env"]["SPECCTL_SETTINGS"])
+
+
+def test_a_moe_target_gets_the_defaults_and_why_on_the_very_gpu_the_row_was_measured_on(tmp_path: Path) -> None:
+    # Qwen3-30B-A3B (128 routed experts) on an H200 with Triton: the row would miss where the defaults do not
+    # (docs/results/moe.md).
+    done = specctl("--backend", "triton", "--gpu", "NVIDIA H200", "--experts", "128",
+                   "--config", str(tmp_path / "a.json"), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "measured on a dense model and this server's target is a MoE (128 experts)" in done.stderr
+    assert "the policy's defaults stay" in done.stderr
+    settings, defaults = printed_settings(done), PolicySettings()
+    assert {k: settings[k] for k in BY_BACKEND["triton"]} == {k: getattr(defaults, k) for k in BY_BACKEND["triton"]}
+
+
+def test_without_experts_the_row_is_printed_and_stderr_says_how_to_check(tmp_path: Path) -> None:
+    """As the supervisor does for a server that does not say its class (thresholds.for_server)."""
+    done = specctl("--backend", "triton", "--gpu", "NVIDIA H200", "--config", str(tmp_path / "a.json"),
+                   "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and "add --experts N" in done.stderr
+    settings = printed_settings(done)
+    assert {k: settings[k] for k in BY_BACKEND["triton"]} == BY_BACKEND["triton"]
+
+
+def test_the_operators_own_thresholds_need_no_word_about_the_model_class(tmp_path: Path) -> None:
+    every = ["--set", "off_at=64", "--set", "on_at=8", "--set", "min_accept=1.0", "--set", "accept_slope=0"]
+    for experts in ([], ["--experts", "128"]):
+        done = specctl("--backend", "triton", "--gpu", "NVIDIA H200", *experts, *every,
+                       "--config", str(tmp_path / "a.json"), "--format", "json")
+        assert done.returncode == 0 and done.stderr == "", (experts, done.stderr)
+        assert printed_settings(done)["off_at"] == 64

@@ -1,8 +1,10 @@
-"""Which measured thresholds a server gets: its attention backend's row, on the GPU it was measured on."""
+"""Which measured thresholds a server gets: its backend's row, on the GPU and model class it was measured on."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, for_server
 
@@ -40,3 +42,58 @@ def test_a_row_that_stays_out_is_said_only_where_the_operator_left_part_of_it_to
     row, why = for_server("flashinfer", [RTX], {"off_at": 64})
     assert row is None and why is not None, "the floor is still the defaults', not the row's: say why"
     assert for_server("flashinfer", [H200], {"off_at": 64, "min_accept": 1.0}) == (BY_BACKEND["flashinfer"], None)
+
+
+# -- the model class: every row was measured with a dense target (Llama-3.1-8B) --------------
+
+
+@pytest.mark.parametrize("backend", sorted(BY_BACKEND))
+def test_a_moe_target_keeps_the_defaults_and_is_told_why(backend: str) -> None:
+    # Qwen3-30B-A3B on the very H200 the rows were measured on: the GPU is right, the model is not.
+    row, why = for_server(backend, [H200], experts=128)
+    assert row is None and why is not None
+    assert f"the {backend} thresholds were measured on a dense model" in why
+    assert "this server's target is a MoE (128 experts)" in why
+    assert "the policy's defaults stay" in why and "docs/results/moe.md" in why
+
+
+@pytest.mark.parametrize("experts", [0, 1])
+def test_a_dense_target_gets_the_row(experts: int) -> None:
+    assert for_server("triton", [H200], experts=experts) == (BY_BACKEND["triton"], None)
+
+
+def test_an_unknown_model_class_gets_the_row_as_before_specctl_could_tell() -> None:
+    """A plugin older than the count (or no specctl block): the row applies (thresholds.for_server says why)."""
+    assert for_server("triton", [H200], experts=None) == (BY_BACKEND["triton"], None)
+    assert for_server("triton", [H200]) == for_server("triton", [H200], experts=0)
+
+
+def test_the_operators_whole_groups_win_over_a_moe_too_and_then_nothing_is_said() -> None:
+    assert for_server("triton", [H200], {"off_at": 64, "on_at": 8, "min_accept": 1.0, "accept_slope": 0.0},
+                      experts=128) == (None, None)
+    row, why = for_server("triton", [H200], {"off_at": 64, "on_at": 8}, experts=128)
+    assert row is None and why is not None and "MoE" in why, "the floor is still left to the row: say why"
+
+
+def test_another_gpu_is_said_before_the_model_class() -> None:
+    row, why = for_server("flashinfer", [RTX], experts=256)
+    assert row is None and why is not None and f"this server runs on {RTX}" in why
+
+
+GPUS = st.lists(st.sampled_from([H200, RTX, None]), max_size=4)
+CHOSEN = st.dictionaries(st.sampled_from(["off_at", "on_at", "min_accept", "accept_slope"]), st.just(1))
+
+
+@given(backend=st.sampled_from(sorted(BY_BACKEND)), gpus=GPUS, chosen=CHOSEN, experts=st.integers(2, 1024))
+def test_no_row_ever_reaches_a_moe(backend: str, gpus: list[str | None], chosen: dict[str, int],
+                                   experts: int) -> None:
+    row, why = for_server(backend, gpus, chosen, experts=experts)
+    assert row is None
+    touched_both = {"off_at", "on_at"} & set(chosen) and {"min_accept", "accept_slope"} & set(chosen)
+    assert (why is None) == bool(touched_both), "said exactly when a group is left to the row"
+
+
+@given(backend=st.sampled_from([*sorted(BY_BACKEND), "trtllm_mha", None]), gpus=GPUS, chosen=CHOSEN)
+def test_unknown_and_dense_are_treated_alike(backend: str | None, gpus: list[str | None],
+                                             chosen: dict[str, int]) -> None:
+    assert for_server(backend, gpus, chosen, experts=None) == for_server(backend, gpus, chosen, experts=0)

@@ -21,7 +21,7 @@ from pathlib import Path
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings, SettingsError
-from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, for_server
+from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, MEASURED_WITH, for_server, unset_groups
 from specctl.runtime.supervisor import config, paths
 from specctl.runtime.supervisor.launcher import build_command, launch_env
 
@@ -50,6 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--gpu", metavar="NAME", help="the server's GPU as nvidia-smi names it, e.g. "
                    f"'NVIDIA {MEASURED_ON}': a backend's thresholds apply only on the GPU they were "
                    "measured on; elsewhere the policy's defaults are printed")
+    p.add_argument("--experts", metavar="N", help="the target's routed experts (num_experts, num_local_experts "
+                   "or n_routed_experts in its config.json; 0 for a dense model): the thresholds were measured "
+                   f"on a {MEASURED_WITH} model, so for a MoE the policy's defaults are printed")
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft model (default: keep your own "
                    f"{DRAFT_FLAG})")
     p.add_argument("--config", metavar="FILE", type=Path,
@@ -63,8 +66,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def run(args: argparse.Namespace) -> int:
     try:
-        settings = _settings(args)
-    except (config.ConfigError, SettingsError) as exc:
+        settings = _settings(args, _experts(args.experts))
+    except (config.ConfigError, SettingsError, ValueError) as exc:
         return _usage(str(exc))
     if args.tp < 1:
         return _usage(f"--tp must be at least 1, got {args.tp}")
@@ -83,16 +86,35 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _settings(args: argparse.Namespace) -> PolicySettings:
-    """Policy defaults, then the backend's thresholds measured on this GPU, then the operator's --set (which win).
+def _experts(text: str | None) -> int | None:
+    """``--experts``: a count of routed experts (0 dense), or None where not given."""
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--experts must be a whole number of routed experts (0 for a dense model), "
+                         f"got {text!r}") from None
+    if value < 0:
+        raise ValueError(f"--experts must be 0 (a dense model) or more, got {value}")
+    return value
+
+
+def _settings(args: argparse.Namespace, experts: int | None) -> PolicySettings:
+    """Policy defaults, then the backend's thresholds measured on this GPU and model class, then the operator's --set.
 
     A row that does not apply is said on stderr, once: the printout stays what a shell evaluates.
+    Without --experts the row is printed, as the supervisor applies it where a server does
+    not say its class (thresholds.for_server), and stderr says how to check.
     """
     chosen = config.parse_pairs(args.settings)
-    measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [], chosen)
+    measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [], chosen, experts=experts)
     if why_not is not None and args.gpu is None:
         why_not = (f"the {args.backend} thresholds were measured on an {MEASURED_ON}: add --gpu "
                    f"'NVIDIA {MEASURED_ON}' if the server runs on one; the policy's defaults are printed")
+    if measured is not None and experts is None and unset_groups(measured, chosen):
+        why_not = (f"the {args.backend} thresholds were measured on a {MEASURED_WITH} model and are printed: "
+                   f"if the target is a MoE, add --experts N (its config's routed experts) for the policy's defaults")
     if why_not is not None:
         print(f"specctl sglang-args: {why_not}", file=sys.stderr)
     base = PolicySettings().with_changes({**(measured or {}), "steps": args.steps})

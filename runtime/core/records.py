@@ -116,6 +116,7 @@ class Spec(TypedDict, total=False):
     depth_model: bool  # auto chooses among depths with a cost table
     accept_by_depth: dict[str, float] | None
     steps_at: dict[str, int]
+    experts: int  # the target's routed experts from its HF config, 0 for dense (absent: an older plugin)
 
 
 class Gpu(TypedDict, total=False):
@@ -182,6 +183,7 @@ class Event(_EventBase, total=False):
     settings: dict[str, Any]
     ok: bool
     backend: str | None
+    experts: int | None  # backend_thresholds(_skipped): the target's routed experts, 0 dense, None unsaid
     index: int | None
     sim: bool
     lost: int
@@ -316,7 +318,7 @@ _SETTINGS = _shape({"mode": _str, "steps": _num, "off_at": _num, "on_at": _num, 
 _SPEC = _shape({"mode": _str, "on": _bool, "steps": _num, "reason": _str, "switches": _num, "step": _num,
                 "last_switch_step": _num, "batch_size": _num, "accept_mean": _num, "verifies": _num,
                 "steps_on": _num, "steps_off": _num, "settings": _SETTINGS,
-                "off_state": _shape({"fast": _bool, "why_not": _str})}, optional=True)
+                "off_state": _shape({"fast": _bool, "why_not": _str}), "experts": _int}, optional=True)
 _GPU = _shape({"index": _int, "name": _str, "uuid": _str, "state": _str, "error": _str, "util": _num,
                "mem_used": _num, "mem_total": _num, "power_w": _num, "power_limit_w": _num, "temp_c": _num,
                "sm_clock_mhz": _num})
@@ -326,7 +328,7 @@ _SAMPLE_NEEDS = ("server", "spec", "gpus")
 _EVENT = _shape({"pid": _int, "url": _str, "error": _str, "retry": _bool, "returncode": _int, "attempt": _int,
                  "delay_s": _num, "lines": _list_of(lambda x: isinstance(x, str)), "on": _bool, "reason": _str,
                  "batch_size": _num, "step": _num, "why": _str, "changes": _any_dict, "settings": _any_dict,
-                 "ok": _bool, "backend": _str, "index": _int, "sim": _bool, "lost": _int})
+                 "ok": _bool, "backend": _str, "experts": _int, "index": _int, "sim": _bool, "lost": _int})
 _COMMAND = _shape({"cmd": lambda x: isinstance(x, str), "ok": lambda x: isinstance(x, bool), "uid": _int,
                    "args": _any_dict, "error": _str, "message": _str})
 

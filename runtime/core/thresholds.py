@@ -13,6 +13,9 @@ not set. Each row comes from one GPU sweep on one H200 through the simulator
 (a preset calibrated to it), and applies only where NVML names the server's
 GPUs as that GPU (:func:`for_server`): a FlashInfer server on other hardware
 (SGLang's default below Hopper) keeps the defaults, and the journal says why.
+Every row was measured with a dense target (Llama-3.1-8B) and applies only to a
+dense one: a MoE's verify costs a U over the batch, not Llama's line, and the
+Triton row misses where the defaults do not (docs/results/moe.md).
 Backends not listed (trtllm, ...) keep the policy's defaults: they were not
 measured.
 """
@@ -113,24 +116,52 @@ def for_backend(backend: str | None) -> dict[str, float] | None:
 # simulator: 0.84-0.94 of the better state at accept length 2.02). So a row applies only on
 # the GPU it was measured on; elsewhere the policy's defaults stay, and the operator is told.
 MEASURED_ON = "H200"
+# ... and with a dense target (Llama-3.1-8B). It moves with the model class too: a MoE's
+# verify reads more experts' weights the more tokens it checks, so its cost over the batch
+# is a U, not a dense model's line, and the simulator (h200-qwen3moe, Qwen3-30B-A3B) finds
+# the Triton row 7 times of 36 below 0.95 of the better state, the defaults 3
+# (docs/results/moe.md). Until a MoE row is measured, a MoE server keeps the defaults.
+MEASURED_WITH = "dense"
 
 
-def for_server(backend: str | None, gpu_names: Sequence[str | None],
-               chosen: dict[str, Any] | None = None) -> tuple[dict[str, float] | None, str | None]:
-    """The row for a server on these GPUs, and why not where a row exists but does not apply.
+def for_server(backend: str | None, gpu_names: Sequence[str | None], chosen: dict[str, Any] | None = None,
+               experts: int | None = None) -> tuple[dict[str, float] | None, str | None]:
+    """The row for a server on these GPUs with this target, and why not where a row exists but does not apply.
 
     ``gpu_names`` as NVML reports them (``NVIDIA H200``); an empty list or a None
     name means they could not be read, and then no row is applied either.
+    ``experts``: the target's routed experts as the plugin reads them from its HF
+    config (0 or 1: dense; more: a MoE, which no row was measured on). None means the
+    server did not say (a plugin older than the count, or a block without it):
+    the row then applies as it did before specctl could tell. Every server specctl
+    launches runs the plugin of the same install, which says, so None is an old
+    plugin in another environment, not the common case; refusing every row there
+    would take the measured thresholds from dense servers that were fine, while a
+    MoE behind an old plugin is one upgrade away from being told.
     ``chosen``: the operator's own settings. Where they cover every group of the
     row, a row that stays out changes nothing, and there is no why to say.
     """
     row = for_backend(backend)
     if row is None:
         return None, None
-    why_not = _why_not(backend, gpu_names)
+    why_not = _why_not(backend, gpu_names) or _why_not_model(backend, experts)
     if why_not is None:
         return row, None
     return None, why_not if unset_groups(row, chosen or {}) else None
+
+
+def is_moe(experts: int | None) -> bool:
+    """Whether a target with this many routed experts is a MoE (one "expert" is a dense MLP; None: not known to be)."""
+    return experts is not None and experts > 1
+
+
+def _why_not_model(backend: str | None, experts: int | None) -> str | None:
+    """Why a row measured on a dense model does not apply to this target; None where it does."""
+    if not is_moe(experts):
+        return None
+    return (f"the {backend} thresholds were measured on a {MEASURED_WITH} model and this server's target is a MoE "
+            f"({experts} experts), whose verify cost over the batch is not a {MEASURED_WITH} model's "
+            f"(docs/results/moe.md): {_DEFAULTS_STAY}")
 
 
 def _why_not(backend: str | None, gpu_names: Sequence[str | None]) -> str | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specctl.runtime.core.wire import EXPERTS_KEY
+
 
 def spec_state(info: dict[str, Any] | None) -> dict[str, Any] | None:
     """The plugin's (or simulator's) policy state from /server_info, if it reports one."""
@@ -16,6 +18,17 @@ def spec_state(info: dict[str, Any] | None) -> dict[str, Any] | None:
         spec = states[0].get("specctl")
         return spec if isinstance(spec, dict) else None
     return None
+
+
+def target_experts(info: dict[str, Any] | None) -> int | None:
+    """The target's routed experts as the plugin reads them from SGLang's model config (0: dense).
+
+    None where the server does not say: no specctl block (a server without the
+    plugin), or a plugin older than the count; runtime/core/thresholds.py says what
+    None then means for the measured thresholds. A value that is not a count is None too.
+    """
+    value = (spec_state(info) or {}).get(EXPERTS_KEY)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 EAGER_PREFILL_WHY = ("prefill CUDA graphs are off, so every prefill runs op by op on the scheduler's CPU; with "

@@ -155,6 +155,9 @@ class Release:
     fast_off_hooks: tuple[HookSpec, ...]
     read_done: ReadDoneNames
     early_publish: EarlyPublishNames
+    # The attribute of get_internal_state's owner that holds the Scheduler (0.5.23 moved the
+    # method into a controller that keeps it); None where the owner is the Scheduler itself.
+    scheduler_attr: str | None
 
 
 _PARAMS_HOOK = HookSpec(PARAMS_CLASS, "REPLACE", "params", ("initial_steps", "cfg_path"))
@@ -241,6 +244,7 @@ RELEASES: dict[str, Release] = {
         early_publish=EarlyPublishNames("on_publish", "plan_stream", "needs_cpu_seq_lens", _EARLY_FACTS + (
             ("srt/speculative/eagle_utils.py", "return predict, num_correct_drafts + 1, accept_index"),
         )),
+        scheduler_attr=None,
     ),
     "0.5.23": Release(
         version="0.5.23",
@@ -302,8 +306,17 @@ RELEASES: dict[str, Release] = {
             ("srt/speculative/eagle_worker_v2.py",
              "return self._forward_prefill_batch(batch, on_publish, pp_proxy_tensors)"),
         )),
+        scheduler_attr="scheduler",
     ),
 }
+
+# The model class (plugin.target_experts): the Scheduler's model config, then its text config
+# (a multimodal model's language part), the object SGLang's own MoE check reads
+# (model_loader/utils.py, _is_moe_model), the same in both releases.
+MODEL_CONFIG_PATH = ("model_config", "hf_text_config")
+# The HF config keys that count a MoE's routed experts, in the order SGLang's LoRA pool reads
+# them (lora/mem_pool.py, _get_num_experts): Qwen2/3-MoE, Mixtral, DeepSeek (and Kimi, GLM).
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 _DECODE_GRAPHS = "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner"
 _FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info.ForwardBatch"

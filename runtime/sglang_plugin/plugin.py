@@ -23,6 +23,7 @@ from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.core.wire import (
     COSTS_ENV,
     ENABLE_ENV,
+    EXPERTS_KEY,
     SETTINGS_ENV,
     WIRE_PREFIX,
 )
@@ -136,12 +137,55 @@ def set_internal_state(original: Callable[..., Any], owner: Any, recv_req: Any) 
     return result if result is not None else compat.set_state_output(True)
 
 
-def get_internal_state(result: Any, owner: Any, recv_req: Any) -> Any:
-    """AFTER hook: add ``specctl`` (the policy's state and the off state's) to the scheduler's internal state."""
+def get_internal_state(release: Release, result: Any, owner: Any, recv_req: Any) -> Any:
+    """AFTER hook: add ``specctl`` to the scheduler's internal state (so to /server_info).
+
+    The policy's state, the off state's, and the target's routed experts
+    (``EXPERTS_KEY``), by which the supervisor keeps thresholds measured on a
+    dense model off a MoE (runtime/core/thresholds.py).
+    """
     params = active()
     if params is not None:
-        result.internal_state["specctl"] = {**params.state(), "off_state": fast_off.summary()}
+        block = {**params.state(), "off_state": fast_off.summary()}
+        experts = target_experts(release, owner)
+        if experts is not None:
+            block[EXPERTS_KEY] = experts
+        result.internal_state["specctl"] = block
     return result
+
+
+def target_experts(release: Release, owner: Any) -> int | None:
+    """The target's routed experts from the model config the scheduler loaded (0: dense).
+
+    Read where SGLang keeps the HF config it built the model from, rather than
+    guessed from an architecture name (DeepseekV3ForCausalLM says nothing of
+    experts). None, with a warning, where the config is not where compat says:
+    the key is then left out, and /get_internal_state still answers.
+    """
+    scheduler = getattr(owner, release.scheduler_attr, None) if release.scheduler_attr else owner
+    config: Any = scheduler
+    for name in compat.MODEL_CONFIG_PATH:
+        config = getattr(config, name, None)
+    if config is None:
+        _say_experts_unreported()
+        return None
+    return routed_experts(config)
+
+
+@functools.cache
+def _say_experts_unreported() -> None:
+    """Once a process: every poll of /server_info would say it again."""
+    logger.warning("specctl: the scheduler's %s is not there: the target's experts go unreported, and the "
+                   "supervisor applies thresholds measured on a dense model", ".".join(compat.MODEL_CONFIG_PATH))
+
+
+def routed_experts(config: Any) -> int:
+    """The first count of routed experts the HF config holds (``compat.EXPERT_KEYS``); 0 where none."""
+    for key in compat.EXPERT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
 
 
 def check_server_args(release: Release, result: Any, server_args: Any) -> Any:
@@ -195,7 +239,7 @@ def core_handlers(release: Release) -> dict[str, Any]:
     return {
         "params": SglangParams,
         "set_internal_state": set_internal_state,
-        "get_internal_state": get_internal_state,
+        "get_internal_state": functools.partial(get_internal_state, release),
         "check_server_args": functools.partial(check_server_args, release),
     }
 

@@ -18,6 +18,7 @@ from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE,
 from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
 from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError
 from specctl.runtime.core.thresholds import attention_backend, for_server, set_together, unset_groups
+from specctl.runtime.probes.server_info import target_experts
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 
 COMMANDS = ("ping", "status", "mode", "set", "server")
@@ -173,12 +174,13 @@ class CommandHandler:
 
         Only for a server specctl launched, and only for the groups of settings the
         operator left alone (runtime/core/thresholds.py says why one set does not fit all).
-        A row measured on another GPU is not applied, and the journal says so once.
+        A row measured on another GPU, or on a dense model for a MoE target (the expert
+        count the plugin puts in /server_info), is not applied, and the journal says so once.
         """
-        backend = attention_backend(info)
-        row, why_not = for_server(backend, gpu_names, self.desired)
+        backend, experts = attention_backend(info), target_experts(info)
+        row, why_not = for_server(backend, gpu_names, self.desired, experts=experts)
         if why_not is not None:
-            self.sup.emit(records.event(records.BACKEND_THRESHOLDS_SKIPPED, backend=backend,
+            self.sup.emit(records.event(records.BACKEND_THRESHOLDS_SKIPPED, backend=backend, experts=experts,
                                         gpus=sorted({n for n in gpu_names if n}), why=why_not))
         pair = unset_groups(row or {}, self.desired)
         client = self.sup.server_client
@@ -191,7 +193,8 @@ class CommandHandler:
             self.sup.emit(records.event(records.BACKEND_THRESHOLDS_FAILED, backend=backend, error=str(exc)))
             return False
         applied = bool(ok) and all(ok)
-        self.sup.emit(records.event(records.BACKEND_THRESHOLDS, backend=backend, changes=pair, ok=applied))
+        self.sup.emit(records.event(records.BACKEND_THRESHOLDS, backend=backend, experts=experts, changes=pair,
+                                    ok=applied))
         return applied
 
     async def _cmd_server(self, args: dict[str, Any]) -> dict[str, Any]:
