@@ -195,9 +195,6 @@ async def test_thresholds_measured_on_another_gpu_stay_out_and_the_journal_says_
         await sup.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="the simulator's specctl block does not say the target's experts yet "
-                   "(runtime/sim/server.py internal_state: wire.EXPERTS_KEY from the preset's moe_experts, 0 for "
-                   "dense): until it does, the supervisor sees an unknown class and applies the Triton row")
 async def test_a_moe_target_keeps_the_defaults_on_the_very_gpu_the_rows_were_measured_on(
         standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Qwen3-30B-A3B with Triton on an H200: the Triton row misses 7 of 36 points, the defaults 3

@@ -493,6 +493,15 @@ sweep2_thresholds() {  # sweep2_thresholds JOURNAL: what the supervisor did with
   [ -z "$(backend_settings)" ] && return 0
   [ "${DRY_RUN:-}" = sim ] && { log "dry run: the supervisor leaves a simulator's thresholds alone"; return 0; }
   grep -q '"event": *"backend_thresholds"' "$1" && return 0
+  if python3 -c 'import json, sys
+lines = (json.loads(line) for line in open(sys.argv[1]) if line.strip())
+sys.exit(0 if any(r.get("event") == "backend_thresholds_skipped" and "target is a MoE" in (r.get("why") or "")
+                  for r in lines) else 1)' \
+      "$1" 2>/dev/null; then
+    log "sweep2: the $ATTN row stays out for a MoE target (it was measured on a dense one): auto runs the defaults," \
+      "as it would for an operator"
+    return 0
+  fi
   if [ "${REQUIRE_ROW:-1}" = 0 ]; then
     log "sweep2: the $ATTN row was not applied (journal above); REQUIRE_ROW=0, so auto runs the defaults"
     return 0

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError, settings_from_wire
-from specctl.runtime.core.wire import WIRE_PREFIX
+from specctl.runtime.core.wire import EXPERTS_KEY, WIRE_PREFIX
 from specctl.runtime.sim import admin, api, nospec
 from specctl.runtime.sim.depth import policy_costs
 from specctl.runtime.sim.generate import (
@@ -187,8 +187,14 @@ class SimServer:
         if not self.cfg.speculation:  # SGLang adds it only for a speculative server
             del state["avg_spec_accept_length"]
         if self.cfg.plugin:  # the plugin adds its block; a server without it has none
-            state = {"specctl": {**self.policy.state(), "off_state": self.off_state()}, **state}
+            # the plugin says the target's routed experts (0: dense), as it reads SGLang's HF config
+            block = {**self.policy.state(), "off_state": self.off_state(), EXPERTS_KEY: self.experts()}
+            state = {"specctl": block, **state}
         return state
+
+    def experts(self) -> int:
+        """The preset's routed experts, 0 for a dense target (the report's GLM-5: 256, Qwen3-30B-A3B: 128)."""
+        return int(self.cfg.preset.params.moe_experts or 0)
 
     def off_state(self) -> dict[str, Any]:
         """As the plugin reports it (fast_off.summary): whether "off" costs what no speculation costs."""
