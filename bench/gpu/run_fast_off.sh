@@ -432,10 +432,14 @@ EOF
   } >> "$WORK/facts-$TAG.txt" 2>&1
 }
 
+POINT_SEED=0  # bench_point's request seed: every window sends prompts no earlier window sent (the radix
+# cache otherwise serves a later window's prefills and flatters whichever mode runs second)
 bench_point() {  # bench_point LABEL C
   local need=$(( ${WARMUP%.*} + ${DURATION%.*} + 12 ))
   if [ "$(left)" -lt "$need" ]; then log "skip $1 c=$2: $(left)s left"; return 0; fi
+  POINT_SEED=$((POINT_SEED + 1))
   python3 "$HERE/bench_spec.py" --url "$URL" --concurrency "$2" --warmup "$WARMUP" --duration "$DURATION" \
+    --seed "$POINT_SEED" \
     --input-len 512 --output-len 256 --label "$1$MTAG" --csv "$CSV" || log "bench $1 c=$2 failed"
 }
 
