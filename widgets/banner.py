@@ -191,10 +191,10 @@ class SpecBanner(Widget):
         elif s.reason:
             line.append("last switch ")
             line.append(s.reason, Style(bold=True))
-        elif s.watch_only:  # nothing to switch; the status says why
-            line.rstrip()
-        else:
+        elif not s.watch_only:  # a server it only watches has nothing to switch: the status says why
             line.append("no switch yet")
+        else:
+            line.rstrip()
         if status_first:
             return line
         line.append(f"  · {s.source}")

@@ -296,7 +296,7 @@ COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-len
 # capped; one capped sweep did not settle whether the pool is why (bench/gpu/results/triton/sweep-capped-kv.csv)
 [ -n "${MAX_TOKENS:-}" ] && COMMON+=(--max-total-tokens "$MAX_TOKENS")
 # SERVER_FLAGS: more SGLang flags for every server (both of a pair), e.g. "--disable-radix-cache" to take the
-# radix tree out of a comparison (docs/sglang-0.5.23.md, "What a GPU session should run to confirm")
+# radix tree out of a comparison (docs/results/sglang-0523.md, "What a GPU session should run to confirm")
 [ -n "${SERVER_FLAGS:-}" ] && COMMON+=($SERVER_FLAGS)
 
 # The specctl server's command and environment, from the project's own launcher.

@@ -278,7 +278,18 @@ def _num(value: Any) -> bool:
 
 
 def _int(value: Any) -> bool:
-    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+    return value is None or whole(value) is not None
+
+
+def whole(value: Any, least: int | None = None) -> int | None:
+    """``value`` where it is an int (not a bool, which Python counts as one) of at least ``least``; else None.
+
+    Counts arrive from JSON, from SGLang's configs and from other processes: one is a
+    count only when it really is an int.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return value if least is None or value >= least else None
 
 
 def _str(value: Any) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
+from specctl.runtime.core.records import whole
 from specctl.runtime.core.tree_drafts import SERVER_FIX, TOPK_FLAG
 
 Reason = Literal["no_plugin", "no_speculation", "tree"]
@@ -48,8 +49,7 @@ def reason(sample: Mapping[str, Any] | None) -> Reason | None:
         return None
     if server.get("speculative") is False:
         return NO_SPECULATION
-    topk = server.get("topk")
-    return TREE if isinstance(topk, int) and topk > 1 else NO_PLUGIN
+    return TREE if whole(server.get("topk"), least=2) else NO_PLUGIN
 
 
 def headline(why: str) -> str:
@@ -67,7 +67,7 @@ def fix(why: str, tp: object = None) -> str:
         return f"{SERVER_FIX}, with the environment and flags `specctl sglang-args` prints (docs/topk.md)"
     if why != NO_SPECULATION:
         return "relaunch it with the environment and flags `specctl sglang-args` prints (docs/deployment.md)"
-    tp_arg = f" --tp {tp}" if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1 else ""
+    tp_arg = f" --tp {tp}" if whole(tp, least=2) else ""
     return (f"add to its launch line what `specctl sglang-args{tp_arg} --draft DRAFT_MODEL` prints "
             "(--speculative-algorithm EAGLE3 with an EAGLE-3 draft model, and the plugin's environment; "
             "docs/deployment.md)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specctl.runtime.core.records import whole
 from specctl.runtime.core.wire import EXPERTS_KEY
 
 
@@ -27,8 +28,7 @@ def target_experts(info: dict[str, Any] | None) -> int | None:
     plugin), or a plugin older than the count; runtime/core/thresholds.py says what
     None then means for the measured thresholds. A value that is not a count is None too.
     """
-    value = (spec_state(info) or {}).get(EXPERTS_KEY)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    return whole((spec_state(info) or {}).get(EXPERTS_KEY), least=0)
 
 
 EAGER_PREFILL_WHY = ("prefill CUDA graphs are off, so every prefill runs op by op on the scheduler's CPU; with "
@@ -76,8 +76,7 @@ def draft_topk(info: dict[str, Any] | None) -> int | None:
 
     Above 1 the server drafts a tree, which SGLang's adaptive machinery, and so specctl, cannot switch off.
     """
-    topk = info.get("speculative_eagle_topk") if isinstance(info, dict) else None
-    return topk if isinstance(topk, int) and not isinstance(topk, bool) and topk >= 1 else None
+    return whole(info.get("speculative_eagle_topk"), least=1) if isinstance(info, dict) else None
 
 
 def speculative(info: dict[str, Any] | None) -> bool | None:

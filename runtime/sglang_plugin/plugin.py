@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
+from specctl.runtime.core.records import whole
 from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.core.wire import (
     COSTS_ENV,
@@ -181,11 +182,8 @@ def _say_experts_unreported() -> None:
 
 def routed_experts(config: Any) -> int:
     """The first count of routed experts the HF config holds (``compat.EXPERT_KEYS``); 0 where none."""
-    for key in compat.EXPERT_KEYS:
-        value = getattr(config, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return 0
+    counts = (whole(getattr(config, key, None), least=1) for key in compat.EXPERT_KEYS)
+    return next((n for n in counts if n is not None), 0)
 
 
 def check_server_args(release: Release, result: Any, server_args: Any) -> Any:
