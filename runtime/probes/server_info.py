@@ -53,7 +53,7 @@ def prefill_graphs(info: dict[str, Any] | None) -> bool | None:
     config = info.get("cuda_graph_config")
     prefill = config.get("prefill") if isinstance(config, dict) else None
     if isinstance(prefill, dict) and isinstance(prefill.get("backend"), str):
-        return prefill["backend"] != "disabled"
+        return bool(prefill["backend"] != "disabled")
     if info.get("disable_cuda_graph") is True or info.get("disable_prefill_cuda_graph") is True:
         return False
     return None

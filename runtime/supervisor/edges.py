@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from specctl.runtime.core import records
+from specctl.runtime.core import records, view_only
+from specctl.runtime.probes.server_info import EAGER_PREFILL_WHY, prefill_graphs
 
 
 class Once:
@@ -80,3 +81,43 @@ class SwitchCursor:
                               batch_size=sw.get("batch_size"), step=sw.get("step"),
                               **{"from": sw.get("from"), "to": sw.get("to")})
                 for sw in switches if sw.get("seq", 0) > last]
+
+
+class ServerNotes:
+    """What a server is, said once per server start: a slow "off", eager prefills, view only.
+
+    Each answers with the event to journal the first time its condition holds, None after
+    that (and None while it does not hold); :meth:`reset` when a server starts.
+    """
+
+    def __init__(self) -> None:
+        self._slow_off, self._eager_prefill, self._view_only = Once(), Once(), Once()
+
+    def reset(self) -> None:
+        for once in (self._slow_off, self._eager_prefill, self._view_only):
+            once.reset()
+
+    def off_state(self, spec: dict[str, Any]) -> records.Event | None:
+        """Its "off" is SGLang's slow steps-0 state rather than fast off."""
+        off = spec.get("off_state")
+        if isinstance(off, dict) and off.get("fast") is False and self._slow_off.first():
+            return records.event(records.SLOW_OFF_STATE, why=off.get("why_not"))
+        return None
+
+    def eager_prefill(self, info: dict[str, Any] | None) -> records.Event | None:
+        """It runs its prefills eagerly: there the off state costs more.
+
+        Why: eager prefills put the scheduler's CPU on the critical path while prompts arrive, and the
+        speculative server's ops run slower there (docs/fast-off.md, "Prefill CUDA graphs").
+        """
+        if prefill_graphs(info) is False and self._eager_prefill.first():
+            return records.event(records.EAGER_PREFILL, why=EAGER_PREFILL_WHY)
+        return None
+
+    def view_only(self, sample: records.Sample) -> records.Event | None:
+        """It can be watched but not steered, and why (runtime/core/view_only.py): no plugin, no
+        speculation, or a tree draft. The samples go on; steering commands are refused."""
+        why = view_only.reason(sample)
+        if why is not None and self._view_only.first():
+            return records.event(records.VIEW_ONLY, reason=why, why=view_only.refusal(why, sample["server"].get("tp")))
+        return None

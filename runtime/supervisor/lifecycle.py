@@ -15,13 +15,12 @@ from collections import deque
 from typing import Any
 
 from specctl.runtime.control.hub import Hub
-from specctl.runtime.core import records, view_only
+from specctl.runtime.core import records
 from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.probes.gpus import GpuSource, NvmlUnavailable, open_gpu_source
 from specctl.runtime.probes.hosts import is_local_url
 from specctl.runtime.probes.procs import ProcSampler, listening_pid
 from specctl.runtime.probes.server_info import (
-    EAGER_PREFILL_WHY,
     draft_topk,
     is_simulator,
     prefill_graphs,
@@ -33,7 +32,7 @@ from specctl.runtime.probes.sglang_client import ServerUnreachable, SGLangClient
 from specctl.runtime.supervisor.backends import AttachBackend, Backend, BackendError, SimBackend
 from specctl.runtime.supervisor.commands import CommandHandler
 from specctl.runtime.supervisor.config import SupervisorConfig
-from specctl.runtime.supervisor.edges import GpuFaults, Once, SwitchCursor
+from specctl.runtime.supervisor.edges import GpuFaults, Once, ServerNotes, SwitchCursor
 from specctl.runtime.supervisor.health import ServerHealth
 from specctl.runtime.supervisor.journal import Journal
 
@@ -68,9 +67,8 @@ class Supervisor:
         self._polls_started = self._polls_done = 0
         self._started_at = 0.0
         self._announced = False  # supervisor_start said: only then is supervisor_stop
-        # Said once per server start: its thresholds looked up, a slow "off", eager prefills, view only.
-        self._thresholds_checked, self._slow_off, self._eager_prefill = Once(), Once(), Once()
-        self._view_only = Once()
+        # Said once per server start: its thresholds looked up; a slow "off", eager prefills, view only.
+        self._thresholds_checked, self._notes = Once(), ServerNotes()
         self._switches = SwitchCursor()
         self._gpu_faults = GpuFaults()
         self._known_settings: dict[str, Any] | None = None  # the server's settings as last read
@@ -160,8 +158,8 @@ class Supervisor:
     async def _start_backend(self) -> None:
         self.health.starting()
         self._switches.start(self.backend.owns_process)
-        for once in (self._thresholds_checked, self._slow_off, self._eager_prefill, self._view_only):
-            once.reset()
+        self._thresholds_checked.reset()
+        self._notes.reset()
         loop = asyncio.get_running_loop()
         self._started_at = loop.time()
         try:
@@ -278,16 +276,20 @@ class Supervisor:
             self.health.unanswered(str(exc))
             await self._note_health(False)
         await self._note_simulator(info)
-        self._note_eager_prefill(info)
+        self._emit_if(self._notes.eager_prefill(info))
         spec = spec_state(info)
         if spec is not None:
             for said in self._switches.new(spec.get("recent_switches") or []):
                 self.emit(said)
-            self._note_off_state(spec)
+            self._emit_if(self._notes.off_state(spec))
             self._note_external_change(spec)
         sample = await self._sample(metrics, info, spec)
-        self._note_view_only(sample)
+        self._emit_if(self._notes.view_only(sample))
         self.emit(sample)
+
+    def _emit_if(self, record: records.Record | None) -> None:
+        if record is not None:
+            self.emit(record)
 
     async def _adopt_thresholds(self, client: SGLangClient, info: dict[str, Any]) -> dict[str, Any]:
         """First answer of a server we launched: thresholds for its attention backend, read back."""
@@ -349,12 +351,6 @@ class Supervisor:
         changes = {k: v for k, v in settings.items() if known.get(k) != v}
         self.emit(records.event(records.EXTERNAL_CHANGE, changes=changes, settings=settings))
 
-    def _note_off_state(self, spec: dict[str, Any]) -> None:
-        """Say once per server when its "off" is SGLang's slow steps-0 state rather than fast off."""
-        off = spec.get("off_state")
-        if isinstance(off, dict) and off.get("fast") is False and self._slow_off.first():
-            self.emit(records.event(records.SLOW_OFF_STATE, why=off.get("why_not")))
-
     async def _note_simulator(self, info: dict[str, Any] | None) -> None:
         """An attached server that is specctl's simulator (its /server_info says so): from then on every sample
         says sim, and its GPUs are the simulator's, not this machine's NVML (a simulated number must never pass
@@ -367,23 +363,6 @@ class Supervisor:
             if self._gpus is not None:
                 await self._gpus.aclose()
             self._gpus = await self._open_gpus()
-
-    def _note_eager_prefill(self, info: dict[str, Any] | None) -> None:
-        """Say once per server when it runs its prefills eagerly: there the off state costs more.
-
-        Why: eager prefills put the scheduler's CPU on the critical path while prompts arrive, and the
-        speculative server's ops run slower there (docs/fast-off.md, "Prefill CUDA graphs").
-        """
-        if prefill_graphs(info) is False and self._eager_prefill.first():
-            self.emit(records.event(records.EAGER_PREFILL, why=EAGER_PREFILL_WHY))
-
-    def _note_view_only(self, sample: records.Sample) -> None:
-        """Say once per server when it can be watched but not steered, and why (runtime/core/view_only.py):
-        no plugin, or no speculation at all. The samples go on; steering commands are refused."""
-        why = view_only.reason(sample)
-        if why is not None and self._view_only.first():
-            self.emit(records.event(records.VIEW_ONLY, reason=why,
-                                    why=view_only.refusal(why, sample["server"].get("tp"))))
 
     def _publish_log(self) -> None:
         lines = self.backend.take_log()
