@@ -954,7 +954,8 @@ phase_nospec() {
 corr() {  # corr LABEL [correctness args]: run, then compare with the nospec reference if here
   local label=$1; shift
   python3 "$HERE/correctness.py" run "$URL" "$label" "$WORK/corr-$label.json" "$@"
-  [ -f "$WORK/corr-nospec.json" ] && python3 "$HERE/correctness.py" compare "$WORK/corr-nospec.json" "$WORK/corr-$label.json"
+  [ -f "$WORK/corr-nospec.json" ] || return 0   # kept in a file too: a call's output tail can lose it
+  python3 "$HERE/correctness.py" compare "$WORK/corr-nospec.json" "$WORK/corr-$label.json" | tee -a "$WORK/vs-nospec-$TAG.txt"
 }
 
 phase_proof() {
@@ -1063,6 +1064,9 @@ run_phase() {  # run_phase PHASE: one phase; its status says whether it did its 
 
 FAILED=()  # phases that did not do their work: the later ones still run (pack keeps what there is)
 [ -n "$BENCH_ENV" ] && log "settings from $SITE/bench.env: $BENCH_ENV"
+# Said first, since both sittings of 0.5.23 measured with this default unawares (docs/results/sglang-0523.md)
+[ "${PREFILL_GRAPHS:-0}" = 1 ] || log "prefill CUDA graphs OFF on every server (PREFILL_GRAPHS=0, this script's" \
+  "default, not SGLang's): with arrivals the off state pays about 5 % more; PREFILL_GRAPHS=1 for SGLang's defaults"
 for ph in "$@"; do
   log "== phase $ph ($(left)s left)"
   if [ -n "$DRY_RUN" ]; then
