@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specctl.runtime.core.view_only import HEADLINES, NO_SPECULATION
 from specctl.runtime.sim import nospec
 from specctl.runtime.sim.__main__ import config_from_args
-from specctl.runtime.sim.model import decode_s
+from specctl.runtime.sim.costs import decode_s
 from specctl.runtime.sim.server import SimServer
 
 from support.headless import Headless, wait_for

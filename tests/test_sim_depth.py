@@ -11,8 +11,8 @@ import pytest
 
 from specctl.runtime.core.depth_model import costs_from_dict
 from specctl.runtime.core.thresholds import for_backend
+from specctl.runtime.sim.costs import alpha_for, off_s, spec_s
 from specctl.runtime.sim.depth import AcceptLaw, context_per_request, cost_table, law_for, policy_costs
-from specctl.runtime.sim.model import alpha_for, off_s, spec_s
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import PRESETS
 

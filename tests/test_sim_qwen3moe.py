@@ -21,7 +21,7 @@ import pytest
 from specctl.runtime.core.thresholds import for_backend
 from specctl.runtime.sim.calibrate import crossover, predicted, table
 from specctl.runtime.sim.calibrate import main as calibrate_main
-from specctl.runtime.sim.model import decode_s, experts_touched, gemm_s, spec_s, weights_read
+from specctl.runtime.sim.costs import decode_s, experts_touched, gemm_s, spec_s, weights_read
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from specctl.runtime.sim.calibrate import points, worst
-from specctl.runtime.sim.model import decode_s, draft_forward_s, experts_touched, spec_s, tree_tokens, weights_read
+from specctl.runtime.sim.costs import decode_s, draft_forward_s, experts_touched, spec_s, tree_tokens, weights_read
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import get_preset
 

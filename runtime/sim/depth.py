@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specctl.runtime.core.depth_model import DepthCosts, expected_from_rates
-from specctl.runtime.sim.model import PerfParams, Workload, alpha_for, off_s, spec_s
+from specctl.runtime.sim.costs import PerfParams, Workload, alpha_for, off_s, spec_s
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 DEPTHS = (0, 1, 2, 3)

@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specctl.runtime.sim.model import SimEngine
+from specctl.runtime.sim.engine import SimEngine
 
 MAX_CONCURRENCY = 100_000
 MAX_PERIOD_S = 1_000_000.0

@@ -16,7 +16,7 @@ SGLang's own sources (0.5.17's scheduler, 0.5.23's ``scheduler_components``):
   without the plugin answers.
 
 Each step costs a decode without drafting: the engine runs with no policy, the
-model's "nospec" baseline (sim/model.py ``decode_s``; sim/offline.py's server
+model's "nospec" baseline (sim/costs.py ``decode_s``; sim/offline.py's server
 "nospec"). Pure data and small functions: no I/O.
 """
 

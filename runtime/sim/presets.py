@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import PolicySettings
-from specctl.runtime.sim.model import PerfParams, SimEngine, Workload
+from specctl.runtime.sim.costs import PerfParams, Workload
+from specctl.runtime.sim.engine import SimEngine
 
 DEFAULT_PRESET = "h200-llama8b"
 

@@ -24,7 +24,9 @@ from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError, settings_from_wire
 from specctl.runtime.core.wire import EXPERTS_KEY, WIRE_PREFIX
 from specctl.runtime.sim import admin, api, nospec
+from specctl.runtime.sim.costs import tree_tokens
 from specctl.runtime.sim.depth import policy_costs
+from specctl.runtime.sim.engine import SimEngine, SimRequest
 from specctl.runtime.sim.generate import (
     BadRequest,
     client_rid,
@@ -36,7 +38,6 @@ from specctl.runtime.sim.generate import (
 from specctl.runtime.sim.gpus import SimGpus
 from specctl.runtime.sim.load import LoadDriver, LoadSpec, parse_load
 from specctl.runtime.sim.metrics import Collector
-from specctl.runtime.sim.model import SimEngine, SimRequest, tree_tokens
 from specctl.runtime.sim.presets import Preset
 
 TICK_S = 0.025

@@ -7,15 +7,8 @@ import pytest
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.sim.calibrate import points
-from specctl.runtime.sim.model import (
-    SimEngine,
-    alpha_for,
-    decode_s,
-    draft_forward_s,
-    mean_accept_len,
-    off_s,
-    spec_s,
-)
+from specctl.runtime.sim.costs import alpha_for, decode_s, draft_forward_s, mean_accept_len, off_s, spec_s
+from specctl.runtime.sim.engine import SimEngine
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import PRESETS, get_preset
 
