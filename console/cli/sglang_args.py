@@ -50,8 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--gpu", metavar="NAME", help="the server's GPU as nvidia-smi names it, e.g. "
                    f"'NVIDIA {MEASURED_ON}': a backend's thresholds apply only on the GPU they were "
                    "measured on; elsewhere the policy's defaults are printed")
-    p.add_argument("--experts", metavar="N", help="the target's routed experts (num_experts, num_local_experts "
-                   "or n_routed_experts in its config.json; 0 for a dense model): the thresholds were measured "
+    p.add_argument("--experts", metavar="N", help="the target's routed experts (num_experts, num_local_experts, "
+                   "n_routed_experts or, for DBRX, ffn_config's moe_num_experts in its config.json; 0 for a "
+                   "dense model): the thresholds were measured "
                    f"on a {MEASURED_WITH} model, so for a MoE the policy's defaults are printed")
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft model (default: keep your own "
                    f"{DRAFT_FLAG})")
