@@ -341,6 +341,19 @@ def test_the_model_class_is_read_where_the_release_keeps_it(sglang_source: Sglan
     assert all(f"'{key}'" in check for key in compat.EXPERT_KEYS)
 
 
+@pytest.mark.parametrize(("sub", "key"), compat.NESTED_EXPERT_KEYS)
+def test_a_nested_expert_count_is_where_the_release_reads_it(sglang_source: SglangSource, sub: str,
+                                                             key: str) -> None:
+    """DBRX: its config class builds ``ffn_config`` (from a dict too) with the count, and its model reads it there."""
+    configs = sglang_source.tree("sglang/srt/configs/dbrx.py")
+    classes = {n.name: n for n in configs.body if isinstance(n, ast.ClassDef)}
+    assert sub in self_assigned(classes["DbrxConfig"]) and key in self_assigned(classes["DbrxFFNConfig"])
+    assert f"self.{sub} = DbrxFFNConfig(**{sub})" in ast.unparse(classes["DbrxConfig"])
+    assert f"self.num_total_experts = config.{sub}.{key}" in sglang_source.srt("models/dbrx.py")
+    named = self_assigned(classes["DbrxConfig"]) | self_assigned(classes["DbrxFFNConfig"])
+    assert not named & set(compat.EXPERT_KEYS), "DBRX names no flat key: without the nested one it counts as dense"
+
+
 # -- SGLang's own code, run with ours plugged in -------------------------------
 
 
@@ -645,6 +658,8 @@ def model_config(release: Release, **hf: Any) -> dict[str, Any]:
     ({"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768}, 128),  # Qwen3-30B-A3B
     ({"num_local_experts": 8, "num_experts_per_tok": 2}, 8),  # Mixtral-8x7B
     ({"n_routed_experts": 256, "n_shared_experts": 1}, 256),  # DeepSeek-V3
+    ({"ffn_config": types.SimpleNamespace(moe_num_experts=16, moe_top_k=4)}, 16),  # DBRX: a DbrxFFNConfig
+    ({"ffn_config": {"moe_num_experts": 16, "moe_top_k": 4}}, 16),  # DBRX, its sub-config kept a dict
     ({"num_experts": None, "hidden_size": 4096}, 0),  # a dense config class that names the field
     ({"hidden_size": 4096}, 0),  # Llama-3.1-8B
 ])

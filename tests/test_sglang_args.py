@@ -120,6 +120,24 @@ def test_a_moe_target_gets_the_defaults_and_why_on_the_very_gpu_the_row_was_meas
     assert {k: settings[k] for k in BY_BACKEND["triton"]} == {k: getattr(defaults, k) for k in BY_BACKEND["triton"]}
 
 
+@pytest.mark.parametrize(("gpu", "said"), [
+    # the report's GLM-5 (256 routed experts) on its RTX PRO 6000s: both reasons, so moving to an H200
+    # is not the whole fix
+    (["--gpu", "NVIDIA RTX PRO 6000 Blackwell Server Edition"],
+     "this server runs on NVIDIA RTX PRO 6000 Blackwell Server Edition; also, the flashinfer thresholds were "
+     "measured on a dense model and this server's target is a MoE (256 experts)"),
+    # no --gpu: a hint to add one would lead to a second refusal, so the model class is the reason
+    ([], "specctl sglang-args: the flashinfer thresholds were measured on a dense model and this server's target "
+         "is a MoE (256 experts)")])
+def test_a_moe_is_said_whatever_is_said_of_the_gpu(tmp_path: Path, gpu: list[str], said: str) -> None:
+    done = specctl("--backend", "flashinfer", *gpu, "--experts", "256", "--config", str(tmp_path / "a.json"),
+                   "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and said in done.stderr and "add --gpu" not in done.stderr
+    settings, defaults = printed_settings(done), PolicySettings()
+    assert (settings["off_at"], settings["min_accept"]) == (defaults.off_at, defaults.min_accept)
+
+
 def test_without_experts_the_row_is_printed_and_stderr_says_how_to_check(tmp_path: Path) -> None:
     """As the supervisor does for a server that does not say its class (thresholds.for_server)."""
     done = specctl("--backend", "triton", "--gpu", "NVIDIA H200", "--config", str(tmp_path / "a.json"),

@@ -219,6 +219,31 @@ async def test_a_moe_target_keeps_the_defaults_on_the_very_gpu_the_rows_were_mea
         await sup.stop()
 
 
+async def test_a_moe_on_another_gpu_is_told_both_reasons_at_once(standin: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The report's system: GLM-5 (256 routed experts) with FlashInfer on RTX PRO 6000s. Told only
+    # the GPU, an operator who moved to an H200 would find the row still out for the model.
+    monkeypatch.setenv("STANDIN_PRESET", "rtx-8gpu-report-topk1")
+    sup = Supervisor(config(gpu_source="sim"))
+    await sup.start()
+    try:
+        [skipped] = await until(lambda: events(sup, "backend_thresholds_skipped"), "the row refused")
+        assert skipped["backend"] == "flashinfer" and skipped["experts"] == 256
+        gpu, _, model = skipped["why"].partition("; also, ")
+        assert gpu == ("the flashinfer thresholds were measured on an H200, this server runs on "
+                       "NVIDIA RTX PRO 6000 Blackwell Server Edition")
+        assert model.startswith("the flashinfer thresholds were measured on a dense model and this server's "
+                                "target is a MoE (256 experts)")
+        assert model.count("the policy's defaults stay") == 1
+        await sup.poll_now()
+        settings = sup.latest_sample["spec"]["settings"]
+        defaults = PolicySettings()
+        assert (settings["off_at"], settings["min_accept"]) == (defaults.off_at, defaults.min_accept)
+        assert not events(sup, "backend_thresholds")
+    finally:
+        await sup.stop()
+
+
 async def test_the_operators_whole_thresholds_on_a_moe_need_no_why(standin: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STANDIN_PRESET", "h200-qwen3moe")

@@ -9,16 +9,19 @@ so it reads more weights; at 64 requests every expert is read either way.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from specctl.runtime.core.thresholds import for_backend
+from specctl.runtime.core.settings import PolicySettings
+from specctl.runtime.core.thresholds import BY_BACKEND, for_backend
 from specctl.runtime.sim.calibrate import crossover, predicted, table
 from specctl.runtime.sim.calibrate import main as calibrate_main
 from specctl.runtime.sim.costs import decode_s, experts_touched, gemm_s, spec_s, weights_read
@@ -123,10 +126,65 @@ def test_the_triton_row_is_predicted_to_turn_speculation_off_where_it_still_pays
     assert auto.tok_s >= 0.95 * max(on, run_point(TRITON, 32, "off", warmup_s=10, window_s=30).tok_s)
 
 
+ENVELOPE = Path(__file__).resolve().parents[1] / "bench" / "policy_envelope.py"
+
+
 def test_the_envelope_runs_with_sglangs_acceptance_law_without_depths() -> None:
-    bench = Path(__file__).resolve().parents[1] / "bench" / "policy_envelope.py"
-    out = subprocess.run([sys.executable, str(bench), "--preset", "h200-qwen3moe", "--sglang-law"],
+    out = subprocess.run([sys.executable, str(ENVELOPE), "--preset", "h200-qwen3moe", "--sglang-law"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "accept length 2.8 (SGLang's simulated acceptance)" in out.stdout
     assert "missed at c = 32" in out.stdout
+
+
+def auto_settings(stdout: str, preset: str) -> dict[str, Any]:
+    """The settings a table of the envelope ran auto with, as its header prints them."""
+    [line] = [line for line in stdout.splitlines() if line.startswith(f"preset {preset}, accept length")]
+    return ast.literal_eval(line.partition("auto settings: ")[2])
+
+
+def test_the_envelope_picks_each_presets_row_as_the_supervisor_would() -> None:
+    # The MoE keeps the defaults on the very H200 its backend's row was measured on (thresholds.for_server),
+    # the report's GLM-5 on RTX PRO 6000s for both reasons; the dense FlashInfer H200 gets its row. Each
+    # preset's line says which, and why.
+    out = subprocess.run([sys.executable, str(ENVELOPE), "--preset", "h200-qwen3moe", "--preset",
+                          "rtx-8gpu-report-topk1", "--preset", "h200-llama8b-flashinfer", "--sglang-law"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert ("preset h200-qwen3moe (triton, NVIDIA H200, a MoE of 128 experts): the triton thresholds were "
+            "measured on a dense model and this server's target is a MoE (128 experts)") in out.stdout
+    assert ("preset h200-llama8b-flashinfer (flashinfer, NVIDIA H200, dense): the flashinfer row applies: "
+            f"{BY_BACKEND['flashinfer']}") in out.stdout
+    rtx = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert (f"preset rtx-8gpu-report-topk1 (flashinfer, {rtx}, a MoE of 256 experts): the flashinfer thresholds "
+            f"were measured on an H200, this server runs on {rtx}; also, the flashinfer thresholds were measured "
+            "on a dense model and this server's target is a MoE (256 experts)") in out.stdout
+    defaults = PolicySettings().as_dict()
+    for name in ("h200-qwen3moe", "rtx-8gpu-report-topk1"):
+        moe = auto_settings(out.stdout, name)
+        assert {key: moe[key] for key in BY_BACKEND["triton"]} == {key: defaults[key] for key in BY_BACKEND["triton"]}
+    dense = auto_settings(out.stdout, "h200-llama8b-flashinfer")
+    assert {key: dense[key] for key in BY_BACKEND["flashinfer"]} == BY_BACKEND["flashinfer"]
+
+
+def test_the_operators_set_wins_over_the_row_group_by_group_in_the_envelope() -> None:
+    out = subprocess.run([sys.executable, str(ENVELOPE), "--preset", "h200-llama8b-flashinfer", "--sglang-law",
+                          "--set", "off_at=64", "on_at=16"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    floor = {key: BY_BACKEND["flashinfer"][key] for key in ("min_accept", "accept_slope")}
+    assert f"the flashinfer row applies: {floor}" in out.stdout
+    settings = auto_settings(out.stdout, "h200-llama8b-flashinfer")
+    assert (settings["off_at"], settings["on_at"]) == (64, 16) and {k: settings[k] for k in floor} == floor
+
+
+def test_a_row_kept_off_the_moe_is_still_run_there_when_set_by_hand() -> None:
+    """How docs/results/moe.md judges the Triton row on the MoE: the whole row with --set."""
+    row = BY_BACKEND["triton"]
+    out = subprocess.run([sys.executable, str(ENVELOPE), "--preset", "h200-qwen3moe", "--sglang-law", "--set",
+                          *(f"{key}={value:g}" for key, value in row.items())],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "preset h200-qwen3moe (triton, NVIDIA H200, a MoE of 128 experts): every group of the row is set by " \
+           "hand (--set)" in out.stdout
+    settings = auto_settings(out.stdout, "h200-qwen3moe")
+    assert {key: settings[key] for key in row} == row

@@ -50,8 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--gpu", metavar="NAME", help="the server's GPU as nvidia-smi names it, e.g. "
                    f"'NVIDIA {MEASURED_ON}': a backend's thresholds apply only on the GPU they were "
                    "measured on; elsewhere the policy's defaults are printed")
-    p.add_argument("--experts", metavar="N", help="the target's routed experts (num_experts, num_local_experts "
-                   "or n_routed_experts in its config.json; 0 for a dense model): the thresholds were measured "
+    p.add_argument("--experts", metavar="N", help="the target's routed experts (num_experts, num_local_experts, "
+                   "n_routed_experts or, for DBRX, ffn_config's moe_num_experts in its config.json; 0 for a "
+                   "dense model): the thresholds were measured "
                    f"on a {MEASURED_WITH} model, so for a MoE the policy's defaults are printed")
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft model (default: keep your own "
                    f"{DRAFT_FLAG})")
@@ -110,8 +111,11 @@ def _settings(args: argparse.Namespace, experts: int | None) -> PolicySettings:
     chosen = config.parse_pairs(args.settings)
     measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [], chosen, experts=experts)
     if why_not is not None and args.gpu is None:
-        why_not = (f"the {args.backend} thresholds were measured on an {MEASURED_ON}: add --gpu "
-                   f"'NVIDIA {MEASURED_ON}' if the server runs on one; the policy's defaults are printed")
+        # Would --gpu help? Not for a MoE, which the row stays off on the GPU it was measured on too:
+        # then that is the reason to give, not a hint that leads to a second refusal.
+        _, still = for_server(args.backend, [f"NVIDIA {MEASURED_ON}"], chosen, experts=experts)
+        why_not = still or (f"the {args.backend} thresholds were measured on an {MEASURED_ON}: add --gpu "
+                            f"'NVIDIA {MEASURED_ON}' if the server runs on one; the policy's defaults are printed")
     if measured is not None and experts is None and unset_groups(measured, chosen):
         why_not = (f"the {args.backend} thresholds were measured on a {MEASURED_WITH} model and are printed: "
                    f"if the target is a MoE, add --experts N (its config's routed experts) for the policy's defaults")

@@ -144,10 +144,19 @@ def for_server(backend: str | None, gpu_names: Sequence[str | None], chosen: dic
     row = for_backend(backend)
     if row is None:
         return None, None
-    why_not = _why_not(backend, gpu_names) or _why_not_model(backend, experts)
-    if why_not is None:
+    reasons = [why for why in (_why_not(backend, gpu_names), _why_not_model(backend, experts)) if why]
+    if not reasons:
         return row, None
-    return None, why_not if unset_groups(row, chosen or {}) else None
+    return None, _said(reasons) if unset_groups(row, chosen or {}) else None
+
+
+def _said(reasons: Sequence[str]) -> str:
+    """Every reason a row stays out, then what happens instead, once.
+
+    A server on another GPU that also runs a MoE is told both: an operator told only
+    the first would fix it (move to an H200) and find the row still out for the second.
+    """
+    return f"{'; also, '.join(reasons)}: {_DEFAULTS_STAY}"
 
 
 def is_moe(experts: int | None) -> bool:
@@ -161,7 +170,7 @@ def _why_not_model(backend: str | None, experts: int | None) -> str | None:
         return None
     return (f"the {backend} thresholds were measured on a {MEASURED_WITH} model and this server's target is a MoE "
             f"({experts} experts), whose verify cost over the batch is not a {MEASURED_WITH} model's "
-            f"(docs/results/moe.md): {_DEFAULTS_STAY}")
+            "(docs/results/moe.md)")
 
 
 def _why_not(backend: str | None, gpu_names: Sequence[str | None]) -> str | None:
@@ -169,11 +178,11 @@ def _why_not(backend: str | None, gpu_names: Sequence[str | None]) -> str | None
     known = [name for name in gpu_names if name]
     if not known or len(known) != len(gpu_names):
         return (f"the {backend} thresholds were measured on an {MEASURED_ON} and this server's GPUs "
-                f"could not be read: {_DEFAULTS_STAY}")
+                "could not be read")
     others = sorted({name for name in known if MEASURED_ON not in name.upper()})
     if others:
         return (f"the {backend} thresholds were measured on an {MEASURED_ON}, this server runs on "
-                f"{', '.join(others)}: {_DEFAULTS_STAY}")
+                f"{', '.join(others)}")
     return None
 
 

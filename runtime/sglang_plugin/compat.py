@@ -317,6 +317,11 @@ MODEL_CONFIG_PATH = ("model_config", "hf_text_config")
 # The HF config keys that count a MoE's routed experts, in the order SGLang's LoRA pool reads
 # them (lora/mem_pool.py, _get_num_experts): Qwen2/3-MoE, Mixtral, DeepSeek (and Kimi, GLM).
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+# Read after them: counts a model keeps in a sub-config, (sub-config, key). DBRX keeps its
+# routed experts in ``ffn_config.moe_num_experts`` (SGLang's configs/dbrx.py makes ffn_config a
+# DbrxFFNConfig, from a dict where it is given one; models/dbrx.py reads the count there), and
+# names none of the flat keys, so without it DBRX would count as dense.
+NESTED_EXPERT_KEYS = (("ffn_config", "moe_num_experts"),)
 
 _DECODE_GRAPHS = "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner"
 _FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info.ForwardBatch"

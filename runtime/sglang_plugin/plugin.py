@@ -12,6 +12,7 @@ itself. What is hooked, per release, is data in compat.py.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -181,9 +182,26 @@ def _say_experts_unreported() -> None:
 
 
 def routed_experts(config: Any) -> int:
-    """The first count of routed experts the HF config holds (``compat.EXPERT_KEYS``); 0 where none."""
-    counts = (whole(getattr(config, key, None), least=1) for key in compat.EXPERT_KEYS)
+    """The first count of routed experts the HF config holds; 0 where none.
+
+    The flat keys first (``compat.EXPERT_KEYS``), in SGLang's order, then those a
+    sub-config holds (``compat.NESTED_EXPERT_KEYS``: DBRX's ``ffn_config``).
+    """
+    flat = (_field(config, key) for key in compat.EXPERT_KEYS)
+    nested = (_field(_field(config, sub), key) for sub, key in compat.NESTED_EXPERT_KEYS)
+    counts = (whole(value, least=1) for value in itertools.chain(flat, nested))
     return next((n for n in counts if n is not None), 0)
+
+
+def _field(config: Any, key: str) -> Any:
+    """A config's field, None where it has none; a sub-config may be a config object or a plain dict.
+
+    A PretrainedConfig's sub-config is an object once its class has built it (DbrxConfig
+    does), but a dict where it was kept as given (a config class that does not convert it).
+    """
+    if isinstance(config, dict):
+        return config.get(key)
+    return getattr(config, key, None)
 
 
 def check_server_args(release: Release, result: Any, server_args: Any) -> Any:
