@@ -39,43 +39,16 @@ from typing import Any
 
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError
-from specctl.runtime.core.thresholds import for_backend, for_server, is_moe, unset_groups
 from specctl.runtime.sim.depth import AcceptLaw, law_for, match_expected_law, policy_costs
 from specctl.runtime.sim.offline import PointResult, Server, run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
+from specctl.runtime.sim.rows import supervised_settings
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GOAL = 0.95
 Row = tuple[int, PointResult, PointResult, PointResult]  # c, on, off, auto
 WARMUP_S = 10.0  # at least; a preset calibrated at steady state asks for longer (its warmup_s/window_s)
 WINDOW_S = 30.0
-
-
-def thresholds(preset: Preset, settings: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """Auto's settings for ``preset`` as the supervisor would choose them, and a line that says which.
-
-    The supervisor applies a backend's row only on the GPU and to the model class it was
-    measured on (thresholds.for_server): the preset says both, its GPU as NVML names it and
-    its routed experts, so a MoE preset or one on another GPU keeps the defaults here too,
-    and the line gives for_server's reason. The operator's ``--set`` wins, group by group.
-    """
-    row, why = for_server(preset.attention_backend, [preset.gpu.name] * preset.tp_size, settings,
-                          experts=preset.params.moe_experts)
-    applied = unset_groups(row or {}, settings)
-    said = f"preset {preset.name} ({preset.attention_backend}, {preset.gpu.name}, {_model_class(preset)}): "
-    if applied:
-        return {**applied, **settings}, said + f"the {preset.attention_backend} row applies: {applied}"
-    if why is not None:
-        return dict(settings), said + why
-    if for_backend(preset.attention_backend) is None:
-        return dict(settings), said + (f"no row was measured for {preset.attention_backend}: "
-                                       "the policy's defaults stay")
-    return dict(settings), said + "every group of the row is set by hand (--set), so none of it is used"
-
-
-def _model_class(preset: Preset) -> str:
-    experts = preset.params.moe_experts
-    return f"a MoE of {experts} experts" if is_moe(experts) else "dense"
 
 
 def sweep(preset: Preset, settings: dict[str, Any], concurrencies: tuple[int, ...] = CONCURRENCIES,
@@ -304,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             chosen_settings = dict(settings)
             said = f"preset {preset.name}: the policy's defaults (--no-backend-thresholds)"
         else:
-            chosen_settings, said = thresholds(preset, settings)
+            chosen_settings, said = supervised_settings(preset, settings)
         try:
             preset.default_settings().with_changes(chosen_settings)
         except SettingsError as exc:

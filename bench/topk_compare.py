@@ -25,16 +25,17 @@ import dataclasses
 import sys
 import time
 
-from specctl.runtime.core.thresholds import for_backend
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import Preset, get_preset
+from specctl.runtime.sim.rows import supervised_settings
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def tok_s(preset: Preset, c: int, server: str, changes: dict[str, float] | None = None) -> float:
-    """Steady-state tokens/s, windowed as the preset was calibrated; auto with the backend's thresholds."""
-    settings = {**(for_backend(preset.attention_backend) or {}), **(changes or {})} if server == "auto" else None
+    """Steady-state tokens/s, windowed as the preset was calibrated; auto with the thresholds the supervisor
+    would apply on the preset's GPU and model class (sim/rows.py), the operator's ``changes`` winning."""
+    settings = supervised_settings(preset, changes or {})[0] if server == "auto" else None
     return run_point(preset, c, server, settings=settings, warmup_s=preset.warmup_s,  # type: ignore[arg-type]
                      window_s=preset.window_s).tok_s
 

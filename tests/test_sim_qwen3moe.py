@@ -188,3 +188,17 @@ def test_a_row_kept_off_the_moe_is_still_run_there_when_set_by_hand() -> None:
            "hand (--set)" in out.stdout
     settings = auto_settings(out.stdout, "h200-qwen3moe")
     assert {key: settings[key] for key in row} == row
+
+
+def test_a_bench_asks_the_supervisors_rule_for_a_presets_row() -> None:
+    """sim/rows.py: what policy_envelope and topk_compare run auto with, one rule for both."""
+    from specctl.runtime.core.thresholds import for_backend
+    from specctl.runtime.sim.rows import supervised_settings
+
+    dense, said = supervised_settings(PRESETS["h200-llama8b"], {})
+    assert dense == for_backend("triton") and "the triton row applies" in said
+    report, said = supervised_settings(PRESETS["rtx-8gpu-report-topk1"], {"dwell": 4})
+    assert report == {"dwell": 4}
+    assert "RTX PRO 6000" in said and "MoE" in said and "defaults stay" in said
+    moe, said = supervised_settings(PRESETS["h200-qwen3moe"], {})
+    assert moe == {} and "MoE" in said and "H200" in said

@@ -1,0 +1,39 @@
+"""Which thresholds a preset's server would run with, as specctl's supervisor chooses them.
+
+The supervisor applies a backend's measured row only on the GPU and to the model class
+it was measured on (``thresholds.for_server``). A preset says both, its GPU as NVML
+names it and its routed experts, so every bench that runs auto on a preset asks here,
+and a MoE preset or one on another GPU keeps the defaults there as it would on a server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specctl.runtime.core.thresholds import for_backend, for_server, is_moe, unset_groups
+from specctl.runtime.sim.presets import Preset
+
+
+def supervised_settings(preset: Preset, settings: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Auto's settings for ``preset`` as the supervisor would choose them, and a line that says which.
+
+    The operator's ``settings`` win, group by group; the line gives ``for_server``'s
+    reason where the row stays out.
+    """
+    row, why = for_server(preset.attention_backend, [preset.gpu.name] * preset.tp_size, settings,
+                          experts=preset.params.moe_experts)
+    applied = unset_groups(row or {}, settings)
+    said = f"preset {preset.name} ({preset.attention_backend}, {preset.gpu.name}, {_model_class(preset)}): "
+    if applied:
+        return {**applied, **settings}, said + f"the {preset.attention_backend} row applies: {applied}"
+    if why is not None:
+        return dict(settings), said + why
+    if for_backend(preset.attention_backend) is None:
+        return dict(settings), said + (f"no row was measured for {preset.attention_backend}: "
+                                       "the policy's defaults stay")
+    return dict(settings), said + "every group of the row is set by hand (--set), so none of it is used"
+
+
+def _model_class(preset: Preset) -> str:
+    experts = preset.params.moe_experts
+    return f"a MoE of {experts} experts" if is_moe(experts) else "dense"
