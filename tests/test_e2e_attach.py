@@ -65,6 +65,8 @@ def test_attached_server_is_steered_and_outlives_the_supervisor(tmp_path: Path, 
         assert not h.records("event", "slow_off_state")
         assert h.status()["server"]["prefill_graphs"] is True
         assert "EAGER" not in h.cli("status").stdout and not h.records("event", "eager_prefill")
+        assert h.status()["server"]["version"] == "0.5.17", "the release the simulator answers like"
+        assert f"{url}  SGLang 0.5.17" in h.cli("status").stdout
     finally:
         assert h.stop() == 0
     assert pid_alive(proc.pid), "specctl never stops a server it did not start"

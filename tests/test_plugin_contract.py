@@ -297,6 +297,11 @@ def test_server_info_says_whether_prefills_replay_from_graphs(sglang_source: Sgl
     assert "    backend: str = Backend.DISABLED" in config
 
 
+def test_server_info_says_the_release(sglang_source: SglangSource) -> None:
+    """The supervisor's server.version (probes.server_info.sglang_version) reads /server_info's ``version``."""
+    assert '"version": __version__,' in sglang_source.srt("entrypoints/http_server.py")
+
+
 def test_helpers_the_plugin_calls_exist(sglang_source: SglangSource) -> None:
     assert sglang_source.locate(sglang_source.release.args_view).node is not None
     reason = sglang_source.locate(compat.ADAPTIVE_UNSUPPORTED).node

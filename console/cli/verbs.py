@@ -160,6 +160,8 @@ def _server_line(server: dict[str, Any], sim: bool) -> str:
         fraction = progress.get("fraction")
         state += f" ({_v(progress.get('phase'))}" + ("" if fraction is None else f" {fraction:.0%}") + ")"
     parts = [f"server     {state}", f"pid {_v(server.get('pid'))}", _v(server.get("url"))]
+    if server.get("version"):
+        parts.append(f"SGLang {server['version']}")
     if server.get("error"):
         parts.append(f"error: {server['error']}")
     if sim:

@@ -53,6 +53,7 @@ class Server(TypedDict, total=False):
     prefill_graphs: bool | None
     speculative: bool | None  # launched with speculation (/server_info's speculative_algorithm); None: unknown
     topk: int | None  # its draft tree's width (/server_info's speculative_eagle_topk); None: unknown or no draft
+    version: str | None  # the SGLang release (/server_info's version); None: unknown
     pid: int | None
     restarts: int
     error: str | None
@@ -320,7 +321,7 @@ def _any_dict(value: Any) -> bool:
 _PROGRESS = _shape({"phase": _str, "fraction": _num, "elapsed_s": _num}, optional=True)
 _SERVER = _shape({"state": _str, "url": _str, "sim": _bool, "running": _num, "queued": _num, "gen_tps": _num,
                   "accept_len": _num, "token_usage": _num, "decode_tokens_total": _num, "model": _str,
-                  "tp": _int, "prefill_graphs": _bool, "speculative": _bool, "topk": _int, "pid": _int,
+                  "tp": _int, "prefill_graphs": _bool, "speculative": _bool, "topk": _int, "version": _str, "pid": _int,
                   "restarts": _int, "error": _str,
                   "progress": _PROGRESS, "uptime_s": _num})
 _SETTINGS = _shape({"mode": _str, "steps": _num, "off_at": _num, "on_at": _num, "min_accept": _num,

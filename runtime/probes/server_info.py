@@ -79,6 +79,16 @@ def draft_topk(info: dict[str, Any] | None) -> int | None:
     return whole(info.get("speculative_eagle_topk"), least=1) if isinstance(info, dict) else None
 
 
+def sglang_version(info: dict[str, Any] | None) -> str | None:
+    """The SGLang release the server runs, as its /server_info says (``version``); None where it does not.
+
+    An operator reading a status across hosts, or a journal weeks later, needs it: what the
+    off state costs, and which hooks the plugin holds, depend on the release.
+    """
+    version = info.get("version") if isinstance(info, dict) else None
+    return version if isinstance(version, str) and version.strip() else None
+
+
 def speculative(info: dict[str, Any] | None) -> bool | None:
     """Whether the server was launched with speculation, from its resolved ``speculative_algorithm``.
 

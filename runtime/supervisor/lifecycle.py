@@ -25,6 +25,7 @@ from specctl.runtime.probes.server_info import (
     is_simulator,
     prefill_graphs,
     public_spec,
+    sglang_version,
     spec_state,
     speculative,
 )
@@ -397,6 +398,7 @@ class Supervisor:
             "decode_tokens_total": _field(m, "decode_tokens_total"),
             "model": (info or {}).get("model_path"), "tp": (info or {}).get("tp_size"),
             "prefill_graphs": prefill_graphs(info), "speculative": speculative(info), "topk": draft_topk(info),
+            "version": sglang_version(info),
             # a stopped or exited server has no process: its old pid could be anyone's by now
             "pid": None if self.state in ("stopped", "restarting") else self.backend.pid,
             "restarts": self.health.restarts, "error": self.health.error,
