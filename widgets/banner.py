@@ -48,6 +48,7 @@ class BannerState:
     # A server specctl can only watch: the badge's words in place of "SPEC ?" ("NO SPEC", "NO PLUGIN");
     # empty for a server it steers. The status line says why and the note under the banner what to change.
     watch_only: str = ""
+    version: str | None = None  # the SGLang release the server runs, beside where it is
 
 
 def clock(t: float) -> str:
@@ -198,6 +199,8 @@ class SpecBanner(Widget):
         if status_first:
             return line
         line.append(f"  · {s.source}")
+        if s.version:
+            line.append(f" · SGLang {s.version}")
         if s.status:
             line.append("  ")
             line.append(s.status, self._style("status"))

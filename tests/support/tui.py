@@ -109,8 +109,13 @@ class BannerOnly(App[None]):
 
 async def first_line(state: BannerState) -> str:
     """The banner's first line, as drawn, for ``state``."""
+    return (await banner_lines(state))[0]
+
+
+async def banner_lines(state: BannerState) -> list[str]:
+    """The banner's two lines, as drawn, for ``state``."""
     app = BannerOnly()
     async with app.run_test(size=(100, 4)) as pilot:
         app.query_one(SpecBanner).state = state
         await pilot.pause()
-        return app.query_one(SpecBanner).render().plain.split("\n")[0]
+        return app.query_one(SpecBanner).render().plain.split("\n")

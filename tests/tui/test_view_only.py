@@ -64,6 +64,7 @@ async def test_attach_without_the_plugin_is_a_read_only_view_that_says_why(plain
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: VIEW_ONLY_BANNER in banner(app), "the view-only banner")
         assert "READY" in banner(app)
+        assert "SGLang 0.5.17" in banner(app), "the release it answers like, from the sample"
         assert " NO PLUGIN  view only" in banner(app) and "SPEC ?" not in banner(app), banner(app)
         assert "mode ?" not in banner(app) and "no switch yet" not in banner(app)
         note = app.dashboard.query_one("#stale-note")

@@ -193,6 +193,7 @@ def banner_state(timeline: Timeline, source: str, status: str,
         unreachable_since=timeline.unreachable_since,
         depths=timeline.auto_depths() if timeline.built_depths() else (),
         watch_only=WATCH_BADGES.get(timeline.view_only_reason or "", ""),
+        version=server.get("version") if isinstance(server.get("version"), str) else None,
     )
 
 
