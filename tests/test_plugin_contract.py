@@ -482,7 +482,7 @@ class StandIns:
     The stand-in methods play SGLang's side: the scheduler's own
     set_internal_state records what reached it and accepts unless told to refuse;
     fast_off's targets record their calls, and the decode step counts as an off
-    step (as prepare_decode_forward counts one) when told to.
+    step (as the prepare hook counts one) when told to.
     """
 
     def __init__(self, source: SglangSource, monkeypatch) -> None:

@@ -22,7 +22,7 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
    backend is one of ours and the verify has one token per request, build a
    DECODE ForwardBatch (seq_lens + 1, positions = seq_lens, no spec input)
    over the same KV slot the verify would have written, and plan it on the
-   DECODE graph runner. Everything after the forward is SGLang's own steps-0
+   DECODE graph runner (decode_batch.py). Everything after the forward is SGLang's own steps-0
    code (``run_eagle_verify``: ``eagle_sample`` with the trivial 1-node tree,
    accept_lens 1, bonus tokens, the next draft input), so the scheduler gets
    exactly the result format it expects and KV accounting is unchanged.
@@ -82,6 +82,7 @@ from typing import Any
 
 from specctl.runtime.core.wire import env_flag
 from specctl.runtime.sglang_plugin import (
+    decode_batch,
     draft_prefill,
     draft_trace,
     draft_warmth,
@@ -392,7 +393,8 @@ def around_eagle_prepare_for_verify(original: Callable[..., Any], *args: Any, **
         if draft_trace.enabled():
             draft_trace.record(verify_input, batch)
         return original(*args, **kwargs)
-    forward_batch, can_run = prepare_decode_forward(verify_input, req_to_token_pool, batch, runner)
+    forward_batch, can_run = decode_batch.prepare_decode_forward(verify_input, req_to_token_pool, batch, runner)
+    _count(len(batch.req_pool_indices), can_run)
     if can_run:
         # After the DECODE graph's plan (its host-to-device copies are on this stream
         # now), before the replay; a non-graph step plans inside the forward, so
@@ -408,79 +410,6 @@ def _prepare_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, A
     """eagle_prepare_for_verify's four arguments, however they were passed."""
     values = list(args) + [kwargs[n] for n in _PREPARE_NAMES[len(args):]]
     return values[0], values[1], values[2], values[3]
-
-
-def prepare_decode_forward(verify_input: Any, req_to_token_pool: Any, batch: Any, runner: Any) -> tuple[Any, bool]:
-    """The off step's target forward batch: one DECODE token per request.
-
-    Mirrors eagle_prepare_for_verify for ``draft_token_num == 1``: the token
-    is the previous bonus token, its KV slot is ``req_to_token[seq_lens]``
-    (allocated by the scheduler, freed through accept_lens as before); only
-    the forward mode, the lengths the backend sees and the graph runner differ.
-    Returns (forward_batch, can_run_cuda_graph) like the original.
-    """
-    from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_uniform_func
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
-    bs = len(batch.req_pool_indices)
-    batch.input_ids = verify_input.draft_token
-    batch.out_cache_loc = assign_extend_cache_locs_uniform_func(
-        req_pool_indices=batch.req_pool_indices,
-        req_to_token=req_to_token_pool.req_to_token,
-        start_offset=batch.seq_lens,
-        batch_size=bs,
-        draft_token_num=1,
-        device=batch.device,
-    )
-    if hasattr(batch, "out_cache_loc_dsv4"):
-        batch.out_cache_loc_dsv4 = None
-    verify_input.seq_lens_cpu = batch.seq_lens_cpu
-    verify_input.seq_lens_sum = int(batch.seq_lens_cpu.sum()) if batch.seq_lens_cpu is not None else None
-
-    forward_batch = _decode_forward_batch(batch, runner, bs)
-    batch.forward_mode = ForwardMode.TARGET_VERIFY  # what SGLang's later steps expect
-    graph_runner = runner.decode_cuda_graph_runner
-    can_run = bool(graph_runner is not None and graph_runner.can_run_graph(forward_batch))
-    if can_run:
-        graph_runner.load_batch(forward_batch)
-        forward_batch.mark_forward_metadata_ready()
-    _count(bs, can_run)
-    return forward_batch, can_run
-
-
-_SWAPPED = ("forward_mode", "seq_lens", "seq_lens_cpu", "seq_lens_sum", "orig_seq_lens", "spec_info")
-
-
-def _decode_forward_batch(batch: Any, runner: Any, bs: int) -> Any:
-    """ForwardBatch.init_new on a decode view of the batch, the batch left as it was.
-
-    Decode convention: seq_lens count the token being decoded, so the
-    backend attends over req_to_token[:seq_len + 1]; positions come out as
-    the old seq_lens. No spec input, so backends take their plain decode path.
-    """
-    from sglang.srt.model_executor.forward_batch_info import (
-        CaptureHiddenMode,
-        ForwardBatch,
-        ForwardMode,
-    )
-
-    saved = {name: getattr(batch, name) for name in _SWAPPED}
-    try:
-        batch.forward_mode = ForwardMode.DECODE
-        batch.seq_lens = saved["seq_lens"] + 1
-        batch.seq_lens_cpu = None if saved["seq_lens_cpu"] is None else saved["seq_lens_cpu"] + 1
-        batch.seq_lens_sum = None if saved["seq_lens_sum"] is None else saved["seq_lens_sum"] + bs
-        batch.orig_seq_lens = None if saved["orig_seq_lens"] is None else saved["orig_seq_lens"] + 1
-        batch.spec_info = None
-        return ForwardBatch.init_new(
-            batch,
-            runner,
-            capture_hidden_mode=CaptureHiddenMode.FULL,
-            return_hidden_states_before_norm=False,
-        )
-    finally:
-        for name, value in saved.items():
-            setattr(batch, name, value)
 
 
 def _count(bs: int, graph: bool) -> None:
