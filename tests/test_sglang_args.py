@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,57 @@ def test_shell_output_evaluated_by_bash_gives_the_plugin_its_settings(tmp_path: 
     assert config.stat().st_mode & 0o777 == 0o644, "readable by a server running as another user"
 
 
+SERVER_START = ("from specctl.runtime.sglang_plugin.plugin import settings_from_env, costs_from_env; "
+                "from specctl.runtime.sglang_plugin.params import SpecctlParams; import json, sys; "
+                "s = settings_from_env(); c = costs_from_env(); "
+                "p = SpecctlParams(s.steps, sys.argv[1], settings=s, costs=c); "
+                "print(json.dumps([p.candidate_steps, p.state()['candidates'], "
+                "None if c is None else list(c.depths)]))")
+
+
+def start_with_printed_lines(*args: str, config: Path) -> subprocess.CompletedProcess[str]:
+    """Bash evaluates the printed exports, then the plugin is built from them as SGLang builds it at start."""
+    script = (f'out="$({" ".join(SPECCTL)} {" ".join(args)} --config {config})" || exit 9; '
+              f'eval "$(printf "%s\\n" "$out" | grep ^export)"; '
+              f'{sys.executable} -c "{SERVER_START}" {config}')
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("depths", [["--speculative-candidate-steps", "0,1,2,3"], ["--set", "candidates=0,1,2,3"]])
+def test_chosen_depths_are_built_so_the_server_starts(tmp_path: Path, depths: list[str]) -> None:
+    """The adaptive config lists every chosen depth: the plugin refuses a candidate SGLang did not build."""
+    config = tmp_path / "adaptive.json"
+    done = start_with_printed_lines(*depths, config=config)
+    assert done.returncode == 0, done.stderr
+    built, candidates, priced = json.loads(done.stdout)
+    assert built == [0, 1, 2, 3] and candidates == [0, 1, 2, 3] and priced is None
+    assert read_candidate_steps(config) == [0, 1, 2, 3]
+    assert "without --depth-costs FILE auto chooses between 0 and 3 steps only" in done.stderr
+
+
+def test_a_depth_cost_table_reaches_the_plugin(tmp_path: Path) -> None:
+    table = tmp_path / "costs.json"
+    subprocess.run([sys.executable, "-m", "specctl.runtime.sim.depth", "--preset", "h200-llama8b-fa3",
+                    "--depths", "0,1,2,3", "--out", str(table)], check=True, timeout=60)
+    done = start_with_printed_lines("--speculative-candidate-steps", "0,1,2,3", "--depth-costs", str(table),
+                                    config=tmp_path / "adaptive.json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)[2] == [0, 1, 2, 3]
+    assert "depth-costs" not in done.stderr, "a table is given: nothing to warn about"
+
+
+def test_the_default_config_file_is_one_per_depth_set(tmp_path: Path) -> None:
+    env = {**os.environ, "SPECCTL_STATE_DIR": str(tmp_path)}
+    paths = []
+    for extra in ([], ["--speculative-candidate-steps", "0,1,2,3"]):
+        done = subprocess.run([*SPECCTL, "--format", "json", *extra], capture_output=True, text=True,
+                              timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        paths.append(Path(json.loads(done.stdout)["adaptive_config"]))
+    assert [p.name for p in paths] == ["adaptive-steps-3.json", "adaptive-steps-3-depths-0-1-2-3.json"]
+    assert read_candidate_steps(paths[0]) == [0, 3], "the second line did not rewrite the first one's file"
+
+
 def test_flags_are_the_launchers_own_less_the_operators(tmp_path: Path) -> None:
     config = tmp_path / "a.json"
     done = specctl("--tp", "8", "--draft", "/models/eagle3", "--config", str(config), "--format", "json")
@@ -65,7 +117,11 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
                        (["--set", "nonsense"], "KEY=VALUE"), (["--tp", "0"], "--tp"),
                        (["--experts", "-1"], "--experts must be 0"),
                        (["--experts", "abc"], "--experts must be a whole"),
-                       (["--experts", "1.5"], "--experts must be a whole")):
+                       (["--experts", "1.5"], "--experts must be a whole"),
+                       (["--speculative-candidate-steps", "1,2"], "must hold 0"),
+                       (["--speculative-candidate-steps", "0,1", "--steps", "3"], "candidates"),
+                       (["--depth-costs", str(tmp_path / "none.json")], "--depth-costs"),
+                       (["--depth-costs", str(tmp_path)], "--depth-costs")):
         done = specctl(*args, "--config", str(config))
         assert done.returncode == 2, (args, done.stderr)
         assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

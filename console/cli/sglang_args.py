@@ -59,6 +59,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--config", metavar="FILE", type=Path,
                    help="where to write the adaptive config (default: STATE_DIR/adaptive-steps-N.json); "
                         "the server must be able to read it")
+    p.add_argument("--speculative-candidate-steps", metavar="0,1,2,3", dest="candidate_steps",
+                   help="draft depths auto chooses among, each built at start (default: 0 and --steps); "
+                        "written into the adaptive config, as SGLang builds only the depths it lists")
+    p.add_argument("--depth-costs", metavar="FILE.json",
+                   help="step time per (batch, depth) the depth choice prices with (docs/policy.md); "
+                        "the server must be able to read it")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                    help="a policy setting the server starts with, e.g. --set off_at=48 (repeatable)")
     p.add_argument("--format", choices=FORMATS, default="shell",
@@ -72,19 +78,48 @@ def run(args: argparse.Namespace) -> int:
         return _usage(str(exc))
     if args.tp < 1:
         return _usage(f"--tp must be at least 1, got {args.tp}")
-    path = (args.config or paths.state_dir() / f"adaptive-steps-{args.steps}.json").expanduser().absolute()
+    try:
+        costs = _depth_costs(args.depth_costs)
+    except ValueError as exc:
+        return _usage(str(exc))
+    path = (args.config or paths.state_dir() / _config_name(settings)).expanduser().absolute()
     try:
         flags = _flags(args, path)
     except ValueError as exc:  # build_command's own checks (steps below 1, ...)
         return _usage(str(exc))
     try:
-        write_config(path, args.steps)
+        # the settings' depths, not only {0, steps}: the plugin refuses a candidate SGLang did not build
+        write_config(path, args.steps, candidates=settings.candidates)
         path.chmod(0o644)  # written as root for a server that runs as its own user: it must be able to read it
     except OSError as exc:
         return _usage(f"cannot write the adaptive config at {path}: {exc.strerror or exc}")
-    env = launch_env(settings, os.environ)
+    if costs is None and any(0 < d < settings.steps for d in settings.candidates):
+        print("specctl sglang-args: without --depth-costs FILE auto chooses between 0 and "
+              f"{settings.steps} steps only; `specctl force-on --steps N` still pins any of "
+              f"{[d for d in settings.candidates if d > 0]} (docs/policy.md, \"Depth\")", file=sys.stderr)
+    env = launch_env(settings, os.environ, costs)
     print(_render(args.format, env, flags, path))
     return EXIT_OK
+
+
+def _config_name(settings: PolicySettings) -> str:
+    """The default file: one per depth set, so two deployments' lines never rewrite each other's."""
+    if not settings.candidates:
+        return f"adaptive-steps-{settings.steps}.json"
+    return f"adaptive-steps-{settings.steps}-depths-{'-'.join(map(str, settings.candidates))}.json"
+
+
+def _depth_costs(text: str | None) -> str | None:
+    """``--depth-costs``: checked here, as the server would only refuse it after loading its model."""
+    if text is None:
+        return None
+    from specctl.runtime.core.depth_model import DepthCostsError, read_costs
+    path = Path(text).expanduser().absolute()
+    try:
+        read_costs(path)
+    except DepthCostsError as exc:
+        raise ValueError(f"--depth-costs {exc}") from None
+    return str(path)
 
 
 def _experts(text: str | None) -> int | None:
@@ -109,6 +144,8 @@ def _settings(args: argparse.Namespace, experts: int | None) -> PolicySettings:
     not say its class (thresholds.for_server), and stderr says how to check.
     """
     chosen = config.parse_pairs(args.settings)
+    if args.candidate_steps is not None:
+        chosen["candidates"] = args.candidate_steps
     measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [], chosen, experts=experts)
     if why_not is not None and args.gpu is None:
         # Would --gpu help? Not for a MoE, which the row stays off on the GPU it was measured on too:
