@@ -60,14 +60,18 @@ def headline(why: str) -> str:
 def fix(why: str, tp: object = None) -> str:
     """What to change so specctl can steer it: the launch line ``specctl sglang-args`` prints.
 
-    A server without speculation has no draft model to keep, so the hint names ``--draft``
-    (and ``--tp`` where the server runs tensor-parallel, so the printed line matches it).
+    The hint names ``--tp`` where the server runs tensor-parallel, so the printed line matches it: a bare
+    ``specctl sglang-args`` prints ``--tp-size 1``, which on an 8-GPU server would override its own and
+    not even load the model. A server without speculation has no draft model to keep, so its hint names
+    ``--draft``; a tree server's names the chain's flags, which replace the tree's.
     """
-    if why == TREE:
-        return f"{SERVER_FIX}, with the environment and flags `specctl sglang-args` prints (docs/topk.md)"
-    if why != NO_SPECULATION:
-        return "relaunch it with the environment and flags `specctl sglang-args` prints (docs/deployment.md)"
     tp_arg = f" --tp {tp}" if whole(tp, least=2) else ""
+    if why == TREE:
+        return (f"{SERVER_FIX} in place of the tree's three, and the environment and flags "
+                f"`specctl sglang-args{tp_arg} --steps 3` prints (docs/topk.md)")
+    if why != NO_SPECULATION:
+        return (f"relaunch it with the environment and flags `specctl sglang-args{tp_arg}` prints "
+                "(docs/deployment.md)")
     return (f"add to its launch line what `specctl sglang-args{tp_arg} --draft DRAFT_MODEL` prints "
             "(--speculative-algorithm EAGLE3 with an EAGLE-3 draft model, and the plugin's environment; "
             "docs/deployment.md)")

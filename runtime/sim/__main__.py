@@ -70,6 +70,10 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
     if ns.no_speculation and (why := usage_problem(steps=ns.steps, slow_off=ns.slow_off, settings=ns.set)):
         ap.error(why)
     preset = get_preset(ns.preset)
+    # A tree preset (topk > 1) runs as SGLang without the plugin, as the real one must: the plugin stops a
+    # tree server at start-up (SGLang's adaptive machinery refuses trees; docs/topk.md), so a tree that
+    # specctl steered here would promise its operator what no real server can do.
+    ns.no_plugin = ns.no_plugin or preset.topk > 1
     changes: dict[str, object] = {}
     if ns.steps is not None:
         changes["steps"] = ns.steps

@@ -169,13 +169,15 @@ class CommandHandler:
             return
         self.sup.emit(records.event(records.SETTINGS_RESTORED, ok=bool(ok) and all(ok), changes=self.desired))
 
-    async def adopt_backend_thresholds(self, info: dict[str, Any] | None, gpu_names: list[str | None]) -> bool:
+    async def adopt_backend_thresholds(self, info: dict[str, Any] | None, gpu_names: list[str | None],
+                                       apply: bool = True) -> bool:
         """Once per server start: thresholds measured for its attention backend on its GPUs.
 
         Only for a server specctl launched, and only for the groups of settings the
         operator left alone (runtime/core/thresholds.py says why one set does not fit all).
         A row measured on another GPU, or on a dense model for a MoE target (the expert
         count the plugin puts in /server_info), is not applied, and the journal says so once.
+        ``apply`` False (the simulator): only that is said; nothing is sent.
         """
         backend, experts = attention_backend(info), target_experts(info)
         row, why_not = for_server(backend, gpu_names, self.desired, experts=experts)
@@ -184,7 +186,7 @@ class CommandHandler:
                                         gpus=sorted({n for n in gpu_names if n}), why=why_not))
         pair = unset_groups(row or {}, self.desired)
         client = self.sup.server_client
-        if not pair or client is None:
+        if not apply or not pair or client is None:
             return False
         try:
             wire = PolicySettings().with_changes({**self.desired, **pair}).to_wire(pair.keys())

@@ -293,10 +293,14 @@ class Supervisor:
             self.emit(record)
 
     async def _adopt_thresholds(self, client: SGLangClient, info: dict[str, Any]) -> dict[str, Any]:
-        """First answer of a server we launched: thresholds for its attention backend, read back."""
-        if not self.backend.owns_process or self.sim:
+        """First answer of a server we launched: thresholds for its attention backend, read back.
+
+        The simulator keeps one known policy (docs/sim-presets.md) but is told why a row stays out where the
+        real server would keep the defaults too: the report's operator reads it on their own preset.
+        """
+        if not self.backend.owns_process or (self.sim and spec_state(info) is None):  # view only: nothing to tune
             return info
-        if await self.commands.adopt_backend_thresholds(info, await self._gpu_names()):
+        if await self.commands.adopt_backend_thresholds(info, await self._gpu_names(), apply=not self.sim):
             return await client.server_info()
         return info
 
