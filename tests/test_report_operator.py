@@ -19,13 +19,16 @@ simulator as its own server on loopback.
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from specctl.runtime.core.tree_drafts import CHAIN_FLAGS
+from specctl.runtime.core.tree_drafts import CHAIN_FLAGS, topk_refusal
 from specctl.runtime.core.view_only import HEADLINES, TREE
 
 from support.headless import Headless, wait_for
@@ -34,6 +37,15 @@ from support.sim_process import sim_process
 RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 TREE_WORDS = HEADLINES[TREE]
 VERBS = (("force-off",), ("force-on",), ("auto",), ("set", "off_at=48", "on_at=16"))
+TOPK_MD = Path(__file__).resolve().parents[1] / "docs" / "topk.md"
+
+
+def quoted(starts: str) -> list[str]:
+    """docs/topk.md's quoted output lines (inside ``` blocks) that start with ``starts``."""
+    blocks = re.findall(r"```\n(.*?)```", TOPK_MD.read_text(encoding="utf-8"), flags=re.S)
+    found = [line for block in blocks for line in block.splitlines() if line.startswith(starts)]
+    assert found, f"docs/topk.md quotes no line starting {starts!r}"
+    return found
 
 
 def _check_the_gpus(sample: dict[str, Any]) -> None:
@@ -45,8 +57,11 @@ def _check_the_gpus(sample: dict[str, Any]) -> None:
         assert gpu["mem_total"] == 97_887 * 2**20 and gpu["power_limit_w"] == 600.0, gpu
 
 
-def _check_view_only_tree(h: Headless) -> None:
-    """Journal, status, status --json and every verb say the tree and the fix; nothing changes."""
+def _check_view_only_tree(h: Headless) -> str:
+    """Journal, status, status --json and every verb say the tree and the fix; nothing changes.
+
+    Returns what the operator read (status, then each refusal), for the docs' quotes.
+    """
     said = h.wait_event("view_only")
     assert said["reason"] == TREE and said["why"].startswith(TREE_WORDS), said
     fix = said["why"][len(TREE_WORDS):]
@@ -59,8 +74,10 @@ def _check_view_only_tree(h: Headless) -> None:
     text = h.cli("status")
     assert text.returncode == 0, text.stderr
     assert f"spec       {TREE_WORDS}" in text.stdout and "specctl sglang-args --tp 8" in text.stdout, text.stdout
+    read = text.stdout
     for verb in VERBS:
         out = h.cli(*verb)
+        read += out.stderr
         assert out.returncode == 1, (verb, out.stdout, out.stderr)
         assert TREE_WORDS in out.stderr and CHAIN_FLAGS in out.stderr, (verb, out.stderr)
         assert "Traceback" not in out.stderr and "without the specctl plugin" not in out.stderr
@@ -68,6 +85,7 @@ def _check_view_only_tree(h: Headless) -> None:
     assert not [r for r in h.records("event", "command") if r.get("ok")], h.records("event", "command")
     assert not h.records("event", "spec_switch")
     assert h.status()["spec"] is None
+    return read
 
 
 def test_the_report_preset_embedded_is_view_only_with_the_chain_fix(tmp_path: Path) -> None:
@@ -75,10 +93,13 @@ def test_the_report_preset_embedded_is_view_only_with_the_chain_fix(tmp_path: Pa
     # one must not pretend it can steer it: it serves the tree as SGLang without the plugin does
     h = Headless(tmp_path, "--sim-preset", "rtx-8gpu-report", "--sim-load", "steady:c=4")
     try:
-        _check_view_only_tree(h)
+        read = _check_view_only_tree(h)
     finally:
         assert h.stop() == 0
     assert h.told().count('view_only reason="tree"') == 1
+    # docs/topk.md, "What specctl says", quotes these word for word
+    for line in quoted("spec       ") + quoted("fix        ") + quoted("specctl force-off: "):
+        assert line in read.splitlines(), (line, read)
 
 
 def test_the_report_preset_attached_says_the_same(tmp_path: Path) -> None:
@@ -128,3 +149,13 @@ def test_a_preset_whose_row_would_apply_keeps_the_simulators_defaults_and_says_n
         assert not h.records("event", "backend_thresholds")
     finally:
         assert h.stop() == 0
+
+
+def test_topk_md_quotes_the_plugin_and_sglang_args_word_for_word(tmp_path: Path) -> None:
+    assert quoted("specctl: --speculative-eagle-topk") == ["specctl: " + topk_refusal(4)]
+    out = subprocess.run([sys.executable, "-m", "specctl.console.cli.main", "sglang-args", "--tp", "8", "--steps", "3",
+                          "--backend", "flashinfer", "--draft", str(tmp_path), "--gpu", RTX, "--experts", "256",
+                          "--config", str(tmp_path / "adaptive.json")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines() == quoted("specctl sglang-args: "), out.stderr
+    assert "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in out.stdout
