@@ -159,3 +159,16 @@ def test_topk_md_quotes_the_plugin_and_sglang_args_word_for_word(tmp_path: Path)
     assert out.returncode == 0, out.stderr
     assert out.stderr.splitlines() == quoted("specctl sglang-args: "), out.stderr
     assert "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in out.stdout
+
+
+def test_their_chain_launched_without_the_plugin_is_told_the_sglang_args_line_for_tp_8(tmp_path: Path) -> None:
+    # a bare `specctl sglang-args` prints --tp-size 1, which added to their TP-8 line would override it
+    with sim_process(tmp_path, "--no-plugin", "--preset", "rtx-8gpu-report-topk1", "--load", "idle") as url:
+        h = Headless(tmp_path, "--attach", url)
+        try:
+            said = h.wait_event("view_only")
+            assert said["reason"] == "no_plugin" and "`specctl sglang-args --tp 8` prints" in said["why"], said
+            out = h.cli("force-off")
+            assert out.returncode == 1 and "`specctl sglang-args --tp 8` prints" in out.stderr, out.stderr
+        finally:
+            assert h.stop() == 0
