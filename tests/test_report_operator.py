@@ -159,6 +159,15 @@ def test_topk_md_quotes_the_plugin_and_sglang_args_word_for_word(tmp_path: Path)
     assert out.returncode == 0, out.stderr
     assert out.stderr.splitlines() == quoted("specctl sglang-args: "), out.stderr
     assert "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in out.stdout
+    # their flags after `specctl run ... --`: refused before SGLang loads anything, as quoted (with its elision)
+    run = subprocess.run([sys.executable, "-m", "specctl.console.cli.main", "run", "--headless", "--model",
+                          str(tmp_path), "--draft", str(tmp_path), "--tp", "8", "--socket", str(tmp_path / "s.sock"),
+                          "--", "--speculative-eagle-topk", "4", "--speculative-num-steps", "2",
+                          "--speculative-num-draft-tokens", "16"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr
+    [line] = quoted("specctl run: ")
+    head, elided, tail = line.partition(" ... ")
+    assert elided and run.stderr.startswith(head) and run.stderr.rstrip("\n").endswith(tail), (line, run.stderr)
 
 
 def test_their_chain_launched_without_the_plugin_is_told_the_sglang_args_line_for_tp_8(tmp_path: Path) -> None:

@@ -100,7 +100,9 @@ def test_a_tree_draft_in_the_launch_line_is_refused_with_what_to_change(tmp_path
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
     assert "--speculative-eagle-topk must be 1, got" in out.stderr
     assert "can only watch (specctl tui --attach URL)" in out.stderr
-    assert "drop --speculative-eagle-topk and --speculative-num-draft-tokens after --" in out.stderr
+    # all three of the tree's flags: a --speculative-num-steps left after -- overrides specctl's own
+    assert ("drop --speculative-eagle-topk, --speculative-num-steps and --speculative-num-draft-tokens after -- "
+            "(specctl launches topk 1 at its own --speculative-num-steps N, before --)") in out.stderr
     assert not (tmp_path / "s.sock").exists()
 
 

@@ -20,8 +20,10 @@ CHAIN_FLAGS = "--speculative-eagle-topk 1 --speculative-num-steps 3 --speculativ
 
 SERVER_FIX = f"launch with {CHAIN_FLAGS}"
 # specctl run already passes the chain flags (topk 1, --speculative-num-steps N, N+1 draft tokens);
-# the operator's arguments after -- come last and override them
-RUN_FIX = f"drop {TOPK_FLAG} and --speculative-num-draft-tokens after -- (specctl launches topk 1)"
+# the operator's arguments after -- come last and override them: the tree's steps too (its 2 against the
+# adaptive config specctl wrote for N), so all three go, and the steps are specctl's own option
+RUN_FIX = (f"drop {TOPK_FLAG}, --speculative-num-steps and --speculative-num-draft-tokens after -- "
+           "(specctl launches topk 1 at its own --speculative-num-steps N, before --)")
 
 
 def topk_refusal(topk: object, fix: str = SERVER_FIX) -> str:
