@@ -104,6 +104,18 @@ def test_flags_are_the_launchers_own_less_the_operators(tmp_path: Path) -> None:
     assert out["env"]["SPECCTL_PLUGIN"] == "1"
 
 
+@pytest.mark.parametrize("fmt", ["shell", "systemd"])
+def test_a_tree_operator_is_told_their_own_speculative_flags_go(tmp_path: Path, fmt: str) -> None:
+    """Appended beside a topk-4 line, the chain's flags would fight the tree's: the header says which go."""
+    done = specctl("--config", str(tmp_path / "a.json"), "--format", fmt)
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if "sglang.launch_server" in line)
+    for flag in ("--speculative-algorithm", "--speculative-eagle-topk", "--speculative-num-steps",
+                 "--speculative-num-draft-tokens"):
+        assert flag in header, (flag, header)
+    assert "topk 1" in header or "without your own" in header
+
+
 def test_systemd_lines(tmp_path: Path) -> None:
     done = specctl("--config", str(tmp_path / "a.json"), "--format", "systemd")
     assert done.returncode == 0, done.stderr

@@ -34,6 +34,13 @@ UNMEASURED_BACKENDS: tuple[str, ...] = ()
 OWN_FLAGS = ("--model-path", "--host", "--port")
 DRAFT_FLAG = "--speculative-draft-model-path"
 FORMATS = ("shell", "systemd", "json")
+#: The speculative flags of an operator's own line that the printed ones replace: a tree's topk 4 and
+#: 16 draft tokens cannot stay beside the chain's (SGLang keeps the last of a repeated flag; docs/topk.md).
+SPEC_FLAGS = ("--speculative-algorithm", "--speculative-eagle-topk", "--speculative-num-steps",
+              "--speculative-num-draft-tokens")
+REPLACING = (f"in place of your own {', '.join(SPEC_FLAGS)} "
+             "(specctl steers a chain, topk 1: a tree's topk and draft tokens must go, docs/topk.md)")
+WITHOUT = f"without your own {'/'.join(SPEC_FLAGS)}"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -192,12 +199,12 @@ def _render(fmt: str, env: dict[str, str], flags: list[str], path: Path) -> str:
     if fmt == "systemd":
         env_lines = [f'Environment="{k}={v.replace(chr(34), chr(92) + chr(34))}"' for k, v in env.items()]
         return "\n".join([f"# adaptive config written to {path}", "# [Service] lines:", *env_lines,
-                          "# append to ExecStart=... -m sglang.launch_server <your flags>:", line])
+                          f"# append to ExecStart=... -m sglang.launch_server <your flags, {WITHOUT}>:", line])
     return "\n".join([f"# adaptive config written to {path} (the server must be able to read it)",
                       "# the server's Python needs specctl installed: SGLang finds the plugin by its entry point",
                       "# environment of the server process:",
                       *[f"export {k}={shlex.quote(v)}" for k, v in env.items()],
-                      "# add to your python -m sglang.launch_server line:", line,
+                      f"# add to your python -m sglang.launch_server line, {REPLACING}:", line,
                       "# then, on the same host: specctl run --headless --attach http://127.0.0.1:PORT"])
 
 
