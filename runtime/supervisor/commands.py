@@ -120,7 +120,8 @@ class CommandHandler:
         try:
             new = current.with_changes(changes)
         except SettingsError as exc:
-            raise CommandError(INVALID_VALUE, str(exc) + set_together(exc.field, changes), field=exc.field) from None
+            raise CommandError(INVALID_VALUE, str(exc) + set_together(exc.field, changes) + _shallow_hint(exc, changes),
+                               field=exc.field) from None
         client = self.sup.server_client
         if client is None:
             raise CommandError(UNAVAILABLE, "the model server is not running")
@@ -214,6 +215,20 @@ class CommandHandler:
         if action in ("start", "restart"):
             await self.sup.start_server()
         return {"state": self.sup.state}
+
+
+def _shallow_hint(exc: SettingsError, changes: Mapping[str, Any]) -> str:
+    """A depth shallower than the acceptance floor, asked for alone: say how to ask for it.
+
+    ``specctl force-on --steps 1`` on a server built for 0,1,2,3 is refused for min_accept (1.3 by
+    default: a depth-1 verify accepts at most one draft token), which the operator never typed.
+    """
+    steps = changes.get("steps")
+    if exc.field != "min_accept" or "min_accept" in changes or steps is None:
+        return ""
+    mode = "mode=on " if changes.get("mode") == "on" else ""
+    return (f"; at {steps} draft steps the acceptance floor min_accept must be at most {steps}: lower it in the "
+            f"same command (specctl set {mode}steps={steps} min_accept=...)")
 
 
 def refused(current: PolicySettings, new: PolicySettings) -> CommandError:

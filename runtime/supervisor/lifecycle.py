@@ -283,6 +283,7 @@ class Supervisor:
             for said in self._switches.new(spec.get("recent_switches") or []):
                 self.emit(said)
             self._emit_if(self._notes.off_state(spec))
+            self._emit_if(self._notes.depth_costs(spec, self.backend.owns_process))
             self._note_external_change(spec)
         sample = await self._sample(metrics, info, spec)
         self._emit_if(self._notes.view_only(sample))
@@ -437,4 +438,4 @@ def make_backend(config: SupervisorConfig) -> Backend:
 
         return SGLangBackend(config)
     return SimBackend(config.sim_preset, config.sim_gpus, config.sim_load, config.settings,
-                      extra=config.sim_args, port=config.port)
+                      extra=config.sim_args, port=config.port, depth_costs=config.depth_costs)
