@@ -244,6 +244,14 @@ def refused(current: PolicySettings, new: PolicySettings) -> CommandError:
             f"(CUDA graphs) for those and for 0 only, so it cannot run {new.steps} without a relaunch "
             f"(specctl run --speculative-num-steps {new.steps}, or specctl sglang-args --steps {new.steps} "
             "for your own launch line); nothing changed"), field="steps")
+    if new.candidates != current.candidates and set(new.candidates) - set(current.candidates):
+        wanted = ",".join(map(str, new.candidates))
+        return CommandError(INVALID_VALUE, (
+            f"the model server refused candidates {wanted}: it built runtime states (CUDA graphs) at launch "
+            "only for the depths it was launched with, so another depth needs a relaunch (specctl run "
+            f"--speculative-candidate-steps {wanted}, or specctl sglang-args --speculative-candidate-steps "
+            f"{wanted} for your own launch line); narrowing to a subset of those is fine; nothing changed"),
+            field="candidates")
     changed = ", ".join(k for k, v in new.as_dict().items() if v != current.as_dict()[k]) or "none"
     return CommandError(INVALID_VALUE, f"the model server refused the settings ({changed}): it validates them "
                                        "again, and its log says which and why; nothing changed")
