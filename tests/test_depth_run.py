@@ -55,6 +55,9 @@ def table(tmp_path: Path) -> Path:
      "--depth-costs costs.json: no column for depth 4 (it prices 0, 1, 2, 3; the candidates are 0,1,2,3,4)"),
     (["--speculative-candidate-steps", "0,1,2,3,4", "--speculative-num-steps", "4", "--depth-costs", "costs.json",
       "--model", "org/target", "--draft", "org/draft"], "--depth-costs costs.json: no column for depth 4"),
+    (["--attach", "127.0.0.1:30000", "--depth-costs", "costs.json"],
+     "--depth-costs is for a server specctl starts: a server started elsewhere reads its table from "
+     "SPECCTL_DEPTH_COSTS"),
 ])
 def test_bad_depth_choices_are_one_line_exit_2_and_nothing_starts(tmp_path: Path, table: Path, argv: list[str],
                                                                   said: str) -> None:

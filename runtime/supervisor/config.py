@@ -72,6 +72,10 @@ class SupervisorConfig:
                               "admin key that closes /set_internal_state to others (docs/sglang-plugin.md)")
         if self.admin_key is not None and self.backend != "attach":
             raise ConfigError("an admin key is for --attach: a server specctl launches gets a fresh key of its own")
+        if self.depth_costs is not None and self.backend == "attach":
+            raise ConfigError("--depth-costs is for a server specctl starts: a server started elsewhere reads its "
+                              "table from SPECCTL_DEPTH_COSTS in its own environment (specctl sglang-args "
+                              "--depth-costs FILE prints it)")
         if self.backend == "sim":
             self._check_sim()
         if self.backend == "sglang" and (tree := tree_args_problem(self.sglang_args)):
