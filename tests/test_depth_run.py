@@ -147,6 +147,8 @@ def test_status_force_on_set_and_auto_say_the_depths(tmp_path: Path) -> None:
         assert out.returncode == 0, out.stderr
         wait_for(lambda: "ON (depth 2 of 0,1,2)  mode on" in h.cli("status").stdout, "the pinned depth in status")
 
+        out = h.cli("set", "candidates=0,1")  # steps (2) would fall outside them
+        assert out.returncode == 1 and "specctl set candidates=0,1 steps=1 min_accept=..." in out.stderr, out.stderr
         out = h.cli("set", "candidates=0,1,2,3,4")  # depth 4 was not built
         assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
         assert "needs a relaunch (specctl run --speculative-candidate-steps 0,1,2,3,4" in out.stderr
@@ -166,6 +168,7 @@ def test_status_force_on_set_and_auto_say_the_depths(tmp_path: Path) -> None:
         assert out.returncode == 0 and out.stdout.rstrip().endswith("on at <= 24; depths 0,1,2,3)"), out.stdout
         cmds = [(r["cmd"], r["ok"], r["args"]) for r in h.records("command")]
         assert cmds == [("mode", True, {"mode": "on", "steps": 2}),
+                        ("set", False, {"settings": {"candidates": [0, 1]}}),
                         ("set", False, {"settings": {"candidates": [0, 1, 2, 3, 4]}}),
                         ("mode", False, {"mode": "on", "steps": 1}),
                         ("set", True, {"settings": {"mode": "on", "steps": 1, "min_accept": 0.8}}),

@@ -120,8 +120,8 @@ class CommandHandler:
         try:
             new = current.with_changes(changes)
         except SettingsError as exc:
-            raise CommandError(INVALID_VALUE, str(exc) + set_together(exc.field, changes) + _shallow_hint(exc, changes),
-                               field=exc.field) from None
+            hint = set_together(exc.field, changes) + _shallow_hint(exc, changes, current)
+            raise CommandError(INVALID_VALUE, str(exc) + hint, field=exc.field) from None
         client = self.sup.server_client
         if client is None:
             raise CommandError(UNAVAILABLE, "the model server is not running")
@@ -217,13 +217,19 @@ class CommandHandler:
         return {"state": self.sup.state}
 
 
-def _shallow_hint(exc: SettingsError, changes: Mapping[str, Any]) -> str:
-    """A depth shallower than the acceptance floor, asked for alone: say how to ask for it.
+def _shallow_hint(exc: SettingsError, changes: Mapping[str, Any], current: PolicySettings) -> str:
+    """A depth asked for without the setting it needs changed along: say how to ask for both.
 
     ``specctl force-on --steps 1`` on a server built for 0,1,2,3 is refused for min_accept (1.3 by
     default: a depth-1 verify accepts at most one draft token), which the operator never typed.
     """
     steps = changes.get("steps")
+    if exc.field == "steps" and steps is None and isinstance(changes.get("candidates"), (list, tuple)):
+        # `set candidates=0,2` while steps is 3: narrowing past steps takes steps along
+        shown = ",".join(map(str, changes["candidates"]))
+        deepest = max(changes["candidates"], default=0)
+        floor = " min_accept=..." if current.min_accept > deepest else ""  # else the floor is refused next
+        return f"; narrow steps with them in one command (specctl set candidates={shown} steps={deepest}{floor})"
     if exc.field != "min_accept" or "min_accept" in changes or steps is None:
         return ""
     mode = "mode=on " if changes.get("mode") == "on" else ""
