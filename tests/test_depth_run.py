@@ -113,6 +113,10 @@ def test_a_launch_with_middle_depths_and_no_table_says_once_that_auto_will_not_c
     try:
         said = h.wait_event("depth_costs_missing")
         assert said["why"].startswith(NO_TABLE) and said["steps"] == 3 and said["depths"] == [1, 2, 3]
+        h.ready_sample()
+        names = [r["event"] for r in h.records("event")]
+        assert names.index("server_start") < names.index("depth_costs_missing") < names.index("server_ready"), \
+            "said at the launch, not once the model has loaded (minutes, on a GPU)"
         # on stderr, where the operator of run looks (printed just after the journal has it)
         wait_for(lambda: NO_TABLE in h.told().replace('\\"', '"'), "the note on stderr")
         seen = len(h.records("sample"))

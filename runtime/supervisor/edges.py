@@ -8,10 +8,12 @@ supervisor resets the per-server ones when a server starts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specctl.runtime.core import records, view_only
+from specctl.runtime.core.wire import COSTS_ENV, SETTINGS_ENV
 from specctl.runtime.probes.server_info import EAGER_PREFILL_WHY, prefill_graphs
 
 
@@ -142,6 +144,22 @@ class ServerNotes:
         built = [d for d in settings.get("candidates") or depths if isinstance(d, int) and d > 0]
         return records.event(records.DEPTH_COSTS_MISSING, steps=deepest, depths=built,
                              why=no_depth_costs_line(deepest, built, launched))
+
+
+    def launched_without_costs(self, env: Mapping[str, str] | None) -> records.Event | None:
+        """The same note at the launch, from the environment the server is started with, not minutes
+        later when a loaded server first answers: its settings (SPECCTL_SETTINGS) and no SPECCTL_DEPTH_COSTS."""
+        if not env or SETTINGS_ENV not in env or COSTS_ENV in env:
+            return None
+        try:
+            settings = json.loads(env[SETTINGS_ENV])
+        except ValueError:
+            return None
+        if not isinstance(settings, dict) or not isinstance(steps := settings.get("steps"), int):
+            return None
+        built = [d for d in settings.get("candidates") or [] if isinstance(d, int)]
+        spec = {"depth_model": False, "candidates": [d for d in built if d <= steps], "settings": settings}
+        return self.depth_costs(spec, launched=True)
 
 
 def no_depth_costs_line(steps: int, depths: list[int], launched: bool) -> str:

@@ -171,6 +171,8 @@ class Supervisor:
             return
         await self._reset_clients()
         self.emit(records.event(records.SERVER_START, pid=self.backend.pid, url=self.backend.url))
+        if self.backend.owns_process and not self.sim:  # a launch: said now, not once its model has loaded
+            self._emit_if(self._notes.launched_without_costs(getattr(self.backend, "env", None)))
 
     async def _reset_clients(self) -> None:
         if self._client is not None:
