@@ -263,5 +263,5 @@ def test_a_bad_cost_table_or_candidate_set_is_refused_before_the_launch(tmp_path
     bad.write_text("[]")
     with pytest.raises(ConfigError, match="--depth-costs .*costs.json"):
         SupervisorConfig(backend="sglang", model="/m", draft="/d", depth_costs=bad)
-    with pytest.raises(ConfigError, match="--set steps: must be one of the candidates"):
+    with pytest.raises(ConfigError, match=r"--speculative-num-steps \(default 3\): must be one of the candidates"):
         SupervisorConfig(backend="sglang", model="/m", draft="/d", settings={"candidates": "0,1,2"})

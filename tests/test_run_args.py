@@ -117,4 +117,5 @@ def test_candidate_steps_that_miss_the_launch_steps_are_one_line(tmp_path: Path)
     out = run(tmp_path, "run", "--headless", "--socket", str(tmp_path / "s.sock"),
               "--speculative-candidate-steps", "0,1,2")
     assert out.returncode == 2, out.stderr
-    assert "--set steps: must be one of the candidates [1, 2], got 3" in out.stderr and "Traceback" not in out.stderr
+    assert "--speculative-num-steps (default 3): must be one of the candidates [1, 2], got 3" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -67,6 +67,18 @@ def test_the_predicted_table_is_written_for_the_launcher(tmp_path) -> None:
     assert raw["depths"] == [0, 1, 2, 3] and "predicted" in raw["source"]
 
 
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--depths", "0,1,17"], "--depths 0,1,17: depths must be ascending step counts 0..16"),
+    (["--depths=-1,2"], "--depths -1,2: depths must be"),
+    (["--out", "/nonexistent-folder/costs.json"], "--out /nonexistent-folder/costs.json: No such file or directory"),
+])
+def test_a_bad_table_request_is_a_usage_error_not_a_traceback(argv: list[str], said: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "specctl.runtime.sim.depth", "--preset", "h200-llama8b", *argv],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout == ""
+
+
 def point(preset, c: int, server: str, law: AcceptLaw, **settings) -> float:
     return run_point(preset, c, server, settings=settings, warmup_s=6, window_s=12, accept_law=law).tok_s
 

@@ -27,6 +27,7 @@ _EVENTS = {ev.SERVER_START: ("START", "plain"), ev.SERVER_READY: ("READY", "good
            ev.GPU_UNAVAILABLE: ("GPU", "warn"), ev.SETTINGS_RESTORED: ("SETTINGS", "plain"),
            ev.SETTINGS_RESTORE_FAILED: ("SETTINGS", "bad"), ev.SLOW_OFF_STATE: ("SLOW OFF", "bad"),
            ev.EAGER_PREFILL: ("EAGER", "warn"), ev.JOURNAL_GAP: ("JOURNAL", "bad"), ev.VIEW_ONLY: ("VIEW", "warn"),
+           ev.DEPTH_COSTS_MISSING: ("DEPTH", "warn"),
            ev.ATTACHED_SIMULATOR: ("SIM", "warn"), ev.BACKEND_THRESHOLDS: ("SETTINGS", "plain"),
            ev.BACKEND_THRESHOLDS_FAILED: ("SETTINGS", "bad"), ev.EXTERNAL_CHANGE: ("SETTINGS", "warn"),
            ev.BACKEND_THRESHOLDS_SKIPPED: ("SETTINGS", "warn"),

@@ -22,8 +22,8 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", help="target model path: launch a real SGLang server")
     g.add_argument("--draft", help="EAGLE-3 draft model path (with --model)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
-    g.add_argument("--speculative-num-steps", type=int, default=3, dest="spec_steps",
-                   help="draft steps when speculation is on (default 3)")
+    g.add_argument("--speculative-num-steps", type=int, dest="spec_steps",
+                   help="draft steps when speculation is on (default 3; the simulator's: its preset's)")
     g.add_argument("--speculative-candidate-steps", metavar="0,1,2,3", dest="candidate_steps",
                    help="draft depths auto chooses among, each built at start (default: 0 and the steps)")
     g.add_argument("--depth-costs", metavar="FILE.json",

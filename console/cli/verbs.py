@@ -86,7 +86,23 @@ def _mode_line(settings: dict[str, Any]) -> str:
         return (f"speculation forced ON at {settings.get('steps')} draft steps "
                 "(mode on; `specctl auto` hands it back to the policy)")
     return (f"speculation under the policy (mode auto: off at batch >= {settings.get('off_at')}, "
-            f"on at <= {settings.get('on_at')})")
+            f"on at <= {settings.get('on_at')}{_auto_depths(settings)})")
+
+
+def _auto_depths(settings: dict[str, Any]) -> str:
+    """The depths auto chooses among on a server built for several, and how to widen them.
+
+    Why: ``force-on --steps 2`` sets ``steps``, the deepest depth auto may use, and it stays after
+    ``specctl auto``; an operator who pinned 2 for a while would not know auto can no longer reach 3.
+    """
+    built, steps = settings.get("candidates") or [], settings.get("steps")
+    if not isinstance(steps, int) or len([d for d in built if isinstance(d, int) and d > 0]) < 2:
+        return ""
+    usable = ",".join(str(d) for d in built if isinstance(d, int) and d <= steps)
+    if max(built) <= steps:
+        return f"; depths {usable}"
+    return (f"; depths {usable}, up to steps {steps}: `specctl set steps={max(built)}` lets it use all of "
+            f"{','.join(map(str, built))}")
 
 
 # -- set ----------------------------------------------------------------------------
@@ -175,6 +191,10 @@ def _spec_lines(spec: dict[str, Any] | None) -> list[str]:
     on = spec.get("on")
     state = "-" if on is None else ("ON" if on else "OFF")
     steps = f" ({spec.get('steps')} steps)" if on else ""
+    built = (spec.get("settings") or {}).get("candidates") if isinstance(spec.get("settings"), dict) else None
+    if isinstance(built, list) and len([d for d in built if isinstance(d, int) and d > 0]) > 1:
+        # built for several depths: the one running and those auto may choose among now, as the banner says it
+        steps = f" (depth {_v(spec.get('depth'))} of {','.join(map(str, spec.get('candidates') or []))})"
     lines = [f"spec       {state}{steps}  mode {_v(spec.get('mode'))}  reason {_v(spec.get('reason'))}  "
              f"switches {_v(spec.get('switches'))}",
              f"last switch  {_last_switch(spec)}"]

@@ -214,7 +214,7 @@ EventName = Literal[
     "supervisor_start", "supervisor_stop", "journal_gap",
     "server_start", "server_start_failed", "server_ready", "server_exit", "server_restart", "server_stop",
     "server_unreachable", "server_log", "attached_simulator",
-    "spec_switch", "slow_off_state", "eager_prefill", "view_only",
+    "spec_switch", "slow_off_state", "eager_prefill", "view_only", "depth_costs_missing",
     "settings", "settings_restored", "settings_restore_failed", "backend_thresholds", "backend_thresholds_failed",
     "backend_thresholds_skipped", "gpu_failed", "gpu_recovered", "gpu_unavailable", "external_change",
 ]
@@ -236,6 +236,7 @@ SPEC_SWITCH: Final = "spec_switch"
 SLOW_OFF_STATE: Final = "slow_off_state"
 EAGER_PREFILL: Final = "eager_prefill"
 VIEW_ONLY: Final = "view_only"
+DEPTH_COSTS_MISSING: Final = "depth_costs_missing"  # several depths built, no table to price them
 SETTINGS: Final = "settings"
 SETTINGS_RESTORED: Final = "settings_restored"
 SETTINGS_RESTORE_FAILED: Final = "settings_restore_failed"

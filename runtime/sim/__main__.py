@@ -16,10 +16,11 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
+from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
 from specctl.runtime.core.settings import SettingsError
 from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV
 from specctl.runtime.sim.gpus import MAX_GPUS
@@ -57,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="report prefill CUDA graphs off, as a server launched with --disable-prefill-cuda-graph")
     ap.add_argument("--no-plugin", action="store_true",
                     help="act as SGLang without the specctl plugin: static EAGLE-3, no specctl keys or metrics")
+    costs = ap.add_mutually_exclusive_group()
+    costs.add_argument("--depth-costs", type=Path, metavar="FILE.json",
+                       help="price draft depths with this step-time table, as a server given SPECCTL_DEPTH_COSTS "
+                            "(default: the simulator's own model)")
+    costs.add_argument("--no-depth-costs", action="store_true",
+                       help="no step-time table, as a server launched without SPECCTL_DEPTH_COSTS: "
+                            "auto stays on/off at the steps")
     ap.add_argument("--no-speculation", action="store_true",
                     help="act as SGLang launched without --speculative-algorithm (and so without the plugin): "
                          "plain decoding, no speculative fields, specctl's keys refused")
@@ -97,8 +105,20 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
         ap.error("--startup-delay must be between 0 and 86400 seconds")
     cfg = SimConfig(preset, gpus, load, changes, ns.seed, ns.startup_delay, frozenset(ns.fail_gpu), ns.slow_off,
                     ns.eager_prefill, plugin=not (ns.no_plugin or ns.no_speculation),
-                    speculation=not ns.no_speculation)
+                    speculation=not ns.no_speculation, depth_costs=_depth_costs(ap, ns))
     return ns, cfg
+
+
+def _depth_costs(ap: argparse.ArgumentParser, ns: argparse.Namespace) -> DepthCosts | None | Literal["model"]:
+    """The table the policy prices depths with: a file's, none, or the simulator's own model."""
+    if ns.no_depth_costs:
+        return None
+    if ns.depth_costs is None:
+        return "model"
+    try:
+        return read_costs(ns.depth_costs)
+    except DepthCostsError as exc:
+        ap.error(f"--depth-costs {exc}")
 
 
 def _write_port(path: Path, port: int) -> None:

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specctl.runtime.core.depth_model import DepthCosts, expected_from_rates
+from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, expected_from_rates
 from specctl.runtime.sim.costs import PerfParams, Workload, alpha_for, off_s, spec_s
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     """Write a preset's predicted cost table (JSON, step times in ms) for ``--depth-costs``."""
     from specctl.runtime.sim.presets import PRESETS
 
-    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m specctl.runtime.sim.depth", description=main.__doc__)
     ap.add_argument("--preset", choices=sorted(PRESETS), required=True)
     ap.add_argument("--depths", default="0,1,2,3", help="depths to price (default 0,1,2,3)")
     ap.add_argument("--out", help="file to write (default: standard output)")
@@ -164,12 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         ap.error(f"--depths must be integers like 0,1,2,3, got {ns.depths!r}")
     preset = PRESETS[ns.preset]
-    table = cost_table(preset.params, preset.workload, depths,
-                       source=f"simulator preset {preset.name} (predicted, not measured)")
+    try:
+        table = cost_table(preset.params, preset.workload, depths,
+                           source=f"simulator preset {preset.name} (predicted, not measured)")
+    except DepthCostsError as exc:  # a depth past 16, a negative one: the table's own check says which
+        ap.error(f"--depths {ns.depths}: {exc}")
     text = json.dumps(table.as_dict()) + "\n"
     if ns.out:
-        with open(ns.out, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(ns.out, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            ap.error(f"--out {ns.out}: {exc.strerror or exc}")
     else:
         sys.stdout.write(text)
     return 0

@@ -14,10 +14,11 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry
 
+from specctl.runtime.core.depth_model import DepthCosts
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError, settings_from_wire
 from specctl.runtime.core.wire import EXPERTS_KEY, WIRE_PREFIX
@@ -61,6 +62,9 @@ class SimConfig:
     eager_prefill: bool = False  # as a server launched with --disable-prefill-cuda-graph
     plugin: bool = True  # False: as SGLang without the specctl plugin (static EAGLE-3, no specctl keys)
     speculation: bool = True  # False: as SGLang launched without speculation (sim/nospec.py); plugin False too
+    # The depth choice's step-time table: "model" prices depths with the simulator's own model; a DepthCosts
+    # (--depth-costs FILE) or None (--no-depth-costs) as a real server launched with or without SPECCTL_DEPTH_COSTS.
+    depth_costs: DepthCosts | None | Literal["model"] = "model"
 
 
 class SimServer:
@@ -71,7 +75,9 @@ class SimServer:
         p = cfg.preset
         changes = cfg.policy_changes if cfg.plugin else {**cfg.policy_changes, "mode": "on"}  # no policy: static
         settings = p.default_settings().with_changes(changes)
-        self.policy = SpecPolicy(settings, policy_costs(p.params, p.workload, settings.candidates))
+        costs = policy_costs(p.params, p.workload, settings.candidates) if cfg.depth_costs == "model" \
+            else cfg.depth_costs
+        self.policy = SpecPolicy(settings, costs)
         # Like SGLang under specctl's generated config, only the launch's depths have a runtime state.
         self.built_depths = settings.depths()
         # Without speculation the engine has no policy: every step costs a plain decode (the "nospec" baseline).

@@ -224,7 +224,7 @@ class SimBackend(ProcessBackend):
     sim = True
 
     def __init__(self, preset: str, gpus: int | None, load: str, settings: dict[str, Any],
-                 extra: list[str] | None = None, port: int = 0) -> None:
+                 extra: list[str] | None = None, port: int = 0, depth_costs: Path | None = None) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="specctl-sim-")
         self._port_file = Path(self._dir.name) / "port"
         argv = [sys.executable, "-m", "specctl.runtime.sim", "--host", "127.0.0.1",
@@ -236,6 +236,8 @@ class SimBackend(ProcessBackend):
             if isinstance(value, (list, tuple)):  # candidates: the text form the simulator's --set reads
                 value = ",".join(map(str, value))
             argv += ["--set", f"{key}={value}"]
+        if depth_costs is not None:  # as a launch hands SGLang SPECCTL_DEPTH_COSTS; without it the sim's own model
+            argv += ["--depth-costs", str(depth_costs.resolve())]
         super().__init__(argv + list(extra or []), stop_grace_s=5.0)
 
     async def start(self) -> None:

@@ -120,7 +120,8 @@ class CommandHandler:
         try:
             new = current.with_changes(changes)
         except SettingsError as exc:
-            raise CommandError(INVALID_VALUE, str(exc) + set_together(exc.field, changes), field=exc.field) from None
+            hint = set_together(exc.field, changes) + _shallow_hint(exc, changes, current)
+            raise CommandError(INVALID_VALUE, str(exc) + hint, field=exc.field) from None
         client = self.sup.server_client
         if client is None:
             raise CommandError(UNAVAILABLE, "the model server is not running")
@@ -218,6 +219,26 @@ class CommandHandler:
         return {"state": self.sup.state}
 
 
+def _shallow_hint(exc: SettingsError, changes: Mapping[str, Any], current: PolicySettings) -> str:
+    """A depth asked for without the setting it needs changed along: say how to ask for both.
+
+    ``specctl force-on --steps 1`` on a server built for 0,1,2,3 is refused for min_accept (1.3 by
+    default: a depth-1 verify accepts at most one draft token), which the operator never typed.
+    """
+    steps = changes.get("steps")
+    if exc.field == "steps" and steps is None and isinstance(changes.get("candidates"), (list, tuple)):
+        # `set candidates=0,2` while steps is 3: narrowing past steps takes steps along
+        shown = ",".join(map(str, changes["candidates"]))
+        deepest = max(changes["candidates"], default=0)
+        floor = " min_accept=..." if current.min_accept > deepest else ""  # else the floor is refused next
+        return f"; narrow steps with them in one command (specctl set candidates={shown} steps={deepest}{floor})"
+    if exc.field != "min_accept" or "min_accept" in changes or steps is None:
+        return ""
+    mode = "mode=on " if changes.get("mode") == "on" else ""
+    return (f"; at {steps} draft steps the acceptance floor min_accept must be at most {steps}: lower it in the "
+            f"same command (specctl set {mode}steps={steps} min_accept=...)")
+
+
 def refused(current: PolicySettings, new: PolicySettings) -> CommandError:
     """The server said no to settings the supervisor found valid: name the field and why where it is known.
 
@@ -231,6 +252,14 @@ def refused(current: PolicySettings, new: PolicySettings) -> CommandError:
             f"(CUDA graphs) for those and for 0 only, so it cannot run {new.steps} without a relaunch "
             f"(specctl run --speculative-num-steps {new.steps}, or specctl sglang-args --steps {new.steps} "
             "for your own launch line); nothing changed"), field="steps")
+    if new.candidates != current.candidates and set(new.candidates) - set(current.candidates):
+        wanted = ",".join(map(str, new.candidates))
+        return CommandError(INVALID_VALUE, (
+            f"the model server refused candidates {wanted}: it built runtime states (CUDA graphs) at launch "
+            "only for the depths it was launched with, so another depth needs a relaunch (specctl run "
+            f"--speculative-candidate-steps {wanted}, or specctl sglang-args --speculative-candidate-steps "
+            f"{wanted} for your own launch line); narrowing to a subset of those is fine; nothing changed"),
+            field="candidates")
     changed = ", ".join(k for k, v in new.as_dict().items() if v != current.as_dict()[k]) or "none"
     return CommandError(INVALID_VALUE, f"the model server refused the settings ({changed}): it validates them "
                                        "again, and its log says which and why; nothing changed")

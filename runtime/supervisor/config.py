@@ -47,6 +47,8 @@ class SupervisorConfig:
     stop_grace_s: float = 30.0  # SIGTERM to SIGKILL, for a real server's ranks to free the GPU
     admin_key: str | None = field(default=None, repr=False)  # an attached server's; specctl makes its own
     depth_costs: Path | None = None  # step-time table per (batch, depth) for the policy's depth choice
+    # the flag an operator typed for a setting, so a refusal names it: {"candidates": "--speculative-candidate-steps"}
+    flags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0.05 <= self.interval <= 60:
@@ -70,6 +72,10 @@ class SupervisorConfig:
                               "admin key that closes /set_internal_state to others (docs/sglang-plugin.md)")
         if self.admin_key is not None and self.backend != "attach":
             raise ConfigError("an admin key is for --attach: a server specctl launches gets a fresh key of its own")
+        if self.depth_costs is not None and self.backend == "attach":
+            raise ConfigError("--depth-costs is for a server specctl starts: a server started elsewhere reads its "
+                              "table from SPECCTL_DEPTH_COSTS in its own environment (specctl sglang-args "
+                              "--depth-costs FILE prints it)")
         if self.backend == "sim":
             self._check_sim()
         if self.backend == "sglang" and (tree := tree_args_problem(self.sglang_args)):
@@ -78,18 +84,48 @@ class SupervisorConfig:
             raise ConfigError(f"--speculative-num-steps must be between 1 and 16, got {self.spec_steps}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be between 0 (any free port) and 65535, got {self.port}")
+        base = self._base_settings()
         try:
-            checked = PolicySettings(steps=self.spec_steps).with_changes(self.settings)
+            checked = base.with_changes(self.settings)
         except SettingsError as exc:
-            raise ConfigError(f"--set {exc.field}: {exc.message}") from None
+            raise ConfigError(f"{self._flag(exc.field, base.steps)}: {exc.message}") from None
         # the checked values travel on, not the text: the server parses them again ("40.0" is no integer)
         self.settings = {key: getattr(checked, key) for key in self.settings}
         if self.depth_costs is not None:
-            from specctl.runtime.core.depth_model import DepthCostsError, read_costs
-            try:
-                read_costs(self.depth_costs)
-            except DepthCostsError as exc:
-                raise ConfigError(f"--depth-costs {exc}") from None
+            self._check_depth_costs(self.depth_costs, checked)
+
+    def _base_settings(self) -> PolicySettings:
+        """What the server starts from before the settings: the simulator's preset has its own steps."""
+        if self.backend == "sim":
+            from specctl.runtime.sim.presets import PRESETS
+            return PRESETS[self.sim_preset].default_settings()
+        return PolicySettings(steps=self.spec_steps)
+
+    def _flag(self, key: str | None, default_steps: int) -> str:
+        """How the operator gave a setting: its own flag, else ``--set KEY`` (the config file is blamed later)."""
+        if key == "steps" and "steps" not in self.settings:  # not given: its default (the launch's, the preset's)
+            return f"--speculative-num-steps (default {default_steps})"
+        return self.flags.get(key or "", f"--set {key}")
+
+    @staticmethod
+    def _check_depth_costs(path: Path, settings: PolicySettings) -> None:
+        """A table the server cannot read, or one without a column for a built depth, is refused here.
+
+        Why: the server (every rank) would refuse the file only after loading its model, and a depth
+        the table does not price is one auto never chooses, which nobody would notice.
+        """
+        from specctl.runtime.core.depth_model import DepthCostsError, read_costs
+        try:
+            table = read_costs(path)
+        except DepthCostsError as exc:
+            raise ConfigError(f"--depth-costs {exc}") from None
+        missing = [d for d in settings.candidates if d not in table.depths]
+        if missing:
+            wanted = ",".join(map(str, settings.candidates))
+            raise ConfigError(f"--depth-costs {path}: no column for depth {', '.join(map(str, missing))} "
+                              f"(it prices {', '.join(map(str, table.depths))}; the candidates are {wanted}); "
+                              f"write one with `python -m specctl.runtime.sim.depth --preset NAME --depths {wanted} "
+                              f"--out FILE` or bench/gpu/depth_table.py")
 
     def _check_sim(self) -> None:
         """Refuse a bad preset or load here: the simulator would only exit, and be restarted, forever."""
@@ -125,16 +161,19 @@ class SupervisorConfig:
             return cls(
                 backend=backend, url=attach_url(args.attach) if attach else None,
                 model=args.model, draft=args.draft, tp=args.tp,
-                spec_steps=args.spec_steps, port=args.port, sglang_args=list(args.sglang_args or []),
+                spec_steps=3 if args.spec_steps is None else args.spec_steps, port=args.port,
+                sglang_args=list(args.sglang_args or []),
                 sim_preset=args.sim_preset or sup.get("sim_preset", "h200-llama8b"),
                 sim_gpus=args.sim_gpus, sim_load=args.sim_load or sup.get("sim_load", "bursts"),
                 interval=args.interval if args.interval is not None else float(sup.get("interval", 0.5)),
                 socket_path=Path(args.socket) if args.socket else config_file.socket_path(),
                 journal_path=Path(log) if log else None,
                 journal_max_mb=float(args.log_max_mb if args.log_max_mb is not None else sup.get("log_max_mb", 64.0)),
-                settings={**site.policy, **parse_pairs(args.settings), **_candidates_arg(args)},
+                settings={**site.policy, **parse_pairs(args.settings), **_candidates_arg(args),
+                          **_sim_steps_arg(args, backend)},
                 admin_key=_admin_key(args, sup) if attach else _no_key_for_launch(args),
                 depth_costs=Path(args.depth_costs) if getattr(args, "depth_costs", None) else None,
+                flags=_setting_flags(args, backend),
             )
         except ConfigError as exc:
             raise _blame_the_file(exc, from_file) from None
@@ -161,6 +200,24 @@ def _candidates_arg(args: argparse.Namespace) -> dict[str, Any]:
     """``--speculative-candidate-steps 0,1,2,3``: the ``candidates`` setting, under SGLang's flag name."""
     text = getattr(args, "candidate_steps", None)
     return {} if text is None else {"candidates": text}
+
+
+def _sim_steps_arg(args: argparse.Namespace, backend: BackendKind) -> dict[str, Any]:
+    """``--speculative-num-steps N`` for the simulator: its ``steps`` setting (a launch gets the flag itself).
+
+    Why: the simulator used to run its preset's steps whatever the flag said.
+    """
+    steps = getattr(args, "spec_steps", None)
+    return {"steps": steps} if backend == "sim" and steps is not None else {}
+
+
+def _setting_flags(args: argparse.Namespace, backend: BackendKind) -> dict[str, str]:
+    flags = {}
+    if getattr(args, "candidate_steps", None) is not None:
+        flags["candidates"] = "--speculative-candidate-steps"
+    if backend == "sim" and getattr(args, "spec_steps", None) is not None:
+        flags["steps"] = "--speculative-num-steps"
+    return flags
 
 
 def attach_url(text: str) -> str:

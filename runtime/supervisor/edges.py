@@ -8,10 +8,12 @@ supervisor resets the per-server ones when a server starts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specctl.runtime.core import records, view_only
+from specctl.runtime.core.wire import COSTS_ENV, SETTINGS_ENV
 from specctl.runtime.probes.server_info import EAGER_PREFILL_WHY, prefill_graphs
 
 
@@ -92,9 +94,10 @@ class ServerNotes:
 
     def __init__(self) -> None:
         self._slow_off, self._eager_prefill, self._view_only = Once(), Once(), Once()
+        self._no_depth_costs = Once()
 
     def reset(self) -> None:
-        for once in (self._slow_off, self._eager_prefill, self._view_only):
+        for once in (self._slow_off, self._eager_prefill, self._view_only, self._no_depth_costs):
             once.reset()
 
     def off_state(self, spec: dict[str, Any]) -> records.Event | None:
@@ -121,3 +124,47 @@ class ServerNotes:
         if why is not None and self._view_only.first():
             return records.event(records.VIEW_ONLY, reason=why, why=view_only.refusal(why, sample["server"].get("tp")))
         return None
+
+    def depth_costs(self, spec: dict[str, Any], launched: bool) -> records.Event | None:
+        """Built for a middle depth, but with no cost table to price it: auto will never choose it.
+
+        Why say it: an operator who asked for depths 0,1,2,3 expects auto to use 1 and 2; without
+        a table the policy stays on/off at ``steps`` (docs/policy.md, "Depth"), and nothing else
+        shows it. ``depth_model`` is the server's own word, so a simulator (which prices depths
+        with its own model) or an attached server given SPECCTL_DEPTH_COSTS is not told so.
+        """
+        depths = spec.get("candidates")  # the depths auto may use now: the built ones up to steps
+        raw = spec.get("settings")
+        settings: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        deepest = settings.get("steps")
+        if spec.get("depth_model") is not False or not isinstance(depths, list) or not isinstance(deepest, int):
+            return None
+        if not any(isinstance(d, int) and 0 < d < deepest for d in depths) or not self._no_depth_costs.first():
+            return None
+        built = [d for d in settings.get("candidates") or depths if isinstance(d, int) and d > 0]
+        return records.event(records.DEPTH_COSTS_MISSING, steps=deepest, depths=built,
+                             why=no_depth_costs_line(deepest, built, launched))
+
+
+    def launched_without_costs(self, env: Mapping[str, str] | None) -> records.Event | None:
+        """The same note at the launch, from the environment the server is started with, not minutes
+        later when a loaded server first answers: its settings (SPECCTL_SETTINGS) and no SPECCTL_DEPTH_COSTS."""
+        if not env or SETTINGS_ENV not in env or COSTS_ENV in env:
+            return None
+        try:
+            settings = json.loads(env[SETTINGS_ENV])
+        except ValueError:
+            return None
+        if not isinstance(settings, dict) or not isinstance(steps := settings.get("steps"), int):
+            return None
+        built = [d for d in settings.get("candidates") or [] if isinstance(d, int)]
+        spec = {"depth_model": False, "candidates": [d for d in built if d <= steps], "settings": settings}
+        return self.depth_costs(spec, launched=True)
+
+
+def no_depth_costs_line(steps: int, depths: list[int], launched: bool) -> str:
+    """The words `specctl sglang-args` prints for the same case, for a server this supervisor runs or watches."""
+    given = ("without --depth-costs FILE" if launched
+             else "without a cost table (SPECCTL_DEPTH_COSTS in its environment)")
+    return (f"{given} auto chooses between 0 and {steps} steps only; `specctl force-on --steps N` still pins "
+            f"any of {depths} (docs/policy.md, \"Depth\")")

@@ -171,6 +171,8 @@ class Supervisor:
             return
         await self._reset_clients()
         self.emit(records.event(records.SERVER_START, pid=self.backend.pid, url=self.backend.url))
+        if self.backend.owns_process and not self.sim:  # a launch: said now, not once its model has loaded
+            self._emit_if(self._notes.launched_without_costs(getattr(self.backend, "env", None)))
 
     async def _reset_clients(self) -> None:
         if self._client is not None:
@@ -283,6 +285,7 @@ class Supervisor:
             for said in self._switches.new(spec.get("recent_switches") or []):
                 self.emit(said)
             self._emit_if(self._notes.off_state(spec))
+            self._emit_if(self._notes.depth_costs(spec, self.backend.owns_process))
             self._note_external_change(spec)
         sample = await self._sample(metrics, info, spec)
         self._emit_if(self._notes.view_only(sample))
@@ -441,4 +444,4 @@ def make_backend(config: SupervisorConfig) -> Backend:
 
         return SGLangBackend(config)
     return SimBackend(config.sim_preset, config.sim_gpus, config.sim_load, config.settings,
-                      extra=config.sim_args, port=config.port)
+                      extra=config.sim_args, port=config.port, depth_costs=config.depth_costs)

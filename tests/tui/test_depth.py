@@ -150,3 +150,18 @@ async def test_a_two_state_server_has_no_depth_to_pin(tmp_path: Path) -> None:
         await until(pilot, lambda: [n for n in app._notifications if "Cannot pin depth 2" in n.message],
                     "the refusal")
     assert not [r for r in read_journal(tmp_path / "run.jsonl") if r.get("kind") == "command"]
+
+
+async def test_a_server_with_middle_depths_and_no_cost_table_is_told_once_in_the_log(tmp_path: Path) -> None:
+    """The simulator as a server launched without SPECCTL_DEPTH_COSTS: auto cannot price depths 1 and 2."""
+    journal = tmp_path / "run.jsonl"
+    config = SupervisorConfig(sim_load="steady:c=4", sim_gpus=1, interval=0.2, journal_path=journal,
+                              socket_path=None, settings={"candidates": [0, 1, 2, 3]}, sim_args=["--no-depth-costs"])
+    app = SpecctlApp(LocalLink(Supervisor(config)), remember_theme=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        log = app.dashboard.query_one(EventLog)
+        said = await until(pilot, lambda: [s.text for s in log.lines if "depth_costs_missing" in s.text], "the note")
+        assert "DEPTH    depth_costs_missing steps=3 depths=[1, 2, 3] why=without --depth-costs FILE auto" in said[0]
+    notes = [r for r in read_journal(journal) if r.get("event") == "depth_costs_missing"]
+    assert len(notes) == 1 and notes[0]["depths"] == [1, 2, 3]

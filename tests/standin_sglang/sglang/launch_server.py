@@ -6,10 +6,12 @@ process, as SGLang starts its ranks, which serves SGLang's endpoints through
 specctl's simulator; the main process exits (17) when that child dies. Behaviour knobs come from the environment:
 STANDIN_IGNORE_SIGTERM=1, STANDIN_CRASH_AFTER=SECONDS, STANDIN_PIDFILE=PATH
 (where the rank's pid is written), STANDIN_STEP_S (delay between log lines),
-STANDIN_PRESET (the simulator preset, which decides the attention backend it reports).
+STANDIN_PRESET (the simulator preset, which decides the attention backend it reports). The draft depths
+are the plugin's: the candidates in SPECCTL_SETTINGS, priced only with SPECCTL_DEPTH_COSTS's table.
 """
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -27,6 +29,14 @@ LOG = [
     "Capturing batches (bs=256 avail_mem=17.90 GB):  50%|#####     | 18/36 [00:02<00:02,  8.00it/s]",
     "Capturing batches (bs=1 avail_mem=17.50 GB): 100%|##########| 36/36 [00:04<00:00,  8.00it/s]",
 ]
+
+
+def _depth_args() -> list[str]:
+    """The plugin's view of depths: the candidates in SPECCTL_SETTINGS, priced only with SPECCTL_DEPTH_COSTS."""
+    candidates = json.loads(os.environ.get("SPECCTL_SETTINGS") or "{}").get("candidates") or []
+    out = ["--set", "candidates=" + ",".join(map(str, candidates))] if candidates else []
+    costs = os.environ.get("SPECCTL_DEPTH_COSTS")
+    return out + (["--depth-costs", costs] if costs else ["--no-depth-costs"])
 
 
 def main() -> None:
@@ -51,7 +61,7 @@ def main() -> None:
     rank = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--host", "127.0.0.1",
                              "--port", str(args.port), "--steps", str(args.speculative_num_steps),
                              "--gpus", "1", "--load", "steady:c=8",
-                             "--preset", os.environ.get("STANDIN_PRESET", "h200-llama8b")],
+                             "--preset", os.environ.get("STANDIN_PRESET", "h200-llama8b"), *_depth_args()],
                             stdout=subprocess.DEVNULL, env=env)
     if path := os.environ.get("STANDIN_PIDFILE"):
         with open(path, "w") as fh:
