@@ -24,9 +24,6 @@ from specctl.runtime.probes.sglang_client import ServerUnreachable
 COMMANDS = ("ping", "status", "mode", "set", "server")
 JOURNALED = ("mode", "set", "server")
 SERVER_ACTIONS = ("restart", "stop", "start")
-#: A ready server whose /server_info has no specctl block: it was launched without the plugin
-#: (view_only.refusal says so for a server launched without speculation, too).
-VIEW_ONLY = view_only.refusal(view_only.NO_PLUGIN)
 
 
 class SettingsClient(Protocol):
