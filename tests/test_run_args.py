@@ -106,6 +106,32 @@ def test_a_tree_draft_in_the_launch_line_is_refused_with_what_to_change(tmp_path
     assert not (tmp_path / "s.sock").exists()
 
 
+@pytest.mark.parametrize(("extra", "named"), [
+    (["--speculative-num-steps", "2"], "specctl's own --speculative-num-steps, before --"),
+    (["--speculative-num-draft-tokens=5"], "specctl's own --speculative-num-steps, before --"),
+    (["--tp-size", "8"], "specctl's own --tp, before --"),
+    (["--port", "30000"], "specctl's own --port, before --"),
+    (["--model-path", "other/model"], "specctl's own --model, before --"),
+    (["--speculative-adaptive-config", "/tmp/a.json"], "specctl sets it for the plugin"),
+])
+def test_a_flag_specctl_gives_sglang_itself_is_refused_after_the_dashes(tmp_path: Path, extra: list[str],
+                                                                       named: str) -> None:
+    """After -- a flag comes last and wins: the server would run what the config, journal and URL do not say."""
+    out = run(tmp_path, "run", "--headless", "--socket", str(tmp_path / "s.sock"), "--model", "m", "--draft", "d",
+              "--", "--attention-backend", "fa3", *extra)
+    assert out.returncode == 2, out.stderr
+    flag = extra[0].split("=", 1)[0]
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert f"{flag} after --: specctl gives SGLang this flag itself" in out.stderr and named in out.stderr
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_listening_for_other_hosts_is_left_to_the_operator() -> None:
+    from specctl.runtime.supervisor.launcher import owned_arg
+
+    assert owned_arg(["--host", "0.0.0.0", "--mem-fraction-static", "0.8", "--attention-backend", "fa3"]) is None
+
+
 def test_topk_1_in_the_launch_line_is_not_refused_for_it() -> None:
     from specctl.runtime.core.tree_drafts import tree_args_problem
 

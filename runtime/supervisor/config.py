@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.core.tree_drafts import tree_args_problem
 from specctl.runtime.supervisor import config_file, paths
-from specctl.runtime.supervisor.launcher import reserved_arg
+from specctl.runtime.supervisor.launcher import owned_arg, reserved_arg
 from specctl.runtime.supervisor.server_key import KEY_ENV, KeyFileError, read_key_file
 
 BackendKind = Literal["sim", "sglang", "attach"]
@@ -80,6 +80,8 @@ class SupervisorConfig:
             self._check_sim()
         if self.backend == "sglang" and (tree := tree_args_problem(self.sglang_args)):
             raise ConfigError(tree)  # SGLang would load the model for minutes, then the plugin refuse it
+        if self.backend == "sglang" and (owned := owned_arg(self.sglang_args)):
+            raise ConfigError(owned_problem(*owned))
         if not 1 <= self.spec_steps <= 16:
             raise ConfigError(f"--speculative-num-steps must be between 1 and 16, got {self.spec_steps}")
         if not 0 <= self.port <= 65535:
@@ -196,6 +198,13 @@ def _no_key_for_launch(args: argparse.Namespace) -> None:
     if getattr(args, "admin_key_file", None) is not None:
         raise ConfigError("--admin-key-file is for --attach: a server specctl launches gets a fresh key of its own")
     return None
+def owned_problem(flag: str, option: str) -> str:
+    """The refusal of an SGLang flag after -- that specctl gives SGLang itself."""
+    where = f"set it with specctl's own {option}, before --" if option else "specctl sets it for the plugin"
+    return (f"{flag} after --: specctl gives SGLang this flag itself, and one after -- would override it "
+            f"({where}; docs/deployment.md)")
+
+
 def _candidates_arg(args: argparse.Namespace) -> dict[str, Any]:
     """``--speculative-candidate-steps 0,1,2,3``: the ``candidates`` setting, under SGLang's flag name."""
     text = getattr(args, "candidate_steps", None)

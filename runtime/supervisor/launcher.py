@@ -87,6 +87,27 @@ def reserved_arg(extra_args: Sequence[str]) -> str | None:
     return None
 
 
+#: SGLang flags build_command sets from specctl's own options: after -- they would come last and win,
+#: so the server would run other steps, model or port than the adaptive config, the journal and the
+#: supervisor's URL say (a --speculative-num-steps 2 against a config built for 0 and 3 stops the server).
+#: (--host is not here: SGLang listening on 0.0.0.0 for clients elsewhere still answers on 127.0.0.1.)
+OWNED_ARGS = {
+    "--model-path": "--model", "--speculative-draft-model-path": "--draft",
+    "--tp-size": "--tp", "--tensor-parallel-size": "--tp", "--port": "--port",
+    "--speculative-num-steps": "--speculative-num-steps", "--speculative-num-draft-tokens": "--speculative-num-steps",
+    "--speculative-algorithm": "", "--speculative-adaptive-config": "",
+}
+
+
+def owned_arg(extra_args: Sequence[str]) -> tuple[str, str] | None:
+    """The first flag among an operator's extra arguments that specctl sets itself, with the option that sets it."""
+    for arg in extra_args:
+        name = arg.split("=", 1)[0]
+        if name in OWNED_ARGS:
+            return name, OWNED_ARGS[name]
+    return None
+
+
 def api_key_of(extra_args: Sequence[str]) -> str | None:
     """SGLang's ``--api-key`` among the extra arguments: with it, /server_info needs that key too."""
     for i, arg in enumerate(extra_args):
