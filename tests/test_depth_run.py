@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,7 @@ def test_status_force_on_set_and_auto_say_the_depths(tmp_path: Path) -> None:
         out = h.cli("force-on", "--steps", "2")
         assert out.returncode == 0, out.stderr
         wait_for(lambda: "ON (depth 2 of 0,1,2)  mode on" in h.cli("status").stdout, "the pinned depth in status")
+        assert re.search(r"last switch  at step \d+ \(forced\), \d+ steps ago", h.cli("status").stdout)
 
         out = h.cli("set", "candidates=0,1")  # steps (2) would fall outside them
         assert out.returncode == 1 and "specctl set candidates=0,1 steps=1 min_accept=..." in out.stderr, out.stderr

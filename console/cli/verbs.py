@@ -222,16 +222,12 @@ def _thresholds_line(settings: dict[str, Any]) -> str:
 
 
 def _last_switch(spec: dict[str, Any]) -> str:
-    recent = spec.get("recent_switches") or []
-    step = spec.get("step")
-    if recent:
-        last = recent[-1]
-        ago = f", {step - last['step']} steps ago" if isinstance(step, int) else ""
-        return (f"turned {'ON' if last.get('on') else 'OFF'} at step {last.get('step')} "
-                f"({last.get('reason')}, batch {last.get('batch_size')}){ago}")
-    if spec.get("last_switch_step") is not None:
-        return f"at step {spec['last_switch_step']} ({_v(spec.get('reason'))})"
-    return "none yet"
+    """The step of the last switch and how long ago in steps (a sample carries no switch list: the journal has them)."""
+    last, step = spec.get("last_switch_step"), spec.get("step")
+    if last is None:
+        return "none yet"
+    ago = f", {step - last} steps ago" if isinstance(step, int) and isinstance(last, int) else ""
+    return f"at step {last} ({_v(spec.get('reason'))}){ago}"
 
 
 def _gpu_line(gpu: dict[str, Any]) -> str:
