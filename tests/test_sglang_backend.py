@@ -283,3 +283,30 @@ async def test_a_missing_sglang_is_one_clear_message_then_a_start_once_it_is_the
         await until(lambda: sup.state == "ready", "ready")
     finally:
         await sup.stop()
+
+
+async def test_a_restart_keeps_the_pair_the_operator_ran_with_after_setting_half_of_it(
+        standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # FlashInfer on an H200: the row gives off_at 114, on_at 48. `specctl set off_at=100` runs
+    # (100, 48). A restart must bring back (100, 48), not (100, 24): the row's on_at is left out
+    # once the operator owns half of its group, and the policy's default took its place silently.
+    monkeypatch.setenv("STANDIN_PRESET", "h200-llama8b-flashinfer")
+    sup = Supervisor(config(gpu_source="sim"))
+    await sup.start()
+    try:
+        await until(lambda: events(sup, "backend_thresholds"), "the FlashInfer row applied")
+        await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings", {})
+                    .get("on_at") == BY_BACKEND["flashinfer"]["on_at"], "the row read back")
+        result = await sup.commands.execute("set", {"settings": {"off_at": 100}}, uid=0)
+        assert (result["settings"]["off_at"], result["settings"]["on_at"]) == (100, 48)
+        sup.recent.clear()  # what the restart says, alone
+        await sup.commands.execute("server", {"action": "restart"}, uid=0)
+        [adopted] = await until(lambda: events(sup, "backend_thresholds"), "the row considered again")
+        assert set(adopted["changes"]) == {"min_accept", "accept_slope"}, "the group the operator left alone"
+        await sup.poll_now()
+        settings = sup.latest_sample["spec"]["settings"]
+        assert (settings["off_at"], settings["on_at"]) == (100, 48), "the pair the operator ran with"
+        [restored] = events(sup, "settings_restored")
+        assert restored["changes"] == {"off_at": 100, "on_at": 48}
+    finally:
+        await sup.stop()

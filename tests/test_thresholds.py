@@ -75,6 +75,15 @@ def test_the_operators_whole_groups_win_over_a_moe_too_and_then_nothing_is_said(
     assert row is None and why is not None and "MoE" in why, "the floor is still left to the row: say why"
 
 
+def test_what_stays_at_the_defaults_is_only_what_the_operator_left() -> None:
+    # `specctl set off_at=64 on_at=8` on a MoE, then a restart: off_at and on_at are the operator's,
+    # not the defaults, so the journal must not say they stay at the defaults.
+    _, why = for_server("triton", [H200], {"off_at": 64, "on_at": 8}, experts=128)
+    assert why is not None and why.endswith(
+        ": the policy's defaults stay for min_accept and accept_slope (set them with specctl set; docs/policy.md)")
+    assert "off_at" not in why
+
+
 def test_another_gpu_and_a_moe_are_both_said_so_one_fix_is_not_a_surprise() -> None:
     # the report's system: GLM-5 (256 routed experts) on RTX PRO 6000s
     row, why = for_server("flashinfer", [RTX], experts=256)

@@ -87,6 +87,17 @@ def set_together(field: str | None, changes: Iterable[str]) -> str:
     return ""
 
 
+def groups_touched(changes: Iterable[str]) -> set[str]:
+    """Every setting of each group that ``changes`` touches.
+
+    ``specctl set off_at=100`` on a server running FlashInfer's row (114 / 48) runs 100 / 48: the
+    supervisor keeps that on_at along, so a restart, which leaves the row's pair out once the operator
+    owns half of it, brings back 100 / 48 and not the policy's 24.
+    """
+    changed = set(changes)
+    return changed.union(*(group for group in GROUPS if changed & set(group)))
+
+
 def unset_groups(measured: dict[str, float], chosen: dict[str, Any]) -> dict[str, float]:
     """The measured settings whose whole group the operator left alone."""
     keep: dict[str, float] = {}
@@ -147,16 +158,22 @@ def for_server(backend: str | None, gpu_names: Sequence[str | None], chosen: dic
     reasons = [why for why in (_why_not(backend, gpu_names), _why_not_model(backend, experts)) if why]
     if not reasons:
         return row, None
-    return None, _said(reasons) if unset_groups(row, chosen or {}) else None
+    left = unset_groups(row, chosen or {})
+    return None, _said(reasons, list(left)) if left else None
 
 
-def _said(reasons: Sequence[str]) -> str:
+def _said(reasons: Sequence[str], left: Sequence[str]) -> str:
     """Every reason a row stays out, then what happens instead, once.
 
     A server on another GPU that also runs a MoE is told both: an operator told only
     the first would fix it (move to an H200) and find the row still out for the second.
+    ``left``: the settings still at the policy's defaults; where the operator set a group,
+    only the others are said to stay (their own values are not the defaults).
     """
-    return f"{'; also, '.join(reasons)}: {_DEFAULTS_STAY}"
+    if len(left) == sum(map(len, GROUPS)):
+        return f"{'; also, '.join(reasons)}: {_DEFAULTS_STAY}"
+    return (f"{'; also, '.join(reasons)}: the policy's defaults stay for {' and '.join(left)} "
+            "(set them with specctl set; docs/policy.md)")
 
 
 def is_moe(experts: int | None) -> bool:

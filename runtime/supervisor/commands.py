@@ -17,7 +17,7 @@ from specctl.runtime.core import records, view_only
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
 from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError
-from specctl.runtime.core.thresholds import attention_backend, for_server, set_together, unset_groups
+from specctl.runtime.core.thresholds import attention_backend, for_server, groups_touched, set_together, unset_groups
 from specctl.runtime.probes.server_info import target_experts
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 
@@ -130,7 +130,7 @@ class CommandHandler:
         if not answers or not all(answers):
             raise refused(current, new)
         applied = {k: getattr(new, k) for k in changes}
-        self.desired.update(applied)
+        self.desired.update({k: getattr(new, k) for k in groups_touched(changes)})  # the pair it ran, for restarts
         self.sup.emit(records.event(records.SETTINGS, changes=applied, settings=new.as_dict()))
         await self.sup.poll_now()
         spec = self._latest_spec() or {}

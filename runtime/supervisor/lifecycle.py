@@ -363,7 +363,7 @@ class Supervisor:
         """An attached server that is specctl's simulator (its /server_info says so): from then on every sample
         says sim, and its GPUs are the simulator's, not this machine's NVML (a simulated number must never pass
         for a measured one)."""
-        if self.sim or not is_simulator(info):
+        if self.sim or self.backend.owns_process or not is_simulator(info):  # a launch stays a launch
             return
         self.sim = True
         self.emit(records.event(records.ATTACHED_SIMULATOR, url=self.backend.url))
