@@ -131,3 +131,16 @@ def test_no_row_ever_reaches_a_moe(backend: str, gpus: list[str | None], chosen:
 def test_unknown_and_dense_are_treated_alike(backend: str | None, gpus: list[str | None],
                                              chosen: dict[str, int]) -> None:
     assert for_server(backend, gpus, chosen, experts=None) == for_server(backend, gpus, chosen, experts=0)
+
+
+@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e"])
+def test_a_grace_hopper_is_not_the_h200_the_rows_were_measured_on(name: str) -> None:
+    # GH200's GPU is a Hopper with its own memory (96 GB HBM3 or 144 GB HBM3e), not an H200; its
+    # NVML name only contains the letters "H200", which took the H200's rows there.
+    row, why = for_server("flashinfer", [name] * 4)
+    assert row is None and why is not None and f"this server runs on {name}" in why
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H200", "NVIDIA H200 NVL", "nvidia h200"])
+def test_every_name_of_an_h200_gets_the_rows(name: str) -> None:
+    assert for_server("triton", [name]) == (BY_BACKEND["triton"], None)

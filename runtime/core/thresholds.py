@@ -22,6 +22,7 @@ measured.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -196,11 +197,20 @@ def _why_not(backend: str | None, gpu_names: Sequence[str | None]) -> str | None
     if not known or len(known) != len(gpu_names):
         return (f"the {backend} thresholds were measured on an {MEASURED_ON} and this server's GPUs "
                 "could not be read")
-    others = sorted({name for name in known if MEASURED_ON not in name.upper()})
+    others = sorted({name for name in known if not _is_measured_gpu(name)})
     if others:
         return (f"the {backend} thresholds were measured on an {MEASURED_ON}, this server runs on "
                 f"{', '.join(others)}")
     return None
+
+
+def _is_measured_gpu(name: str) -> bool:
+    """Whether NVML's ``name`` is the GPU the rows were measured on: the model as a word, in any case.
+
+    "NVIDIA H200" and "NVIDIA H200 NVL" are; "NVIDIA GH200 480GB" is not, though it holds the
+    letters: Grace Hopper's GPU has its own memory (96 GB HBM3 or 144 GB HBM3e) and was not measured.
+    """
+    return re.search(rf"(?<![A-Z0-9]){MEASURED_ON}(?![A-Z0-9])", name.upper()) is not None
 
 
 _DEFAULTS_STAY = ("the policy's defaults stay (set off_at, on_at, min_accept and accept_slope with specctl set; "
