@@ -116,6 +116,20 @@ def test_a_tree_operator_is_told_their_own_speculative_flags_go(tmp_path: Path, 
     assert "topk 1" in header or "without your own" in header
 
 
+@pytest.mark.parametrize(("own", "printed"), [(None, "2147483648"), ("4294967296", "4294967296")])
+def test_the_flashinfer_workspace_is_printed_with_the_operators_own_size(tmp_path: Path, own: str | None,
+                                                                          printed: str) -> None:
+    """A unit or manifest does not inherit the shell: the size must be in the printed lines, the operator's kept."""
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_FLASHINFER_WORKSPACE_SIZE"}
+    if own is not None:
+        env["SGLANG_FLASHINFER_WORKSPACE_SIZE"] = own
+    done = subprocess.run([*SPECCTL, "--backend", "flashinfer", "--format", "systemd",
+                           "--config", str(tmp_path / "a.json")], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if "SGLANG_FLASHINFER_WORKSPACE_SIZE" in line]
+    assert lines == [f'Environment="SGLANG_FLASHINFER_WORKSPACE_SIZE={printed}"'], done.stdout
+
+
 def test_systemd_lines(tmp_path: Path) -> None:
     done = specctl("--config", str(tmp_path / "a.json"), "--format", "systemd")
     assert done.returncode == 0, done.stderr

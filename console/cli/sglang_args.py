@@ -23,7 +23,7 @@ from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, MEASURED_WITH, for_server, unset_groups
 from specctl.runtime.supervisor import config, paths
-from specctl.runtime.supervisor.launcher import build_command, launch_env
+from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
 
 # Backends an operator may name whose thresholds are not measured yet (they get the policy's
 # defaults). None today: FlashInfer, SGLang's default below Hopper (the RTX PRO 6000 of the
@@ -105,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
               f"{settings.steps} steps only; `specctl force-on --steps N` still pins any of "
               f"{[d for d in settings.candidates if d > 0]} (docs/policy.md, \"Depth\")", file=sys.stderr)
     env = launch_env(settings, os.environ, costs)
+    if FLASHINFER_WORKSPACE_ENV in os.environ:  # the operator's size, kept: a unit or manifest must carry it too
+        env[FLASHINFER_WORKSPACE_ENV] = os.environ[FLASHINFER_WORKSPACE_ENV]
     print(_render(args.format, env, flags, path))
     return EXIT_OK
 
