@@ -8,6 +8,8 @@ import asyncio
 import importlib.util
 import os
 import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -45,6 +47,18 @@ async def until(predicate, what: str, timeout: float = 60.0):
             return value
         await asyncio.sleep(0.05)
     raise AssertionError(f"gave up waiting for {what}")
+
+
+@asynccontextmanager
+async def launched(monkeypatch: pytest.MonkeyPatch, preset: str, **kw) -> AsyncIterator[Supervisor]:
+    """A supervisor launching the stand-in SGLang as the simulator's ``preset``; stopped with its server after."""
+    monkeypatch.setenv("STANDIN_PRESET", preset)
+    sup = Supervisor(config(**kw))
+    await sup.start()
+    try:
+        yield sup
+    finally:
+        await sup.stop()
 
 
 def events(sup: Supervisor, name: str) -> list[dict]:
@@ -139,10 +153,7 @@ async def test_the_launched_servers_control_endpoint_wants_the_supervisors_key(s
                                                   ("h200-llama8b-flashinfer", "flashinfer")])
 async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatch: pytest.MonkeyPatch,
                                                        preset: str, backend: str) -> None:
-    monkeypatch.setenv("STANDIN_PRESET", preset)
-    sup = Supervisor(config(gpu_source="sim"))  # the stand-in's GPUs: an H200, as NVML names it
-    await sup.start()
-    try:
+    async with launched(monkeypatch, preset, gpu_source="sim") as sup:  # the stand-in's GPUs: an H200, as NVML names it
         [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the backend")
         assert adopted["backend"] == backend and adopted["ok"] is True
         assert adopted["experts"] in (None, 0), "a dense target, or one that does not say (the row applies)"
@@ -152,24 +163,18 @@ async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatc
         row = BY_BACKEND[backend]
         assert {key: settings[key] for key in row} == row
         assert (settings["off_at"], settings["min_accept"]) != (32, 1.3), "not the policy's defaults"
-    finally:
-        await sup.stop()
 
 
 async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STANDIN_PRESET", "h200-llama8b-fa3")
-    sup = Supervisor(config(settings={"off_at": "48", "on_at": "40"}, gpu_source="sim"))
-    await sup.start()
-    try:
+    own = {"off_at": "48", "on_at": "40"}
+    async with launched(monkeypatch, "h200-llama8b-fa3", settings=own, gpu_source="sim") as sup:
         [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the backend")
         fa3 = BY_BACKEND["fa3"]
         assert adopted["changes"] == {"min_accept": fa3["min_accept"], "accept_slope": fa3["accept_slope"]}
         await sup.poll_now()
         settings = sup.latest_sample["spec"]["settings"]
         assert (settings["off_at"], settings["on_at"]) == (48, 40)
-    finally:
-        await sup.stop()
 
 
 @pytest.mark.parametrize(("preset", "gpu_source", "why"), [
@@ -179,10 +184,7 @@ async def test_thresholds_measured_on_another_gpu_stay_out_and_the_journal_says_
         standin: Path, monkeypatch: pytest.MonkeyPatch, preset: str, gpu_source: str, why: str) -> None:
     # FlashInfer's row was measured on an H200; on the report's Blackwell GPUs it would keep drafting
     # on where it loses (docs/results/flashinfer.md, "Thresholds"), so the defaults stay.
-    monkeypatch.setenv("STANDIN_PRESET", preset)
-    sup = Supervisor(config(gpu_source=gpu_source))
-    await sup.start()
-    try:
+    async with launched(monkeypatch, preset, gpu_source=gpu_source) as sup:
         [skipped] = await until(lambda: events(sup, "backend_thresholds_skipped"), "the row refused")
         assert skipped["backend"] == "flashinfer" and why in skipped["why"]
         assert "measured on an H200" in skipped["why"] and "specctl set" in skipped["why"]
@@ -191,18 +193,13 @@ async def test_thresholds_measured_on_another_gpu_stay_out_and_the_journal_says_
         defaults = PolicySettings()
         assert (settings["off_at"], settings["min_accept"]) == (defaults.off_at, defaults.min_accept)
         assert not events(sup, "backend_thresholds")
-    finally:
-        await sup.stop()
 
 
 async def test_a_moe_target_keeps_the_defaults_on_the_very_gpu_the_rows_were_measured_on(
         standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Qwen3-30B-A3B with Triton on an H200: the Triton row misses 7 of 36 points, the defaults 3
     # (docs/results/moe.md), so the row measured on Llama-3.1-8B stays out and the journal says why once.
-    monkeypatch.setenv("STANDIN_PRESET", "h200-qwen3moe")
-    sup = Supervisor(config(gpu_source="sim"))
-    await sup.start()
-    try:
+    async with launched(monkeypatch, "h200-qwen3moe", gpu_source="sim") as sup:
         await until(lambda: events(sup, "backend_thresholds") or events(sup, "backend_thresholds_skipped"),
                     "the row decided")
         assert not events(sup, "backend_thresholds"), "the dense row stayed off the MoE"
@@ -215,18 +212,13 @@ async def test_a_moe_target_keeps_the_defaults_on_the_very_gpu_the_rows_were_mea
         assert (settings["off_at"], settings["min_accept"]) == (defaults.off_at, defaults.min_accept)
         await sup.poll_now()
         assert len(events(sup, "backend_thresholds_skipped")) == 1, "said once a start, not every poll"
-    finally:
-        await sup.stop()
 
 
 async def test_a_moe_on_another_gpu_is_told_both_reasons_at_once(standin: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # The report's system: GLM-5 (256 routed experts) with FlashInfer on RTX PRO 6000s. Told only
     # the GPU, an operator who moved to an H200 would find the row still out for the model.
-    monkeypatch.setenv("STANDIN_PRESET", "rtx-8gpu-report-topk1")
-    sup = Supervisor(config(gpu_source="sim"))
-    await sup.start()
-    try:
+    async with launched(monkeypatch, "rtx-8gpu-report-topk1", gpu_source="sim") as sup:
         [skipped] = await until(lambda: events(sup, "backend_thresholds_skipped"), "the row refused")
         assert skipped["backend"] == "flashinfer" and skipped["experts"] == 256
         gpu, _, model = skipped["why"].partition("; also, ")
@@ -240,25 +232,18 @@ async def test_a_moe_on_another_gpu_is_told_both_reasons_at_once(standin: Path,
         defaults = PolicySettings()
         assert (settings["off_at"], settings["min_accept"]) == (defaults.off_at, defaults.min_accept)
         assert not events(sup, "backend_thresholds")
-    finally:
-        await sup.stop()
 
 
 async def test_the_operators_whole_thresholds_on_a_moe_need_no_why(standin: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STANDIN_PRESET", "h200-qwen3moe")
     own = {"off_at": "64", "on_at": "8", "min_accept": "1.0", "accept_slope": "0"}
-    sup = Supervisor(config(settings=own, gpu_source="sim"))
-    await sup.start()
-    try:
+    async with launched(monkeypatch, "h200-qwen3moe", settings=own, gpu_source="sim") as sup:
         # the row is decided on the first answer of the ready server, before that answer's sample
         settings = await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings"),
                                "settings read back")
         await sup.poll_now()
         assert (settings["off_at"], settings["on_at"], settings["min_accept"]) == (64, 8, 1.0)
         assert not events(sup, "backend_thresholds_skipped") and not events(sup, "backend_thresholds")
-    finally:
-        await sup.stop()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
@@ -290,10 +275,7 @@ async def test_a_restart_keeps_the_pair_the_operator_ran_with_after_setting_half
     # FlashInfer on an H200: the row gives off_at 114, on_at 48. `specctl set off_at=100` runs
     # (100, 48). A restart must bring back (100, 48), not (100, 24): the row's on_at is left out
     # once the operator owns half of its group, and the policy's default took its place silently.
-    monkeypatch.setenv("STANDIN_PRESET", "h200-llama8b-flashinfer")
-    sup = Supervisor(config(gpu_source="sim"))
-    await sup.start()
-    try:
+    async with launched(monkeypatch, "h200-llama8b-flashinfer", gpu_source="sim") as sup:
         await until(lambda: events(sup, "backend_thresholds"), "the FlashInfer row applied")
         await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings", {})
                     .get("on_at") == BY_BACKEND["flashinfer"]["on_at"], "the row read back")
@@ -308,5 +290,3 @@ async def test_a_restart_keeps_the_pair_the_operator_ran_with_after_setting_half
         assert (settings["off_at"], settings["on_at"]) == (100, 48), "the pair the operator ran with"
         [restored] = events(sup, "settings_restored")
         assert restored["changes"] == {"off_at": 100, "on_at": 48}
-    finally:
-        await sup.stop()
