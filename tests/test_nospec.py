@@ -97,7 +97,13 @@ def test_specctl_attached_to_a_server_without_speculation_watches_it_and_refuses
             assert "specctl sglang-args --draft" in said["why"], "what to add to the launch line"
             # it keeps sampling what it can read: tok/s, requests, the GPUs; no made-up accept length
             seen = len(h.records("sample"))
-            sample = wait_for(lambda: len(h.records("sample")) > seen + 5 and h.ready_sample(), "more samples")
+            def all_eight() -> dict | None:
+                """A later sample with the steady load's 8 requests in: one may fall between a request's end
+                and the next one's start."""
+                last = h.ready_sample()
+                return last if len(h.records("sample")) > seen + 5 and last["server"]["running"] == 8 else None
+
+            sample = wait_for(all_eight, "more samples, the load's 8 requests running")
             server = sample["server"]
             assert server["gen_tps"] > 0 and server["running"] == 8 and len(sample["gpus"]) == 2
             assert server["speculative"] is False and server["accept_len"] is None and sample["spec"] is None
