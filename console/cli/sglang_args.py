@@ -23,6 +23,7 @@ from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, MEASURED_WITH, for_server, unset_groups
 from specctl.runtime.supervisor import config, paths
+from specctl.runtime.supervisor.edges import no_depth_costs_line
 from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
 
 # Backends an operator may name whose thresholds are not measured yet (they get the policy's
@@ -85,10 +86,12 @@ def run(args: argparse.Namespace) -> int:
         return _usage(str(exc))
     if args.tp < 1:
         return _usage(f"--tp must be at least 1, got {args.tp}")
-    try:
-        costs = _depth_costs(args.depth_costs)
-    except ValueError as exc:
-        return _usage(str(exc))
+    costs = Path(args.depth_costs).expanduser().absolute() if args.depth_costs else None
+    if costs is not None:
+        try:
+            config.check_depth_costs(costs, settings)  # as run does: the server would refuse it after loading
+        except config.ConfigError as exc:
+            return _usage(str(exc))
     path = (args.config or paths.state_dir() / _config_name(settings)).expanduser().absolute()
     try:
         flags = _flags(args, path)
@@ -101,10 +104,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _usage(f"cannot write the adaptive config at {path}: {exc.strerror or exc}")
     if costs is None and any(0 < d < settings.steps for d in settings.candidates):
-        print("specctl sglang-args: without --depth-costs FILE auto chooses between 0 and "
-              f"{settings.steps} steps only; `specctl force-on --steps N` still pins any of "
-              f"{[d for d in settings.candidates if d > 0]} (docs/policy.md, \"Depth\")", file=sys.stderr)
-    env = launch_env(settings, os.environ, costs)
+        line = no_depth_costs_line(settings.steps, [d for d in settings.candidates if d > 0], launched=True)
+        print(f"specctl sglang-args: {line}", file=sys.stderr)
+    env = launch_env(settings, os.environ, str(costs) if costs else None)
     if FLASHINFER_WORKSPACE_ENV in os.environ:  # the operator's size, kept: a unit or manifest must carry it too
         env[FLASHINFER_WORKSPACE_ENV] = os.environ[FLASHINFER_WORKSPACE_ENV]
     print(_render(args.format, env, flags, path))
@@ -116,19 +118,6 @@ def _config_name(settings: PolicySettings) -> str:
     if not settings.candidates:
         return f"adaptive-steps-{settings.steps}.json"
     return f"adaptive-steps-{settings.steps}-depths-{'-'.join(map(str, settings.candidates))}.json"
-
-
-def _depth_costs(text: str | None) -> str | None:
-    """``--depth-costs``: checked here, as the server would only refuse it after loading its model."""
-    if text is None:
-        return None
-    from specctl.runtime.core.depth_model import DepthCostsError, read_costs
-    path = Path(text).expanduser().absolute()
-    try:
-        read_costs(path)
-    except DepthCostsError as exc:
-        raise ValueError(f"--depth-costs {exc}") from None
-    return str(path)
 
 
 def _experts(text: str | None) -> int | None:

@@ -94,7 +94,7 @@ class SupervisorConfig:
         # the checked values travel on, not the text: the server parses them again ("40.0" is no integer)
         self.settings = {key: getattr(checked, key) for key in self.settings}
         if self.depth_costs is not None:
-            self._check_depth_costs(self.depth_costs, checked)
+            check_depth_costs(self.depth_costs, checked)
 
     def _base_settings(self) -> PolicySettings:
         """What the server starts from before the settings: the simulator's preset has its own steps."""
@@ -109,25 +109,7 @@ class SupervisorConfig:
             return f"--speculative-num-steps (default {default_steps})"
         return self.flags.get(key or "", f"--set {key}")
 
-    @staticmethod
-    def _check_depth_costs(path: Path, settings: PolicySettings) -> None:
-        """A table the server cannot read, or one without a column for a built depth, is refused here.
 
-        Why: the server (every rank) would refuse the file only after loading its model, and a depth
-        the table does not price is one auto never chooses, which nobody would notice.
-        """
-        from specctl.runtime.core.depth_model import DepthCostsError, read_costs
-        try:
-            table = read_costs(path)
-        except DepthCostsError as exc:
-            raise ConfigError(f"--depth-costs {exc}") from None
-        missing = [d for d in settings.candidates if d not in table.depths]
-        if missing:
-            wanted = ",".join(map(str, settings.candidates))
-            raise ConfigError(f"--depth-costs {path}: no column for depth {', '.join(map(str, missing))} "
-                              f"(it prices {', '.join(map(str, table.depths))}; the candidates are {wanted}); "
-                              f"write one with `python -m specctl.runtime.sim.depth --preset NAME --depths {wanted} "
-                              f"--out FILE` or bench/gpu/depth_table.py")
 
     def _check_sim(self) -> None:
         """Refuse a bad preset or load here: the simulator would only exit, and be restarted, forever."""
@@ -198,6 +180,26 @@ def _no_key_for_launch(args: argparse.Namespace) -> None:
     if getattr(args, "admin_key_file", None) is not None:
         raise ConfigError("--admin-key-file is for --attach: a server specctl launches gets a fresh key of its own")
     return None
+def check_depth_costs(path: Path, settings: PolicySettings) -> None:
+    """A table the server cannot read, or one without a column for a built depth, is refused here.
+
+    Why: the server (every rank) would refuse the file only after loading its model, and a depth
+    the table does not price is one auto never chooses, which nobody would notice.
+    """
+    from specctl.runtime.core.depth_model import DepthCostsError, read_costs
+    try:
+        table = read_costs(path)
+    except DepthCostsError as exc:
+        raise ConfigError(f"--depth-costs {exc}") from None
+    missing = [d for d in settings.candidates if d not in table.depths]
+    if missing:
+        wanted = ",".join(map(str, settings.candidates))
+        raise ConfigError(f"--depth-costs {path}: no column for depth {', '.join(map(str, missing))} "
+                          f"(it prices {', '.join(map(str, table.depths))}; the candidates are {wanted}); "
+                          f"write one with `python -m specctl.runtime.sim.depth --preset NAME --depths {wanted} "
+                          f"--out FILE` or bench/gpu/depth_table.py")
+
+
 def owned_problem(flag: str, option: str) -> str:
     """The refusal of an SGLang flag after -- that specctl gives SGLang itself."""
     where = f"set it with specctl's own {option}, before --" if option else "specctl sets it for the plugin"

@@ -145,7 +145,6 @@ class ServerNotes:
         return records.event(records.DEPTH_COSTS_MISSING, steps=deepest, depths=built,
                              why=no_depth_costs_line(deepest, built, launched))
 
-
     def launched_without_costs(self, env: Mapping[str, str] | None) -> records.Event | None:
         """The same note at the launch, from the environment the server is started with, not minutes
         later when a loaded server first answers: its settings (SPECCTL_SETTINGS) and no SPECCTL_DEPTH_COSTS."""
