@@ -96,13 +96,18 @@ def _auto_depths(settings: dict[str, Any]) -> str:
     ``specctl auto``; an operator who pinned 2 for a while would not know auto can no longer reach 3.
     """
     built, steps = settings.get("candidates") or [], settings.get("steps")
-    if not isinstance(steps, int) or len([d for d in built if isinstance(d, int) and d > 0]) < 2:
+    if not isinstance(steps, int) or not _several_depths(built):
         return ""
     usable = ",".join(str(d) for d in built if isinstance(d, int) and d <= steps)
     if max(built) <= steps:
         return f"; depths {usable}"
     return (f"; depths {usable}, up to steps {steps}: `specctl set steps={max(built)}` lets it use all of "
             f"{','.join(map(str, built))}")
+
+
+def _several_depths(built: object) -> bool:
+    """A server built for more than one positive depth: only there is the depth worth a word."""
+    return isinstance(built, list) and len([d for d in built if isinstance(d, int) and d > 0]) > 1
 
 
 # -- set ----------------------------------------------------------------------------
@@ -192,7 +197,7 @@ def _spec_lines(spec: dict[str, Any] | None) -> list[str]:
     state = "-" if on is None else ("ON" if on else "OFF")
     steps = f" ({spec.get('steps')} steps)" if on else ""
     built = (spec.get("settings") or {}).get("candidates") if isinstance(spec.get("settings"), dict) else None
-    if isinstance(built, list) and len([d for d in built if isinstance(d, int) and d > 0]) > 1:
+    if _several_depths(built):
         # built for several depths: the one running and those auto may choose among now, as the banner says it
         steps = f" (depth {_v(spec.get('depth'))} of {','.join(map(str, spec.get('candidates') or []))})"
     lines = [f"spec       {state}{steps}  mode {_v(spec.get('mode'))}  reason {_v(spec.get('reason'))}  "

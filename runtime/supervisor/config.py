@@ -109,8 +109,6 @@ class SupervisorConfig:
             return f"--speculative-num-steps (default {default_steps})"
         return self.flags.get(key or "", f"--set {key}")
 
-
-
     def _check_sim(self) -> None:
         """Refuse a bad preset or load here: the simulator would only exit, and be restarted, forever."""
         from specctl.runtime.sim.load import parse_load
@@ -180,6 +178,8 @@ def _no_key_for_launch(args: argparse.Namespace) -> None:
     if getattr(args, "admin_key_file", None) is not None:
         raise ConfigError("--admin-key-file is for --attach: a server specctl launches gets a fresh key of its own")
     return None
+
+
 def check_depth_costs(path: Path, settings: PolicySettings) -> None:
     """A table the server cannot read, or one without a column for a built depth, is refused here.
 
