@@ -57,24 +57,61 @@ def headline(why: str) -> str:
     return HEADLINES.get(why, HEADLINES[NO_PLUGIN])
 
 
-def fix(why: str, tp: object = None) -> str:
-    """What to change so specctl can steer it: the launch line ``specctl sglang-args`` prints.
+def command(why: str, tp: object = None, draft: str = "DRAFT_MODEL") -> str:
+    """The ``specctl sglang-args`` line whose output fixes it, with the server's own facts.
 
-    The hint names ``--tp`` where the server runs tensor-parallel, so the printed line matches it: a bare
-    ``specctl sglang-args`` prints ``--tp-size 1``, which on an 8-GPU server would override its own and
-    not even load the model. A server without speculation has no draft model to keep, so its hint names
-    ``--draft``; a tree server's names the chain's flags, which replace the tree's.
+    ``--tp`` where the server runs tensor-parallel: a bare ``specctl sglang-args`` prints ``--tp-size 1``,
+    which on an 8-GPU server would override its own and not even load the model. A tree server's chain
+    runs ``--steps 3`` (the chain flags of :data:`SERVER_FIX`); a server without speculation needs
+    ``--draft``. :func:`fix` and :func:`note` both say this one, so the long and short words agree.
     """
     tp_arg = f" --tp {tp}" if whole(tp, least=2) else ""
+    extra = {TREE: " --steps 3", NO_SPECULATION: f" --draft {draft}"}.get(why, "")
+    return f"specctl sglang-args{tp_arg}{extra}"
+
+
+def fix(why: str, tp: object = None) -> str:
+    """What to change so specctl can steer it: the launch line :func:`command` prints.
+
+    A server without speculation has no draft model to keep, so its hint names ``--draft``; a tree
+    server's names the chain's flags, which replace the tree's.
+    """
+    line = command(why, tp)
     if why == TREE:
         return (f"{SERVER_FIX} in place of the tree's three, and the environment and flags "
-                f"`specctl sglang-args{tp_arg} --steps 3` prints (docs/topk.md)")
+                f"`{line}` prints (docs/topk.md)")
     if why != NO_SPECULATION:
-        return (f"relaunch it with the environment and flags `specctl sglang-args{tp_arg}` prints "
-                "(docs/deployment.md)")
-    return (f"add to its launch line what `specctl sglang-args{tp_arg} --draft DRAFT_MODEL` prints "
+        return f"relaunch it with the environment and flags `{line}` prints (docs/deployment.md)"
+    return (f"add to its launch line what `{line}` prints "
             "(--speculative-algorithm EAGLE3 with an EAGLE-3 draft model, and the plugin's environment; "
             "docs/deployment.md)")
+
+
+NOTE_WIDTH: Final = 80
+#: The short fix, fullest first; ``{cmd}`` is :func:`command`'s line. :func:`note` takes the first that fits.
+NOTES: Final[dict[str, tuple[str, ...]]] = {
+    NO_PLUGIN: ("fix: relaunch it with what `{cmd}` prints (docs/deployment.md)",
+                "fix: relaunch as `{cmd}` prints (docs/deployment.md)",
+                "fix: relaunch with what `{cmd}` prints"),
+    NO_SPECULATION: ("fix: relaunch with a draft: `{cmd}` prints how",
+                     "fix: add a draft: `{cmd}` prints how"),
+    TREE: ("fix: relaunch as a chain (topk 1): `{cmd}` prints how",
+           "fix: relaunch as a chain: `{cmd}` prints how"),
+}
+
+
+def note(why: str, tp: object = None, width: int = NOTE_WIDTH) -> str:
+    """The fix in one line of at most ``width`` characters (the console's line above its footer).
+
+    It names the same command as :func:`fix`, ``--tp`` included, in the fullest words that fit; where
+    none do (a very wide TP size, a narrow line), the command alone, the shortest true thing.
+    """
+    for draft in ("DRAFT_MODEL", "DRAFT"):
+        line = command(why, tp, draft)
+        for words in NOTES.get(why, NOTES[NO_PLUGIN]):
+            if len(said := words.format(cmd=line)) <= width:
+                return said
+    return f"fix: `{line}`" if len(line) + 7 <= width else line
 
 
 def refusal(why: str, tp: object = None) -> str:

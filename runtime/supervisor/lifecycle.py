@@ -72,6 +72,8 @@ class Supervisor:
         self._thresholds_checked, self._notes = Once(), ServerNotes()
         self._switches = SwitchCursor()
         self._gpu_faults = GpuFaults()
+        # why there are no GPUs, held until the first poll says whose they would be (_say_gpus_unavailable)
+        self._gpus_unsaid: str | None = None
         self._known_settings: dict[str, Any] | None = None  # the server's settings as last read
         self._expected: deque[dict[str, Any] | None] = deque(maxlen=8)  # settings we sent, not yet read back
 
@@ -197,13 +199,32 @@ class Supervisor:
             kind = "sim" if self.sim else "nvml"
         if kind == "nvml" and not self.backend.owns_process and not await asyncio.to_thread(
                 is_local_url, self.backend.url):  # this machine's GPUs are not the server's
-            self.emit(records.event("gpu_unavailable", error=REMOTE_GPUS.format(url=self.backend.url)))
+            self._say_gpus_unavailable(REMOTE_GPUS.format(url=self.backend.url))
             return None
         try:
             return await open_gpu_source(kind, self._client)
         except NvmlUnavailable as exc:
-            self.emit(records.event(records.GPU_UNAVAILABLE, error=str(exc)))
+            self._say_gpus_unavailable(str(exc))
             return None
+
+    def _say_gpus_unavailable(self, error: str) -> None:
+        """Journal why the samples have no GPUs; for an attached server, once the first poll says what it is.
+
+        Until then an attached server may be specctl's simulator, which brings its own GPUs
+        (_note_simulator): this machine's missing NVML (or the server's other host) says nothing about
+        them, and a ``gpu_unavailable`` just before ``attached_simulator`` only misleads. Any other
+        server's first poll, answered or not, says the held reason (_tick), so a real failure still shows.
+        """
+        if self.config.gpu_source == "auto" and not self.backend.owns_process and not self.sim:
+            self._gpus_unsaid = error
+        else:
+            self.emit(records.event(records.GPU_UNAVAILABLE, error=error))
+
+    def _say_held_gpus_unavailable(self) -> None:
+        """After a poll's simulator check: the held reason, unless the server turned out to be the simulator."""
+        error, self._gpus_unsaid = self._gpus_unsaid, None
+        if error is not None and not self.sim:
+            self.emit(records.event(records.GPU_UNAVAILABLE, error=error))
 
     async def stop_server(self) -> None:
         """Stop the server and keep it stopped until asked to start (a command)."""
@@ -279,6 +300,7 @@ class Supervisor:
             self.health.unanswered(str(exc))
             await self._note_health(False)
         await self._note_simulator(info)
+        self._say_held_gpus_unavailable()
         self._emit_if(self._notes.eager_prefill(info))
         spec = spec_state(info)
         if spec is not None:

@@ -19,7 +19,6 @@ import pytest
 
 from specctl.console.tui.app import NO_SPECULATION_BANNER, VIEW_ONLY_BANNER, SpecctlApp
 from specctl.console.tui.links import LocalLink
-from specctl.console.tui.screens.dashboard import NO_SPECULATION_NOTE, TREE_NOTE, VIEW_ONLY_NOTE
 from specctl.runtime.core.errors import CommandError
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.journal import read_journal
@@ -68,7 +67,9 @@ async def test_attach_without_the_plugin_is_a_read_only_view_that_says_why(plain
         assert " NO PLUGIN  view only" in banner(app) and "SPEC ?" not in banner(app), banner(app)
         assert "mode ?" not in banner(app) and "no switch yet" not in banner(app)
         note = app.dashboard.query_one("#stale-note")
-        assert note.display and "specctl sglang-args" in str(note.render()), "how to fix it"
+        # a TP-1 server: the bare command, as its refusal names it (no --tp to add)
+        assert note.display and str(note.render()) == (
+            "fix: relaunch it with what `specctl sglang-args` prints (docs/deployment.md)"), "how to fix it"
         # what it can read, it shows: tok/s, accept length, requests, the GPUs
         await until(pilot, lambda: app.dashboard.query_one("#chart-tps", TimeChart).data.legend != "–", "tok/s")
         await until(pilot, lambda: app.dashboard.query_one("#chart-accept", TimeChart).data.legend != "–",
@@ -84,7 +85,7 @@ async def test_attach_without_the_plugin_is_a_read_only_view_that_says_why(plain
         with pytest.raises(CommandError) as refused:
             await sup.execute("mode", {"mode": "off"}, None)
         assert refused.value.message.startswith(VIEW_ONLY_BANNER) and "sglang-args" in refused.value.message
-        assert VIEW_ONLY_NOTE.startswith("fix:")
+        assert "--tp" not in refused.value.message
 
 
 async def test_attach_to_a_server_without_speculation_says_so_once_and_how_to_add_it(tmp_path: Path) -> None:
@@ -101,8 +102,8 @@ async def test_attach_to_a_server_without_speculation_says_so_once_and_how_to_ad
             assert " NO SPEC  view only" in banner(app) and "SPEC ?" not in banner(app), banner(app)
             assert "no switch yet" not in banner(app) and "mode ?" not in banner(app)
             note = app.dashboard.query_one("#stale-note")
-            assert note.display and str(note.render()) == NO_SPECULATION_NOTE
-            assert "sglang-args --draft" in NO_SPECULATION_NOTE and len(NO_SPECULATION_NOTE) <= 80
+            assert note.display and str(note.render()) == (
+                "fix: relaunch with a draft: `specctl sglang-args --draft DRAFT_MODEL` prints how")
             await until(pilot, lambda: app.dashboard.query_one("#chart-tps", TimeChart).data.legend != "–", "tok/s")
             assert app.dashboard.query_one("#chart-accept", TimeChart).data.legend == "–", "no accept length"
             assert len(app.dashboard.query(GpuPanel)) == 2
@@ -124,4 +125,13 @@ async def test_attach_to_a_tree_server_says_tree_and_the_chain_fix(tmp_path: Pat
             await until(pilot, lambda: " TREE  view only" in banner(app), "the tree badge")
             assert "drafts a tree" in banner(app) and VIEW_ONLY_BANNER not in banner(app), banner(app)
             note = app.dashboard.query_one("#stale-note")
-            assert note.display and str(note.render()) == TREE_NOTE and len(TREE_NOTE) <= 80
+            # the report's TP-8 server: a bare `specctl sglang-args` prints --tp-size 1, so the note names
+            # --tp 8 and the chain's --steps 3, in 80 columns, the same command a key press's refusal names
+            command = "`specctl sglang-args --tp 8 --steps 3`"
+            said = str(note.render())
+            assert note.display and said == f"fix: relaunch as a chain: {command} prints how", said
+            assert len(said) <= 80
+            await pilot.press("x")
+            await until(pilot, lambda: any("drafts a tree" in n.message for n in app._notifications),
+                        "the key saying why")
+            assert all(command in n.message for n in app._notifications if "drafts a tree" in n.message)

@@ -33,9 +33,6 @@ PANEL_WIDTH, PANEL_HEIGHT, MAX_COLUMNS = 40, 7, 4
 WINDOW_S = 300.0
 #: Above the footer while the view is not live: what an operator can still do (80 columns each).
 LOST_NOTE = "still works: ? help, c theme, q quit; controls return when the supervisor does"
-VIEW_ONLY_NOTE = "fix: relaunch it with what `specctl sglang-args` prints (docs/deployment.md)"
-NO_SPECULATION_NOTE = "fix: relaunch with a draft: `specctl sglang-args --draft DRAFT` prints how"
-TREE_NOTE = "fix: relaunch as a chain (topk 1) with what `specctl sglang-args` prints"
 UNREACHABLE_NOTE = "server not answering · controls still work: ctrl+p Restart the model server"
 
 
@@ -103,7 +100,7 @@ class Dashboard(Screen):
     def _show_note(self, timeline: Timeline, lost: tuple[float, float] | None) -> None:
         unreachable = timeline.unreachable_since is not None and self._can_control  # a replay has no controls
         note = (LOST_NOTE if lost else UNREACHABLE_NOTE if unreachable
-                else _view_only_note(timeline.view_only_reason) if timeline.view_only and self._can_control
+                else view_only_note(timeline) if timeline.view_only and self._can_control
                 else "")
         widget = self.query_one("#stale-note", Static)
         widget.update(note)
@@ -153,9 +150,15 @@ def gpu_list(sample: Sample | None) -> list[Gpu]:
 WATCH_BADGES = {view_only.NO_SPECULATION: "NO SPEC", view_only.NO_PLUGIN: "NO PLUGIN", view_only.TREE: "TREE"}
 
 
-def _view_only_note(why: str | None) -> str:
-    """The fix under a view-only banner: a server without speculation needs a draft model too."""
-    return {view_only.NO_SPECULATION: NO_SPECULATION_NOTE, view_only.TREE: TREE_NOTE}.get(why or "", VIEW_ONLY_NOTE)
+def view_only_note(timeline: Timeline) -> str:
+    """The fix under a view-only banner, in 80 columns: the refusal's own command, with the server's TP size.
+
+    view_only.note words it (a draft model for a server without speculation, a chain for a tree), so a
+    TP-8 server's note says ``--tp 8``, as the refusal a key press shows does.
+    """
+    sample = timeline.latest
+    tp = None if sample is None else sample["server"].get("tp")
+    return view_only.note(timeline.view_only_reason or view_only.NO_PLUGIN, tp)
 
 
 def banner_state(timeline: Timeline, source: str, status: str,
