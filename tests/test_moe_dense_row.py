@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from specctl.runtime.supervisor.commands import dense_row_on_moe
+
 from support.headless import Headless, wait_for
 from support.sglang_args import as_sim_flags, printed_settings
 from support.sim_process import sim_process
@@ -122,3 +124,14 @@ def test_no_note_where_the_server_runs_what_fits_or_what_the_operator_chose(
         finally:
             assert h.stop() == 0
 
+
+
+def test_the_live_fix_is_offered_only_where_the_server_would_take_it() -> None:
+    row = {"min_accept": 0.3, "accept_slope": 0.05}
+    at_three = dense_row_on_moe("triton", 128, row, {"steps": 3, **row})
+    assert at_three.endswith("`specctl set min_accept=1.3 accept_slope=0`"), at_three
+    # at one draft step the default floor (1.3) is more than a verify accepts: no command the server refuses
+    at_one = dense_row_on_moe("triton", 128, row, {"steps": 1, **row})
+    assert "min_accept=1.3" not in at_one and at_one.endswith("set min_accept and accept_slope now with specctl set "
+                                                              "(docs/policy.md)"), at_one
+    assert "`specctl sglang-args --experts 128` prints" in at_one

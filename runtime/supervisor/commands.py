@@ -225,7 +225,7 @@ class CommandHandler:
         running = _row_running(row, settings, self.desired)
         if running:
             self.sup.emit(records.event(records.DENSE_THRESHOLDS_ON_MOE, backend=backend, experts=experts,
-                                        settings=running, why=dense_row_on_moe(backend, experts, running)))
+                                        settings=running, why=dense_row_on_moe(backend, experts, running, settings)))
 
     async def _cmd_server(self, args: dict[str, Any]) -> dict[str, Any]:
         action = args.get("action")
@@ -264,20 +264,33 @@ def _row_running(row: Mapping[str, float], settings: Mapping[str, Any], chosen: 
     return running
 
 
-def dense_row_on_moe(backend: str | None, experts: int, running: Mapping[str, Any]) -> str:
+def dense_row_on_moe(backend: str | None, experts: int, running: Mapping[str, Any],
+                     settings: Mapping[str, Any] | None = None) -> str:
     """The one line for a MoE running a dense model's row: what it runs, and both fixes.
 
     The relaunch fixes it for good (sglang-args with --experts prints the policy's defaults);
     ``specctl set`` fixes it now, until that server restarts without this supervisor.
     """
     shown = ", ".join(f"{k} {_number(v)}" for k, v in running.items())
-    defaults = PolicySettings().as_dict()
-    live = " ".join(f"{k}={_number(defaults[k])}" for k in running)
     return (f"this server's target is a MoE ({experts} experts) and its plugin runs the {backend} thresholds "
             f"measured on a {MEASURED_WITH} model ({shown}), as `specctl sglang-args` prints them without "
             f"--experts; a MoE's verify cost over the batch is not a {MEASURED_WITH} model's (docs/results/moe.md): "
             f"relaunch with the environment `specctl sglang-args --experts {experts}` prints (with your other "
-            f"flags), or run the policy's defaults now with `specctl set {live}`")
+            f"flags), or {_back_to_defaults(running, settings or {})}")
+
+
+def _back_to_defaults(running: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
+    """The `specctl set` that puts these settings back to the policy's defaults, where the server would take it.
+
+    At one draft step the default acceptance floor (1.3) is more than a verify can accept, so the
+    server's other settings decide whether the plain defaults are a command that works.
+    """
+    back = {k: PolicySettings().as_dict()[k] for k in running}
+    try:
+        PolicySettings().with_changes(dict(settings)).with_changes(back)
+    except SettingsError:
+        return f"set {' and '.join(running)} now with specctl set (docs/policy.md)"
+    return f"run the policy's defaults now with `specctl set {' '.join(f'{k}={_number(v)}' for k, v in back.items())}`"
 
 
 def _number(value: Any) -> str:
