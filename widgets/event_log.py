@@ -31,6 +31,7 @@ _EVENTS = {ev.SERVER_START: ("START", "plain"), ev.SERVER_READY: ("READY", "good
            ev.ATTACHED_SIMULATOR: ("SIM", "warn"), ev.BACKEND_THRESHOLDS: ("SETTINGS", "plain"),
            ev.BACKEND_THRESHOLDS_FAILED: ("SETTINGS", "bad"), ev.EXTERNAL_CHANGE: ("SETTINGS", "warn"),
            ev.BACKEND_THRESHOLDS_SKIPPED: ("SETTINGS", "warn"),
+           ev.DENSE_THRESHOLDS_ON_MOE: ("SETTINGS", "warn"),
            # made by the console itself, not journaled: its link to the supervisor went and came back
            "link_lost": ("LINK", "bad"), "link_restored": ("LINK", "good")}
 

@@ -184,7 +184,7 @@ class Event(_EventBase, total=False):
     settings: dict[str, Any]
     ok: bool
     backend: str | None
-    experts: int | None  # backend_thresholds(_skipped): the target's routed experts, 0 dense, None unsaid
+    experts: int | None  # backend_thresholds(_skipped), dense_thresholds_on_moe: routed experts, 0 dense, None unsaid
     index: int | None
     sim: bool
     lost: int
@@ -216,7 +216,8 @@ EventName = Literal[
     "server_unreachable", "server_log", "attached_simulator",
     "spec_switch", "slow_off_state", "eager_prefill", "view_only", "depth_costs_missing",
     "settings", "settings_restored", "settings_restore_failed", "backend_thresholds", "backend_thresholds_failed",
-    "backend_thresholds_skipped", "gpu_failed", "gpu_recovered", "gpu_unavailable", "external_change",
+    "backend_thresholds_skipped", "dense_thresholds_on_moe", "gpu_failed", "gpu_recovered", "gpu_unavailable",
+    "external_change",
 ]
 EVENT_NAMES: tuple[EventName, ...] = get_args(EventName)
 
@@ -243,6 +244,7 @@ SETTINGS_RESTORE_FAILED: Final = "settings_restore_failed"
 BACKEND_THRESHOLDS: Final = "backend_thresholds"
 BACKEND_THRESHOLDS_FAILED: Final = "backend_thresholds_failed"
 BACKEND_THRESHOLDS_SKIPPED: Final = "backend_thresholds_skipped"  # measured elsewhere: the defaults stay
+DENSE_THRESHOLDS_ON_MOE: Final = "dense_thresholds_on_moe"  # an attached MoE runs a dense row: told, not changed
 GPU_FAILED: Final = "gpu_failed"
 GPU_RECOVERED: Final = "gpu_recovered"
 GPU_UNAVAILABLE: Final = "gpu_unavailable"

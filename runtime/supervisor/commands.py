@@ -10,6 +10,7 @@ reported, not hidden.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -17,8 +18,18 @@ from specctl.runtime.core import records, view_only
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
 from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError
-from specctl.runtime.core.thresholds import attention_backend, for_server, groups_touched, set_together, unset_groups
-from specctl.runtime.probes.server_info import target_experts
+from specctl.runtime.core.thresholds import (
+    GROUPS,
+    MEASURED_WITH,
+    attention_backend,
+    for_backend,
+    for_server,
+    groups_touched,
+    is_moe,
+    set_together,
+    unset_groups,
+)
+from specctl.runtime.probes.server_info import spec_state, target_experts
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 
 COMMANDS = ("ping", "status", "mode", "set", "server")
@@ -197,6 +208,25 @@ class CommandHandler:
                                     ok=applied))
         return applied
 
+    def note_row_in_effect(self, info: dict[str, Any] | None) -> None:
+        """Once at attach: a MoE whose plugin runs a thresholds row measured on a dense model, and the fix.
+
+        An attached server starts with its launch line's settings (SPECCTL_SETTINGS), and
+        ``specctl sglang-args`` without ``--experts`` prints the dense row there, which a
+        server specctl launches never runs on a MoE (adopt_backend_thresholds). The
+        supervisor does not tune a server it did not launch, so it only tells: a row the
+        operator chose on purpose (their own --set here, kept in ``desired``) is not said.
+        """
+        experts, backend = target_experts(info), attention_backend(info)
+        row, spec = for_backend(backend), spec_state(info) or {}
+        settings = spec.get("settings")
+        if not is_moe(experts) or row is None or not isinstance(settings, dict):
+            return
+        running = _row_running(row, settings, self.desired)
+        if running:
+            self.sup.emit(records.event(records.DENSE_THRESHOLDS_ON_MOE, backend=backend, experts=experts,
+                                        settings=running, why=dense_row_on_moe(backend, experts, running, settings)))
+
     async def _cmd_server(self, args: dict[str, Any]) -> dict[str, Any]:
         action = args.get("action")
         if action not in SERVER_ACTIONS:
@@ -214,6 +244,58 @@ class CommandHandler:
         if action in ("start", "restart"):
             await self.sup.start_server()
         return {"state": self.sup.state}
+
+
+def _row_running(row: Mapping[str, float], settings: Mapping[str, Any], chosen: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of each group that the server runs at the row's values, where the operator left it alone.
+
+    Group by group: an operator who printed sglang-args with their own off_at and on_at still runs
+    the row's acceptance floor, and only that is worth a word.
+    """
+    running: dict[str, Any] = {}
+    for group in GROUPS:
+        keys = [k for k in group if k in row]
+        if not keys or any(k in chosen for k in group):
+            continue
+        values = [settings.get(k) for k in keys]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, row[k])
+               for k, v in zip(keys, values, strict=True)):
+            running.update(zip(keys, values, strict=True))
+    return running
+
+
+def dense_row_on_moe(backend: str | None, experts: int, running: Mapping[str, Any],
+                     settings: Mapping[str, Any] | None = None) -> str:
+    """The one line for a MoE running a dense model's row: what it runs, and both fixes.
+
+    The relaunch fixes it for good (sglang-args with --experts prints the policy's defaults);
+    ``specctl set`` fixes it now, until that server restarts without this supervisor.
+    """
+    shown = ", ".join(f"{k} {_number(v)}" for k, v in running.items())
+    return (f"this server's target is a MoE ({experts} experts) and its plugin runs the {backend} thresholds "
+            f"measured on a {MEASURED_WITH} model ({shown}), as `specctl sglang-args` prints them without "
+            f"--experts; a MoE's verify cost over the batch is not a {MEASURED_WITH} model's (docs/results/moe.md): "
+            f"relaunch with the environment `specctl sglang-args --experts {experts}` prints (with your other "
+            f"flags), or {_back_to_defaults(running, settings or {})}")
+
+
+def _back_to_defaults(running: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
+    """The `specctl set` that puts these settings back to the policy's defaults, where the server would take it.
+
+    At one draft step the default acceptance floor (1.3) is more than a verify can accept, so the
+    server's other settings decide whether the plain defaults are a command that works.
+    """
+    back = {k: PolicySettings().as_dict()[k] for k in running}
+    try:
+        PolicySettings().with_changes(dict(settings)).with_changes(back)
+    except SettingsError:
+        return f"set {' and '.join(running)} now with specctl set (docs/policy.md)"
+    return f"run the policy's defaults now with `specctl set {' '.join(f'{k}={_number(v)}' for k, v in back.items())}`"
+
+
+def _number(value: Any) -> str:
+    """56 rather than 56.0, 1048576 rather than 1.04858e+06: as an operator types it."""
+    return str(int(value)) if isinstance(value, (int, float)) and float(value).is_integer() else str(value)
 
 
 def _shallow_hint(exc: SettingsError, changes: Mapping[str, Any], current: PolicySettings) -> str:

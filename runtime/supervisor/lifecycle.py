@@ -318,12 +318,16 @@ class Supervisor:
             self.emit(record)
 
     async def _adopt_thresholds(self, client: SGLangClient, info: dict[str, Any]) -> dict[str, Any]:
-        """First answer of a server we launched: thresholds for its attention backend, read back.
+        """First answer of a server: for one we launched, thresholds for its attention backend, read back;
+        for one we attached to, a word where its own launch line runs a row that does not fit it.
 
         The simulator keeps one known policy (docs/sim-presets.md) but is told why a row stays out where the
         real server would keep the defaults too: the report's operator reads it on their own preset.
         """
-        if not self.backend.owns_process or (self.sim and spec_state(info) is None):  # view only: nothing to tune
+        if not self.backend.owns_process:  # someone else's launch line: said if it runs a row that does not fit
+            self.commands.note_row_in_effect(info)
+            return info
+        if self.sim and spec_state(info) is None:  # view only: nothing to tune
             return info
         if await self.commands.adopt_backend_thresholds(info, await self._gpu_names(), apply=not self.sim):
             return await client.server_info()
