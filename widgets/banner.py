@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
-from textual.widget import Widget
+
+from specctl.widgets.redraw import RedrawOnChange, partial_style
 
 MODE_WORDS = {"auto": "AUTO", "on": "FORCED ON", "off": "FORCED OFF"}
 GOOD_SERVER_STATES = ("ready",)
@@ -65,7 +67,7 @@ def ago(seconds: float) -> str:
     return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m ago"
 
 
-class SpecBanner(Widget):
+class SpecBanner(RedrawOnChange):
     """Two lines: the speculation state and server on the first, the last switch on the second."""
 
     DEFAULT_CSS = """
@@ -88,13 +90,22 @@ class SpecBanner(Widget):
                          "spec-banner--forced", "spec-banner--sim", "spec-banner--bad", "spec-banner--muted",
                          "spec-banner--status"}
 
-    state: reactive[BannerState] = reactive(BannerState)
+    #: A new state (every sample: ``now`` moves on) repaints only where the words differ (widgets/redraw.py).
+    state: reactive[BannerState] = reactive(BannerState, repaint=False)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._styles: dict[str, Style] = {}  # component styles of one render
+
+    def watch_state(self, state: BannerState) -> None:
+        self.redraw()
 
     def _style(self, name: str) -> Style:
-        return self.get_component_rich_style(f"spec-banner--{name}", partial=True)
+        return partial_style(self, f"spec-banner--{name}", self._styles)
 
-    def render(self) -> Text:
+    def content(self) -> Text:
         """Two lines that never wrap: narrow, the least needed parts go first, so the status line stays."""
+        self._styles = {}
         width = self.content_region.width or 10_000
         first = self._first_line()
         if first.cell_len > width:

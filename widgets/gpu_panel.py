@@ -7,12 +7,14 @@ None and shows as a dash and an empty bar, never as a made-up number.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
-from textual.widget import Widget
 
 from specctl.runtime.core.records import Gpu
+from specctl.widgets.redraw import RedrawOnChange, partial_style
 
 GIB = 1024**3
 BAR_FULL, BAR_EMPTY = "█", "░"
@@ -37,7 +39,7 @@ def _fmt(value: float | None, spec: str = ".0f") -> str:
     return "–" if value is None else format(value, spec)
 
 
-class GpuPanel(Widget):
+class GpuPanel(RedrawOnChange):
     """A GPU's utilisation, memory, power, temperature and SM clock."""
 
     DEFAULT_CSS = """
@@ -63,13 +65,20 @@ class GpuPanel(Widget):
     COMPONENT_CLASSES = {"gpu-panel--label", "gpu-panel--util", "gpu-panel--low", "gpu-panel--mid",
                          "gpu-panel--high", "gpu-panel--empty", "gpu-panel--dead", "gpu-panel--stale"}
 
-    gpu: reactive[Gpu | None] = reactive(None)
+    #: A new reading repaints the panel only where it reads differently (widgets/redraw.py).
+    gpu: reactive[Gpu | None] = reactive(None, repaint=False)
     compact: reactive[bool] = reactive(False, toggle_class="-compact")
     #: The readings are old (the link to the supervisor is lost): drawn grey, the title says "old".
     stale: reactive[bool] = reactive(False, toggle_class="-stale")
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._styles: dict[str, Style] = {}  # component styles of one render
+        self._title_text = ""
+
     def watch_gpu(self, gpu: Gpu | None) -> None:
         self._title()
+        self.redraw()
 
     def watch_stale(self, stale: bool) -> None:
         self._title()
@@ -77,10 +86,13 @@ class GpuPanel(Widget):
     def _title(self) -> None:
         gpu = self.gpu or {}
         old = " · old" if self.stale else ""
-        self.border_title = f"GPU {gpu.get('index', '?')} · {short_name(gpu.get('name'))}{old}"
+        title = f"GPU {gpu.get('index', '?')} · {short_name(gpu.get('name'))}{old}"
+        if title != self._title_text:  # setting a border title repaints, even the same one
+            self._title_text = self.border_title = title
         self.set_class(gpu.get("state") in DEAD_STATES, "-dead")
 
-    def render(self) -> Text:
+    def content(self) -> Text:
+        self._styles = {}
         gpu = self.gpu or {}
         if gpu.get("state") in NO_READING_STATES:
             text = self._render_dead(gpu)
@@ -92,7 +104,7 @@ class GpuPanel(Widget):
 
     # -- pieces -------------------------------------------------------------
     def _style(self, name: str) -> Style:
-        return self.get_component_rich_style(f"gpu-panel--{name}", partial=True)
+        return partial_style(self, f"gpu-panel--{name}", self._styles)
 
     def _level(self, frac: float | None, warn: float = 0.8, high: float = 0.92) -> Style:
         if frac is None or frac < warn:

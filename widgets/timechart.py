@@ -7,16 +7,28 @@ cell), shades the columns where speculation was off, and rules the
 a strip of small integers over time, one digit a column (the draft depth: an
 exact value a line could only suggest, readable without colour). It takes a
 plain :class:`ChartData` and knows nothing about records.
+
+It draws line by line (Textual's line API): a new ``data`` repaints only the
+rows whose text or styles changed. Most samples move one column's dots and
+the legend, so the other rows keep the strips already on screen; composing
+every row of three charts each sample was most of the console's CPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Region, Size
 from textual.reactive import reactive
+from textual.strip import Strip
+from textual.visual import Visual, visualize
 from textual.widget import Widget
+
+from specctl.widgets.redraw import partial_style, text_key
 
 # Braille dot bits by (x 0..1, y 0..3 from the top) inside one cell.
 _DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
@@ -73,16 +85,64 @@ class TimeChart(Widget):
                          "timechart--series-2", "timechart--off", "timechart--threshold-off",
                          "timechart--threshold-on"}
 
-    data: reactive[ChartData | None] = reactive(None)
+    #: Set to redraw; the watcher repaints only the rows that changed (no repaint of the whole widget).
+    data: reactive[ChartData | None] = reactive(None, repaint=False)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lines: list[Text] | None = None  # the rows drawn (or about to be), None: draw all afresh
+        self._lines_size = Size(0, 0)  # the content size they were laid out for
+        self._styles: dict[str, Style] = {}  # component styles of one layout pass
 
     def _style(self, name: str) -> Style:
-        return self.get_component_rich_style(f"timechart--{name}", partial=True)
+        """A component's own style, looked up once per layout pass (widgets/redraw.py says why)."""
+        return partial_style(self, f"timechart--{name}", self._styles)
 
-    def render(self) -> Text:
+    def watch_data(self, data: ChartData | None) -> None:
+        """Repaint the rows whose text or styles differ from those drawn; all of them if none were."""
+        old = self._lines
+        if old is None or self._lines_size != self.size:
+            self.refresh()
+            return
+        new = self._layout()
+        self._lines = new
+        if len(new) != len(old):
+            self.refresh()
+            return
+        width = self.size.width
+        changed = [Region(0, y, width, 1) for y, (was, now) in enumerate(zip(old, new)) if text_key(was) != text_key(now)]
+        if changed:
+            self.refresh(*changed)
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> TimeChart:
+        """A repaint of the whole widget (new styles, a theme, a first draw) lays every row out afresh."""
+        if repaint and not regions:
+            self._lines = None
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def notify_style_update(self) -> None:
+        self._lines = None
+        super().notify_style_update()
+
+    def render_line(self, y: int) -> Strip:
+        """Row ``y`` of the chart, laid out for the current size (and styles) where it was not."""
+        if self._lines is None or self._lines_size != self.size:
+            self._lines = self._layout()
+        width = self.size.width
+        if y >= len(self._lines):
+            return Strip.blank(width, self.visual_style.rich_style)
+        visual = visualize(self, self._lines[y], markup=False)
+        return Visual.to_strips(self, visual, width, 1, self.visual_style)[0]
+
+    def _layout(self) -> list[Text]:
+        """Every row of the chart as Text: title, plot rows, the digit strip where there is one."""
+        self._lines_size = self.size
+        self._styles = {}
         data = self.data
-        width, height = self.content_region.width, self.content_region.height
+        width, height = self.size.width, self.size.height
         if data is None or width < _AXIS + 4 or height < 2:
-            return Text(data.title if data else "")
+            return [Text(data.title if data else "")]
         legend = data.legend
         if data.legend_narrow and len(data.title) + 2 + len(legend) > width:
             legend = data.legend_narrow
@@ -95,7 +155,7 @@ class TimeChart(Widget):
         rows = self._rows(plot)
         if strip:
             rows.append(self._strip(plot))
-        return Text("\n").join([title, *rows])
+        return [title, *rows]
 
     def _strip(self, plot: _Plot) -> Text:
         """The digit row: each column the value of its newest point, shaded where the plot is."""

@@ -74,7 +74,8 @@ async def test_a_two_state_server_reads_as_before() -> None:
 
 # -- a replay of a depth journal ------------------------------------------------------------
 def accept_chart(app: SpecctlApp) -> list[str]:
-    return app.dashboard.query_one("#chart-accept", TimeChart).render().plain.split("\n")
+    chart = app.dashboard.query_one("#chart-accept", TimeChart)
+    return [chart.render_line(y).text for y in range(chart.size.height)]
 
 
 async def test_a_depth_journal_shows_the_depth_in_the_banner_the_chart_and_the_log(replay, settled) -> None:

@@ -44,6 +44,7 @@ class Dashboard(Screen):
         self._source = source
         self._can_control = can_control
         self._gpu_count = 0
+        self._note = ""  # the note above the footer now ("" while hidden)
 
     def compose(self) -> ComposeResult:
         yield SpecBanner()
@@ -102,9 +103,11 @@ class Dashboard(Screen):
         note = (LOST_NOTE if lost else UNREACHABLE_NOTE if unreachable
                 else view_only_note(timeline) if timeline.view_only and self._can_control
                 else "")
-        widget = self.query_one("#stale-note", Static)
-        widget.update(note)
-        widget.display = bool(note)
+        if note != self._note:  # Static.update lays the whole screen out again: only when the words change
+            self._note = note
+            widget = self.query_one("#stale-note", Static)
+            widget.update(note)
+            widget.display = bool(note)
 
     def _show_gpus(self, gpus: list[dict[str, Any]], stale: bool = False) -> None:
         box = self.query_one("#gpus", VerticalScroll)
