@@ -1,0 +1,138 @@
+"""Widgets repaint only what changed, and still show every change: asserted on the lines they draw.
+
+``render_lines`` is what the screen's compositor asks a widget for, cached lines included, so a
+repaint that was skipped when the data did change shows here as the old text.
+"""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.geometry import Region
+from textual.pilot import Pilot
+
+from specctl.themes.console_themes import THEMES
+from specctl.widgets.banner import BannerState, SpecBanner
+from specctl.widgets.gpu_panel import GpuPanel
+from specctl.widgets.timechart import ChartData, TimeChart
+
+GPU = {"index": 3, "name": "NVIDIA H200", "state": "ok", "util": 50.0, "mem_used": 70 * 1024**3,
+       "mem_total": 141 * 1024**3, "power_w": 300.0, "power_limit_w": 700.0, "temp_c": 50.1, "sm_clock_mhz": 1980}
+
+
+class Board(App[None]):
+    """The three widgets a sample redraws, as the dashboard holds them."""
+
+    def compose(self) -> ComposeResult:
+        yield SpecBanner()
+        yield GpuPanel()
+        yield TimeChart()
+
+    def on_mount(self) -> None:
+        for theme in THEMES:
+            self.register_theme(theme)
+        self.query_one(TimeChart).styles.height = 12
+
+
+def drawn(widget: SpecBanner | GpuPanel | TimeChart) -> list[str]:
+    """The widget's lines as the compositor gets them (border and padding included)."""
+    width, height = widget.outer_size
+    return [strip.text for strip in widget.render_lines(Region(0, 0, width, height))]
+
+
+def chart(now: float, values: list[float], legend: str) -> ChartData:
+    points = tuple((now - 60 + 2 * i, v) for i, v in enumerate(values))
+    return ChartData("Output tok/s", now, 60.0, (points,), legend=legend, y_min_top=100.0)
+
+
+async def shown(pilot: Pilot[None]) -> None:
+    await pilot.pause()
+    await pilot.pause()
+
+
+async def test_a_gpu_panel_shows_each_new_reading_and_skips_none() -> None:
+    app = Board()
+    async with app.run_test(size=(60, 30)) as pilot:
+        panel = app.query_one(GpuPanel)
+        panel.gpu = dict(GPU)
+        await shown(pilot)
+        first = drawn(panel)
+        assert any("50%" in line for line in first) and any("50°C" in line for line in first)
+        panel.gpu = dict(GPU, temp_c=50.3)  # reads the same: "50°C"
+        await shown(pilot)
+        assert drawn(panel) == first
+        panel.gpu = dict(GPU, temp_c=50.3, util=87.0, power_w=640.0)
+        await shown(pilot)
+        lines = drawn(panel)
+        assert any("87%" in line for line in lines) and any("640/700W" in line for line in lines)
+        assert not any("50%" in line for line in lines)
+        panel.gpu = dict(GPU, index=5, util=87.0)
+        await shown(pilot)
+        assert "GPU 5 · H200" in drawn(panel)[0]
+        panel.stale = True
+        await shown(pilot)
+        assert "GPU 5 · H200 · old" in drawn(panel)[0]
+
+
+async def test_the_banner_follows_the_state_and_the_time() -> None:
+    app = Board()
+    async with app.run_test(size=(100, 30)) as pilot:
+        banner = app.query_one(SpecBanner)
+        state = BannerState(spec_on=True, mode="auto", server_state="ready", reason="load", switch_t=100.0, now=105.0)
+        banner.state = state
+        await shown(pilot)
+        assert "SPEC ON  AUTO" in drawn(banner)[0] and "5s ago" in drawn(banner)[1]
+        banner.state = BannerState(**{**state.__dict__, "now": 105.2})  # "5s ago" still
+        await shown(pilot)
+        assert "5s ago" in drawn(banner)[1]
+        banner.state = BannerState(**{**state.__dict__, "now": 112.0})
+        await shown(pilot)
+        assert "12s ago" in drawn(banner)[1]
+        banner.state = BannerState(**{**state.__dict__, "now": 112.0, "spec_on": False, "mode": "off"})
+        await shown(pilot)
+        assert "SPEC OFF  FORCED OFF" in drawn(banner)[0]
+
+
+async def test_a_chart_repaints_the_rows_that_changed_and_shows_them() -> None:
+    app = Board()
+    async with app.run_test(size=(60, 30)) as pilot:
+        timechart = app.query_one(TimeChart)
+        timechart.data = chart(1000.0, [10.0] * 30, "10")
+        await shown(pilot)
+        flat = drawn(timechart)
+        assert flat[0].startswith("Output tok/s  10")
+        timechart.data = chart(1000.0, [10.0] * 29 + [90.0], "90")  # the newest point jumps up
+        await shown(pilot)
+        jumped = drawn(timechart)
+        assert jumped[0].startswith("Output tok/s  90")
+        assert jumped[1:] != flat[1:], "the plot shows the new point"
+        top = next(i for i, line in enumerate(jumped) if i > 0 and line.rstrip()[-1:] not in ("▕", ""))
+        assert top < len(jumped) - 2, "the jump is drawn high in the plot, not only on the flat line"
+        assert jumped[-1] == flat[-1], "the row under the line (its axis says 0) is as it was"
+        await pilot.resize_terminal(40, 30)  # narrower: every row laid out again at the new width
+        await shown(pilot)
+        narrow = drawn(timechart)
+        assert narrow[0].startswith("Output tok/s  90") and all(len(line) == 40 for line in narrow)
+
+
+async def test_a_chart_takes_a_new_theme_s_colours() -> None:
+    app = Board()
+    async with app.run_test(size=(60, 30)) as pilot:
+        timechart = app.query_one(TimeChart)
+        timechart.data = chart(1000.0, [50.0] * 30, "50")
+        await shown(pilot)
+
+        def series_colour() -> object:
+            width, height = timechart.outer_size
+            for strip in timechart.render_lines(Region(0, 0, width, height))[1:]:
+                for segment in strip:
+                    if segment.text.strip() and "\u2800" <= segment.text.strip()[0] <= "\u28ff":
+                        return segment.style.color if segment.style else None
+            raise AssertionError("no braille dots drawn")
+
+        themes = [theme for theme in THEMES]
+        app.theme = themes[0].name
+        await shown(pilot)
+        before = series_colour()
+        app.theme = next(t.name for t in themes if t.accent != themes[0].accent)
+        await shown(pilot)
+        assert series_colour() != before
