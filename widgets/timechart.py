@@ -17,7 +17,6 @@ every row of three charts each sample was most of the console's CPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 from rich.style import Style
@@ -110,20 +109,18 @@ class TimeChart(Widget):
             self.refresh()
             return
         width = self.size.width
-        changed = [Region(0, y, width, 1) for y, (was, now) in enumerate(zip(old, new)) if text_key(was) != text_key(now)]
+        changed = [Region(0, y, width, 1) for y, (was, now) in enumerate(zip(old, new))
+                   if text_key(was) != text_key(now)]
         if changed:
             self.refresh(*changed)
 
     def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
                 recompose: bool = False) -> TimeChart:
-        """A repaint of the whole widget (new styles, a theme, a first draw) lays every row out afresh."""
+        """A repaint of the whole widget lays every row out afresh: Textual asks for one wherever the
+        rows may no longer match (new styles or classes, a theme, a first draw); ``data`` asks per row."""
         if repaint and not regions:
             self._lines = None
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
-
-    def notify_style_update(self) -> None:
-        self._lines = None
-        super().notify_style_update()
 
     def render_line(self, y: int) -> Strip:
         """Row ``y`` of the chart, laid out for the current size (and styles) where it was not."""

@@ -22,6 +22,8 @@ GPU = {"index": 3, "name": "NVIDIA H200", "state": "ok", "util": 50.0, "mem_used
 class Board(App[None]):
     """The three widgets a sample redraws, as the dashboard holds them."""
 
+    CSS = "TimeChart.-alarm > .timechart--series-1 { color: $error; }"  # a class that changes one component
+
     def compose(self) -> ComposeResult:
         yield SpecBanner()
         yield GpuPanel()
@@ -114,6 +116,16 @@ async def test_a_chart_repaints_the_rows_that_changed_and_shows_them() -> None:
         assert narrow[0].startswith("Output tok/s  90") and all(len(line) == 40 for line in narrow)
 
 
+def series_colour(timechart: TimeChart) -> object:
+    """The colour of the first braille dots the chart draws."""
+    width, height = timechart.outer_size
+    for strip in timechart.render_lines(Region(0, 0, width, height))[1:]:
+        for segment in strip:
+            if segment.text.strip() and "\u2800" <= segment.text.strip()[0] <= "\u28ff":
+                return segment.style.color if segment.style else None
+    raise AssertionError("no braille dots drawn")
+
+
 async def test_a_chart_takes_a_new_theme_s_colours() -> None:
     app = Board()
     async with app.run_test(size=(60, 30)) as pilot:
@@ -121,18 +133,23 @@ async def test_a_chart_takes_a_new_theme_s_colours() -> None:
         timechart.data = chart(1000.0, [50.0] * 30, "50")
         await shown(pilot)
 
-        def series_colour() -> object:
-            width, height = timechart.outer_size
-            for strip in timechart.render_lines(Region(0, 0, width, height))[1:]:
-                for segment in strip:
-                    if segment.text.strip() and "\u2800" <= segment.text.strip()[0] <= "\u28ff":
-                        return segment.style.color if segment.style else None
-            raise AssertionError("no braille dots drawn")
-
-        themes = [theme for theme in THEMES]
+        themes = list(THEMES)
         app.theme = themes[0].name
         await shown(pilot)
-        before = series_colour()
+        before = series_colour(timechart)
         app.theme = next(t.name for t in themes if t.accent != themes[0].accent)
         await shown(pilot)
-        assert series_colour() != before
+        assert series_colour(timechart) != before
+
+
+async def test_a_chart_takes_a_component_style_that_changes_alone() -> None:
+    """A class that restyles only the dots (the widget's own rules as they were) repaints every row."""
+    app = Board()
+    async with app.run_test(size=(60, 30)) as pilot:
+        timechart = app.query_one(TimeChart)
+        timechart.data = chart(1000.0, [50.0] * 30, "50")
+        await shown(pilot)
+        before = series_colour(timechart)
+        timechart.add_class("-alarm")
+        await shown(pilot)
+        assert series_colour(timechart) != before
