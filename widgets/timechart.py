@@ -92,6 +92,7 @@ class TimeChart(Widget):
         self._lines: list[Text] | None = None  # the rows drawn (or about to be), None: draw all afresh
         self._lines_size = Size(0, 0)  # the content size they were laid out for
         self._styles: dict[str, Style] = {}  # component styles of one layout pass
+        self._selected: list[Strip] | None = None  # the rows drawn as one text while a selection is shown
 
     def _style(self, name: str) -> Style:
         """A component's own style, looked up once per layout pass (widgets/redraw.py says why)."""
@@ -120,17 +121,33 @@ class TimeChart(Widget):
         rows may no longer match (new styles or classes, a theme, a first draw); ``data`` asks per row."""
         if repaint and not regions:
             self._lines = None
+        self._selected = None
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def render(self) -> Text:
+        """The whole chart as one Text: what a text selection copies and highlights (drawing goes by line)."""
+        return Text("\n").join(self._current())
 
     def render_line(self, y: int) -> Strip:
         """Row ``y`` of the chart, laid out for the current size (and styles) where it was not."""
+        lines = self._current()
+        width = self.size.width
+        if self.text_selection is not None:  # a selection spans rows: highlight it on the chart as one text
+            if self._selected is None:
+                visual = visualize(self, self.render(), markup=False)
+                self._selected = Visual.to_strips(self, visual, width, self.size.height, self.visual_style)
+            if y < len(self._selected):
+                return self._selected[y]
+        elif y < len(lines):
+            visual = visualize(self, lines[y], markup=False)
+            return Visual.to_strips(self, visual, width, 1, self.visual_style)[0]
+        return Strip.blank(width, self.visual_style.rich_style)
+
+    def _current(self) -> list[Text]:
+        """The rows for the current size (and styles), laid out again where they are not."""
         if self._lines is None or self._lines_size != self.size:
             self._lines = self._layout()
-        width = self.size.width
-        if y >= len(self._lines):
-            return Strip.blank(width, self.visual_style.rich_style)
-        visual = visualize(self, self._lines[y], markup=False)
-        return Visual.to_strips(self, visual, width, 1, self.visual_style)[0]
+        return self._lines
 
     def _layout(self) -> list[Text]:
         """Every row of the chart as Text: title, plot rows, the digit strip where there is one."""

@@ -153,3 +153,25 @@ async def test_a_chart_takes_a_component_style_that_changes_alone() -> None:
         timechart.add_class("-alarm")
         await shown(pilot)
         assert series_colour(timechart) != before
+
+
+async def test_text_selected_on_a_chart_is_highlighted_and_copied_as_before() -> None:
+    """Drawing by line must not cut a selection into lines of their own: it copies the chart's text."""
+    app = Board()
+    async with app.run_test(size=(60, 30)) as pilot:
+        timechart = app.query_one(TimeChart)
+        timechart.data = chart(1000.0, [50.0] * 30, "50")
+        await shown(pilot)
+        plain = drawn(timechart)
+        await pilot.mouse_down(timechart, offset=(0, 0))
+        await pilot.hover(timechart, offset=(8, 1))
+        await pilot.mouse_up(timechart, offset=(8, 1))
+        await shown(pilot)
+        selected = app.screen.get_selected_text()
+        assert selected is not None and selected.startswith("Output tok/s  50\n"), selected
+        width, height = timechart.outer_size
+        strips = timechart.render_lines(Region(0, 0, width, height))
+        assert [strip.text for strip in strips] == plain, "the same characters, highlighted"
+        highlighted = {y for y, strip in enumerate(strips) for segment in strip
+                       if segment.style and segment.style.bgcolor and segment.text.strip()}
+        assert {0, 1} <= highlighted, highlighted
