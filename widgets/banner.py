@@ -15,7 +15,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
 
-from specctl.widgets.redraw import RedrawOnChange, partial_style
+from specctl.widgets.redraw import LineRedraw, partial_style
 
 MODE_WORDS = {"auto": "AUTO", "on": "FORCED ON", "off": "FORCED OFF"}
 GOOD_SERVER_STATES = ("ready",)
@@ -67,7 +67,7 @@ def ago(seconds: float) -> str:
     return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m ago"
 
 
-class SpecBanner(RedrawOnChange):
+class SpecBanner(LineRedraw):
     """Two lines: the speculation state and server on the first, the last switch on the second."""
 
     DEFAULT_CSS = """
@@ -90,7 +90,7 @@ class SpecBanner(RedrawOnChange):
                          "spec-banner--forced", "spec-banner--sim", "spec-banner--bad", "spec-banner--muted",
                          "spec-banner--status"}
 
-    #: A new state (every sample: ``now`` moves on) repaints only where the words differ (widgets/redraw.py).
+    #: A new state (every sample: ``now`` moves on) repaints only the lines whose words differ (widgets/redraw.py).
     state: reactive[BannerState] = reactive(BannerState, repaint=False)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -102,6 +102,9 @@ class SpecBanner(RedrawOnChange):
 
     def _style(self, name: str) -> Style:
         return partial_style(self, f"spec-banner--{name}", self._styles)
+
+    def content_lines(self) -> list[Text]:
+        return self.content().split("\n", allow_blank=True)
 
     def content(self) -> Text:
         """Two lines that never wrap: narrow, the least needed parts go first, so the status line stays."""

@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.reactive import reactive
 
 from specctl.runtime.core.records import Gpu
-from specctl.widgets.redraw import RedrawOnChange, partial_style
+from specctl.widgets.redraw import LineRedraw, partial_style
 
 GIB = 1024**3
 BAR_FULL, BAR_EMPTY = "█", "░"
@@ -39,7 +39,7 @@ def _fmt(value: float | None, spec: str = ".0f") -> str:
     return "–" if value is None else format(value, spec)
 
 
-class GpuPanel(RedrawOnChange):
+class GpuPanel(LineRedraw):
     """A GPU's utilisation, memory, power, temperature and SM clock."""
 
     DEFAULT_CSS = """
@@ -65,7 +65,7 @@ class GpuPanel(RedrawOnChange):
     COMPONENT_CLASSES = {"gpu-panel--label", "gpu-panel--util", "gpu-panel--low", "gpu-panel--mid",
                          "gpu-panel--high", "gpu-panel--empty", "gpu-panel--dead", "gpu-panel--stale"}
 
-    #: A new reading repaints the panel only where it reads differently (widgets/redraw.py).
+    #: A new reading repaints only the panel's lines that read differently (widgets/redraw.py).
     gpu: reactive[Gpu | None] = reactive(None, repaint=False)
     compact: reactive[bool] = reactive(False, toggle_class="-compact")
     #: The readings are old (the link to the supervisor is lost): drawn grey, the title says "old".
@@ -90,6 +90,9 @@ class GpuPanel(RedrawOnChange):
         if title != self._title_text:  # setting a border title repaints, even the same one
             self._title_text = self.border_title = title
         self.set_class(gpu.get("state") in DEAD_STATES, "-dead")
+
+    def content_lines(self) -> list[Text]:
+        return self.content().split("\n", allow_blank=True)
 
     def content(self) -> Text:
         self._styles = {}

@@ -1,25 +1,32 @@
-"""Repaint a widget only when what it shows changed, not whenever its data did.
+"""Repaint only the lines of a widget that changed, not the whole widget whenever its data did.
 
-A sample brings new numbers every half second, most of which read the same
-once formatted (a temperature of 50.1 then 50.2 °C shows "50°C" both times),
-and the time in a banner moves on while its words stay. Laying the text out
-is cheap; turning it into strips and styling every line is what costs. So a
-widget built on :class:`RedrawOnChange` works out its text when its data are
-set and repaints only if that text (characters and styles) differs from the
-text it last rendered.
+A sample brings new numbers every half second. Many read the same once
+formatted (a temperature of 50.1 then 50.2 °C shows "50°C" both times), the
+time in a banner moves on while its words stay, and a chart's new point moves
+a few rows of dots. Laying the text out is cheap; turning every line into
+strips and styling it is what costs. A :class:`LineRedraw` widget lays its
+text out when its data are set, compares it line by line with the text on
+screen (characters and styles), and repaints only the lines that differ,
+through Textual's line API (``render_line``); every other line keeps the
+strip already drawn.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.style import Style
 from rich.text import Span, Text
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.visual import Visual, visualize
 from textual.widget import Widget
 
 TextKey = tuple[str, tuple[Span, ...], "str | Style"]
 
 
 def text_key(text: Text) -> TextKey:
-    """What a Text looks like on screen: equal keys draw equal cells."""
+    """What a line looks like on screen: equal keys draw equal cells."""
     return text.plain, tuple(text.spans), text.style
 
 
@@ -28,7 +35,7 @@ def partial_style(widget: Widget, component: str, cache: dict[str, Style]) -> St
 
     ``get_component_rich_style(partial=True)`` gives the same Style, but forgets its answers at every
     refresh and works out the full style through the ancestors as well, which a partial one does not
-    need: looked up for every cell run of every repaint, that was a tenth of the console's CPU.
+    need: looked up for every run of cells of every repaint, that was a tenth of the console's CPU.
     """
     style = cache.get(component)
     if style is None:
@@ -36,27 +43,78 @@ def partial_style(widget: Widget, component: str, cache: dict[str, Style]) -> St
     return style
 
 
-class RedrawOnChange(Widget):
-    """A widget whose ``render`` is ``content()``; ``redraw()`` repaints only where that changed.
+class LineRedraw(Widget):
+    """A widget drawn line by line from ``content_lines()``; ``redraw()`` repaints the lines that changed.
 
-    Declare its data reactives with ``repaint=False`` and call ``redraw()`` from their watchers.
-    A skipped repaint is always safe: the screen shows the last text ``render`` returned, or a
-    repaint is already pending (a resize, a style change, an earlier change of data) and will
-    draw the newest data.
+    Declare the data reactives with ``repaint=False`` and call ``redraw()`` from their watchers.
+    Invariant: each line on screen is the one in ``_lines``, or a repaint of it is pending. A repaint
+    of the whole widget (Textual asks for one on new styles or classes, a theme, a first draw) lays
+    every line out afresh, as does a new size. Where a line would be wider than the widget, or a
+    text selection is shown, the widget is drawn whole, as a plain ``render`` would be, so wrapping
+    and selections read exactly as before.
     """
 
-    _shown: TextKey | None = None  # the text last rendered, None before the first render
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lines: list[Text] | None = None  # the lines on screen (or about to be); None: lay out afresh
+        self._lines_size = Size(0, 0)  # the content size they were laid out for
+        self._whole: list[Strip] | None = None  # the widget drawn whole (a selection, a line too wide)
 
-    def content(self) -> Text:
-        """The widget's text for its data now."""
+    def content_lines(self) -> list[Text]:
+        """The widget's lines for its data and size now."""
         raise NotImplementedError
 
-    def render(self) -> Text:
-        text = self.content()
-        self._shown = text_key(text)
-        return text
-
     def redraw(self) -> None:
-        """Repaint where the text differs from the one on screen (or none has been drawn yet)."""
-        if not self.is_mounted or self._shown is None or text_key(self.content()) != self._shown:
+        """Repaint the lines that differ from those on screen; all of them where none are."""
+        old = self._lines
+        if old is None or self._lines_size != self.size:
             self.refresh()
+            return
+        new = self._lay_out()
+        self._lines = new
+        width = self.size.width
+        if len(new) != len(old) or self._too_wide(new):
+            self.refresh()
+            return
+        changed = [Region(0, y, width, 1) for y, (was, now) in enumerate(zip(old, new))
+                   if text_key(was) != text_key(now)]
+        if changed:
+            self.refresh(*changed)
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> LineRedraw:
+        if repaint and not regions:
+            self._lines = None
+        self._whole = None
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def render(self) -> Text:
+        """The whole text: what a selection copies, and what is drawn where lines cannot be."""
+        return Text("\n").join(self._current())
+
+    def render_line(self, y: int) -> Strip:
+        lines = self._current()
+        width = self.size.width
+        if self.text_selection is not None or self._too_wide(lines):
+            if self._whole is None:
+                visual = visualize(self, self.render(), markup=False)
+                self._whole = Visual.to_strips(self, visual, width, self.size.height, self.visual_style)
+            if y < len(self._whole):
+                return self._whole[y]
+        elif y < len(lines):
+            visual = visualize(self, lines[y], markup=False)
+            return Visual.to_strips(self, visual, width, 1, self.visual_style)[0]
+        return Strip.blank(width, self.visual_style.rich_style)
+
+    def _current(self) -> list[Text]:
+        if self._lines is None or self._lines_size != self.size:
+            self._lines = self._lay_out()
+        return self._lines
+
+    def _lay_out(self) -> list[Text]:
+        self._lines_size = self.size
+        return self.content_lines()
+
+    def _too_wide(self, lines: list[Text]) -> bool:
+        width = self.size.width
+        return any(line.cell_len > width for line in lines)

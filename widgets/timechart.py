@@ -8,10 +8,9 @@ a strip of small integers over time, one digit a column (the draft depth: an
 exact value a line could only suggest, readable without colour). It takes a
 plain :class:`ChartData` and knows nothing about records.
 
-It draws line by line (Textual's line API): a new ``data`` repaints only the
-rows whose text or styles changed. Most samples move one column's dots and
-the legend, so the other rows keep the strips already on screen; composing
-every row of three charts each sample was most of the console's CPU.
+It draws line by line (widgets/redraw.py): a new ``data`` repaints only the
+rows whose text or styles changed; composing every row of three charts each
+sample was most of the console's CPU.
 """
 
 from __future__ import annotations
@@ -21,13 +20,9 @@ from typing import Any
 
 from rich.style import Style
 from rich.text import Text
-from textual.geometry import Region, Size
 from textual.reactive import reactive
-from textual.strip import Strip
-from textual.visual import Visual, visualize
-from textual.widget import Widget
 
-from specctl.widgets.redraw import partial_style, text_key
+from specctl.widgets.redraw import LineRedraw, partial_style
 
 # Braille dot bits by (x 0..1, y 0..3 from the top) inside one cell.
 _DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
@@ -62,7 +57,7 @@ def si(value: float, fmt: str = ".0f") -> str:
     return format(value, fmt)
 
 
-class TimeChart(Widget):
+class TimeChart(LineRedraw):
     """Draws a :class:`ChartData`; set ``data`` to redraw."""
 
     DEFAULT_CSS = """
@@ -84,74 +79,22 @@ class TimeChart(Widget):
                          "timechart--series-2", "timechart--off", "timechart--threshold-off",
                          "timechart--threshold-on"}
 
-    #: Set to redraw; the watcher repaints only the rows that changed (no repaint of the whole widget).
+    #: Set to redraw; only the rows that changed are repainted (widgets/redraw.py).
     data: reactive[ChartData | None] = reactive(None, repaint=False)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._lines: list[Text] | None = None  # the rows drawn (or about to be), None: draw all afresh
-        self._lines_size = Size(0, 0)  # the content size they were laid out for
         self._styles: dict[str, Style] = {}  # component styles of one layout pass
-        self._selected: list[Strip] | None = None  # the rows drawn as one text while a selection is shown
 
     def _style(self, name: str) -> Style:
         """A component's own style, looked up once per layout pass (widgets/redraw.py says why)."""
         return partial_style(self, f"timechart--{name}", self._styles)
 
     def watch_data(self, data: ChartData | None) -> None:
-        """Repaint the rows whose text or styles differ from those drawn; all of them if none were."""
-        old = self._lines
-        if old is None or self._lines_size != self.size:
-            self.refresh()
-            return
-        new = self._layout()
-        self._lines = new
-        if len(new) != len(old):
-            self.refresh()
-            return
-        width = self.size.width
-        changed = [Region(0, y, width, 1) for y, (was, now) in enumerate(zip(old, new))
-                   if text_key(was) != text_key(now)]
-        if changed:
-            self.refresh(*changed)
+        self.redraw()
 
-    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
-                recompose: bool = False) -> TimeChart:
-        """A repaint of the whole widget lays every row out afresh: Textual asks for one wherever the
-        rows may no longer match (new styles or classes, a theme, a first draw); ``data`` asks per row."""
-        if repaint and not regions:
-            self._lines = None
-        self._selected = None
-        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
-
-    def render(self) -> Text:
-        """The whole chart as one Text: what a text selection copies and highlights (drawing goes by line)."""
-        return Text("\n").join(self._current())
-
-    def render_line(self, y: int) -> Strip:
-        """Row ``y`` of the chart, laid out for the current size (and styles) where it was not."""
-        lines = self._current()
-        width = self.size.width
-        if self.text_selection is not None:  # a selection spans rows: highlight it on the chart as one text
-            if self._selected is None:
-                visual = visualize(self, self.render(), markup=False)
-                self._selected = Visual.to_strips(self, visual, width, self.size.height, self.visual_style)
-            if y < len(self._selected):
-                return self._selected[y]
-        elif y < len(lines):
-            visual = visualize(self, lines[y], markup=False)
-            return Visual.to_strips(self, visual, width, 1, self.visual_style)[0]
-        return Strip.blank(width, self.visual_style.rich_style)
-
-    def _current(self) -> list[Text]:
-        """The rows for the current size (and styles), laid out again where they are not."""
-        if self._lines is None or self._lines_size != self.size:
-            self._lines = self._layout()
-        return self._lines
-
-    def _layout(self) -> list[Text]:
+    def content_lines(self) -> list[Text]:
         """Every row of the chart as Text: title, plot rows, the digit strip where there is one."""
-        self._lines_size = self.size
         self._styles = {}
         data = self.data
         width, height = self.size.width, self.size.height

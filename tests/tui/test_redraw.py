@@ -6,13 +6,16 @@ repaint that was skipped when the data did change shows here as the old text.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.pilot import Pilot
+from textual.reactive import reactive
 
 from specctl.themes.console_themes import THEMES
 from specctl.widgets.banner import BannerState, SpecBanner
 from specctl.widgets.gpu_panel import GpuPanel
+from specctl.widgets.redraw import LineRedraw
 from specctl.widgets.timechart import ChartData, TimeChart
 
 GPU = {"index": 3, "name": "NVIDIA H200", "state": "ok", "util": 50.0, "mem_used": 70 * 1024**3,
@@ -41,9 +44,10 @@ def drawn(widget: SpecBanner | GpuPanel | TimeChart) -> list[str]:
     return [strip.text for strip in widget.render_lines(Region(0, 0, width, height))]
 
 
-def chart(now: float, values: list[float], legend: str) -> ChartData:
+def chart(now: float, values: list[float], legend: str,
+          off_spans: tuple[tuple[float, float], ...] = ()) -> ChartData:
     points = tuple((now - 60 + 2 * i, v) for i, v in enumerate(values))
-    return ChartData("Output tok/s", now, 60.0, (points,), legend=legend, y_min_top=100.0)
+    return ChartData("Output tok/s", now, 60.0, (points,), off_spans, legend=legend, y_min_top=100.0)
 
 
 async def shown(pilot: Pilot[None]) -> None:
@@ -114,6 +118,7 @@ async def test_a_chart_repaints_the_rows_that_changed_and_shows_them() -> None:
         await shown(pilot)
         narrow = drawn(timechart)
         assert narrow[0].startswith("Output tok/s  90") and all(len(line) == 40 for line in narrow)
+        assert any("\u2801" <= ch <= "\u28ff" for ch in narrow[top][6:]), "the newest point, at the new right edge"
 
 
 def series_colour(timechart: TimeChart) -> object:
@@ -124,6 +129,27 @@ def series_colour(timechart: TimeChart) -> object:
             if segment.text.strip() and "\u2800" <= segment.text.strip()[0] <= "\u28ff":
                 return segment.style.color if segment.style else None
     raise AssertionError("no braille dots drawn")
+
+
+async def test_a_chart_shades_a_span_where_only_the_colours_change() -> None:
+    """Speculation went off: the same characters, on the off colour: a change of style alone is drawn."""
+    app = Board()
+    async with app.run_test(size=(60, 30)) as pilot:
+        timechart = app.query_one(TimeChart)
+        timechart.data = chart(1000.0, [50.0] * 30, "50")
+        await shown(pilot)
+        plain = drawn(timechart)
+
+        def backgrounds() -> set[object]:
+            width, height = timechart.outer_size
+            return {segment.style.bgcolor for strip in timechart.render_lines(Region(0, 0, width, height))[1:]
+                    for segment in strip if segment.style}
+
+        before = backgrounds()
+        timechart.data = chart(1000.0, [50.0] * 30, "50", off_spans=((970.0, 990.0),))
+        await shown(pilot)
+        assert drawn(timechart) == plain
+        assert backgrounds() - before, "the shaded span's background is drawn"
 
 
 async def test_a_chart_takes_a_new_theme_s_colours() -> None:
@@ -175,3 +201,33 @@ async def test_text_selected_on_a_chart_is_highlighted_and_copied_as_before() ->
         highlighted = {y for y, strip in enumerate(strips) for segment in strip
                        if segment.style and segment.style.bgcolor and segment.text.strip()}
         assert {0, 1} <= highlighted, highlighted
+
+
+class Words(LineRedraw):
+    """A LineRedraw of plain words, for what no dashboard widget does today: a line wider than itself."""
+
+    DEFAULT_CSS = "Words { width: 20; height: 3; }"
+    words: reactive[str] = reactive("", repaint=False)
+
+    def watch_words(self, words: str) -> None:
+        self.redraw()
+
+    def content_lines(self) -> list[Text]:
+        return [Text(self.words)]
+
+
+class WordsApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Words()
+
+
+async def test_a_line_wider_than_the_widget_wraps_as_a_plain_render_would() -> None:
+    app = WordsApp()
+    async with app.run_test(size=(40, 10)) as pilot:
+        widget = app.query_one(Words)
+        widget.words = "short"
+        await shown(pilot)
+        assert [line.rstrip() for line in drawn(widget)] == ["short", "", ""]
+        widget.words = "the server stopped answering at noon"
+        await shown(pilot)
+        assert [line.rstrip() for line in drawn(widget)] == ["the server stopped", "answering at noon", ""]
