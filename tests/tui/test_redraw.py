@@ -55,6 +55,14 @@ async def shown(pilot: Pilot[None]) -> None:
     await pilot.pause()
 
 
+async def flat_chart(app: Board, pilot: Pilot[None]) -> TimeChart:
+    """The board's chart drawn with a flat series at 50: the starting point of the chart tests."""
+    timechart = app.query_one(TimeChart)
+    timechart.data = chart(1000.0, [50.0] * 30, "50")
+    await shown(pilot)
+    return timechart
+
+
 async def test_a_gpu_panel_shows_each_new_reading_and_skips_none() -> None:
     app = Board()
     async with app.run_test(size=(60, 30)) as pilot:
@@ -135,9 +143,7 @@ async def test_a_chart_shades_a_span_where_only_the_colours_change() -> None:
     """Speculation went off: the same characters, on the off colour: a change of style alone is drawn."""
     app = Board()
     async with app.run_test(size=(60, 30)) as pilot:
-        timechart = app.query_one(TimeChart)
-        timechart.data = chart(1000.0, [50.0] * 30, "50")
-        await shown(pilot)
+        timechart = await flat_chart(app, pilot)
         plain = drawn(timechart)
 
         def backgrounds() -> set[object]:
@@ -155,10 +161,7 @@ async def test_a_chart_shades_a_span_where_only_the_colours_change() -> None:
 async def test_a_chart_takes_a_new_theme_s_colours() -> None:
     app = Board()
     async with app.run_test(size=(60, 30)) as pilot:
-        timechart = app.query_one(TimeChart)
-        timechart.data = chart(1000.0, [50.0] * 30, "50")
-        await shown(pilot)
-
+        timechart = await flat_chart(app, pilot)
         themes = list(THEMES)
         app.theme = themes[0].name
         await shown(pilot)
@@ -172,9 +175,7 @@ async def test_a_chart_takes_a_component_style_that_changes_alone() -> None:
     """A class that restyles only the dots (the widget's own rules as they were) repaints every row."""
     app = Board()
     async with app.run_test(size=(60, 30)) as pilot:
-        timechart = app.query_one(TimeChart)
-        timechart.data = chart(1000.0, [50.0] * 30, "50")
-        await shown(pilot)
+        timechart = await flat_chart(app, pilot)
         before = series_colour(timechart)
         timechart.add_class("-alarm")
         await shown(pilot)
@@ -185,9 +186,7 @@ async def test_text_selected_on_a_chart_is_highlighted_and_copied_as_before() ->
     """Drawing by line must not cut a selection into lines of their own: it copies the chart's text."""
     app = Board()
     async with app.run_test(size=(60, 30)) as pilot:
-        timechart = app.query_one(TimeChart)
-        timechart.data = chart(1000.0, [50.0] * 30, "50")
-        await shown(pilot)
+        timechart = await flat_chart(app, pilot)
         plain = drawn(timechart)
         await pilot.mouse_down(timechart, offset=(0, 0))
         await pilot.hover(timechart, offset=(8, 1))
