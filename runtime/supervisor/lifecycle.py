@@ -17,8 +17,6 @@ from typing import Any
 from specctl.runtime.control.hub import Hub
 from specctl.runtime.core import records
 from specctl.runtime.core.settings import PolicySettings, SettingsError
-from specctl.runtime.probes.gpus import GpuSource, NvmlUnavailable, open_gpu_source
-from specctl.runtime.probes.hosts import is_local_url
 from specctl.runtime.probes.procs import ProcSampler, listening_pid
 from specctl.runtime.probes.server_info import (
     draft_topk,
@@ -33,14 +31,12 @@ from specctl.runtime.probes.sglang_client import ServerUnreachable, SGLangClient
 from specctl.runtime.supervisor.backends import AttachBackend, Backend, BackendError, SimBackend
 from specctl.runtime.supervisor.commands import CommandHandler
 from specctl.runtime.supervisor.config import SupervisorConfig
-from specctl.runtime.supervisor.edges import GpuFaults, Once, ServerNotes, SwitchCursor
+from specctl.runtime.supervisor.edges import Once, ServerNotes, SwitchCursor
+from specctl.runtime.supervisor.gpu_feed import GpuFeed
 from specctl.runtime.supervisor.health import ServerHealth
 from specctl.runtime.supervisor.journal import Journal
 
 log = logging.getLogger(__name__)
-REMOTE_GPUS = ("GPU panels need a supervisor on that host: {url} is not on this machine, whose GPUs are not "
-               "the server's (run `specctl run --headless --attach` there and `specctl tui --connect` through "
-               "`ssh -L`, docs/deployment.md)")
 RECENT = 200
 
 
@@ -59,7 +55,7 @@ class Supervisor:
         self._journal: Journal | None = None
         self._control: Any = None
         self._client: SGLangClient | None = None
-        self._gpus: GpuSource | None = None
+        self.gpus = GpuFeed(config.gpu_source, self.emit)
         self._procs: ProcSampler | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -71,9 +67,6 @@ class Supervisor:
         # Said once per server start: its thresholds looked up; a slow "off", eager prefills, view only.
         self._thresholds_checked, self._notes = Once(), ServerNotes()
         self._switches = SwitchCursor()
-        self._gpu_faults = GpuFaults()
-        # why there are no GPUs, held until the first poll says whose they would be (_say_gpus_unavailable)
-        self._gpus_unsaid: str | None = None
         self._known_settings: dict[str, Any] | None = None  # the server's settings as last read
         self._expected: deque[dict[str, Any] | None] = deque(maxlen=8)  # settings we sent, not yet read back
 
@@ -130,11 +123,11 @@ class Supervisor:
             await self._control.stop()
             self._control = None
         await self.backend.stop()
-        for closer in (self._client, self._gpus):
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await closer.aclose()
-        self._client = self._gpus = None
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.aclose()
+        self._client = None
+        await self.gpus.aclose()
         if not self._announced or (self._journal is None and not self.hub.subscribers):
             return  # never started, or nobody to tell (or stopped already)
         self.emit(records.event(records.SUPERVISOR_STOP))
@@ -182,49 +175,14 @@ class Supervisor:
         assert self.backend.url is not None
         self._client = SGLangClient(self.backend.url, timeout=self.config.http_timeout,
                                     admin_key=self.backend.admin_key, api_key=self.backend.api_key)
-        if self._gpus is None or self.sim:
-            if self._gpus is not None:
-                await self._gpus.aclose()
-            self._gpus = await self._open_gpus()
+        if self.gpus.source is None or self.sim:
+            await self._reopen_gpus()
         pid = self.backend.pid if self.backend.owns_process else listening_pid(self.backend.url)
         self._procs = ProcSampler(pid) if pid is not None else None
 
-    async def _open_gpus(self) -> GpuSource | None:
-        """The simulator's GPUs or NVML; without a driver the samples say so (no GPUs) and we go on."""
-        self._gpu_faults.forget()  # another source's GPU 0 is not the one that failed
-        kind = self.config.gpu_source
-        if kind == "none":
-            return None
-        if kind == "auto":
-            kind = "sim" if self.sim else "nvml"
-        if kind == "nvml" and not self.backend.owns_process and not await asyncio.to_thread(
-                is_local_url, self.backend.url):  # this machine's GPUs are not the server's
-            self._say_gpus_unavailable(REMOTE_GPUS.format(url=self.backend.url))
-            return None
-        try:
-            return await open_gpu_source(kind, self._client)
-        except NvmlUnavailable as exc:
-            self._say_gpus_unavailable(str(exc))
-            return None
-
-    def _say_gpus_unavailable(self, error: str) -> None:
-        """Journal why the samples have no GPUs; for an attached server, once the first poll says what it is.
-
-        Until then an attached server may be specctl's simulator, which brings its own GPUs
-        (_note_simulator): this machine's missing NVML (or the server's other host) says nothing about
-        them, and a ``gpu_unavailable`` just before ``attached_simulator`` only misleads. Any other
-        server's first poll, answered or not, says the held reason (_tick), so a real failure still shows.
-        """
-        if self.config.gpu_source == "auto" and not self.backend.owns_process and not self.sim:
-            self._gpus_unsaid = error
-        else:
-            self.emit(records.event(records.GPU_UNAVAILABLE, error=error))
-
-    def _say_held_gpus_unavailable(self) -> None:
-        """After a poll's simulator check: the held reason, unless the server turned out to be the simulator."""
-        error, self._gpus_unsaid = self._gpus_unsaid, None
-        if error is not None and not self.sim:
-            self.emit(records.event(records.GPU_UNAVAILABLE, error=error))
+    async def _reopen_gpus(self) -> None:
+        assert self.backend.url is not None
+        await self.gpus.reopen(self._client, self.backend.url, sim=self.sim, attached=not self.backend.owns_process)
 
     async def stop_server(self) -> None:
         """Stop the server and keep it stopped until asked to start (a command)."""
@@ -300,7 +258,7 @@ class Supervisor:
             self.health.unanswered(str(exc))
             await self._note_health(False)
         await self._note_simulator(info)
-        self._say_held_gpus_unavailable()
+        self.gpus.say_held(sim=self.sim)
         self._emit_if(self._notes.eager_prefill(info))
         spec = spec_state(info)
         if spec is not None:
@@ -329,19 +287,9 @@ class Supervisor:
             return info
         if self.sim and spec_state(info) is None:  # view only: nothing to tune
             return info
-        if await self.commands.adopt_backend_thresholds(info, await self._gpu_names(), apply=not self.sim):
+        if await self.commands.adopt_backend_thresholds(info, await self.gpus.names(), apply=not self.sim):
             return await client.server_info()
         return info
-
-    async def _gpu_names(self) -> list[str | None]:
-        """The server's GPUs as NVML names them ([] where they cannot be read)."""
-        if self._gpus is None:
-            return []
-        try:
-            return [gpu.get("name") for gpu in await self._gpus.sample()]
-        except Exception:  # a source that fails now fails the next sample too, and says so there
-            log.debug("GPU names unreadable", exc_info=True)
-            return []
 
     async def _watch_process(self) -> None:
         if not self.backend.owns_process or self.state == "stopped":
@@ -394,9 +342,7 @@ class Supervisor:
         self.sim = True
         self.emit(records.event(records.ATTACHED_SIMULATOR, url=self.backend.url))
         if self.config.gpu_source == "auto":
-            if self._gpus is not None:
-                await self._gpus.aclose()
-            self._gpus = await self._open_gpus()
+            await self._reopen_gpus()
 
     def _publish_log(self) -> None:
         lines = self.backend.take_log()
@@ -405,14 +351,7 @@ class Supervisor:
 
     async def _sample(self, metrics: Any, info: dict[str, Any] | None,
                       spec: dict[str, Any] | None) -> records.Sample:
-        gpus: list[records.Gpu] = []
-        if self._gpus is not None:
-            try:
-                gpus = await self._gpus.sample()
-            except Exception as exc:  # the source reports per-GPU failures itself; this is a last guard
-                log.warning("GPU sampling failed: %s", exc)
-        for said in self._gpu_faults.changes(gpus):  # samples say it only in passing
-            self.emit(said)
+        gpus = await self.gpus.sample()
         procs = self._procs.sample() if self._procs is not None else []
         sample = records.sample(self._server_fields(metrics, info), public_spec(spec), gpus, procs,
                                 sim=self.sim)
