@@ -252,15 +252,13 @@ def _row_running(row: Mapping[str, float], settings: Mapping[str, Any], chosen: 
     Group by group: an operator who printed sglang-args with their own off_at and on_at still runs
     the row's acceptance floor, and only that is worth a word.
     """
+    left = unset_groups(dict(row), dict(chosen))
     running: dict[str, Any] = {}
     for group in GROUPS:
-        keys = [k for k in group if k in row]
-        if not keys or any(k in chosen for k in group):
-            continue
-        values = [settings.get(k) for k in keys]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, row[k])
-               for k, v in zip(keys, values, strict=True)):
-            running.update(zip(keys, values, strict=True))
+        values = {k: settings.get(k) for k in group if k in left}
+        if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, left[k])
+                          for k, v in values.items()):
+            running.update(values)
     return running
 
 
