@@ -1018,7 +1018,9 @@ phase_compare() {  # every greedy run of this tag against the no-speculation ref
   local ref=$WORK/corr-nospec.json
   [ -f "$ref" ] || { log "no nospec reference yet"; return 0; }
   python3 "$HERE/correctness.py" compare "$ref" $(ls "$WORK"/corr-*.json | grep -v corr-nospec.json) | tee "$WORK/compare-$TAG.txt"
+  local rc=${PIPESTATUS[0]}  # the comparison's verdict, not the KV lines' grep (none after fixcheck alone)
   grep -h "KV used\|num_used_tokens" "$WORK"/proof-*.txt "$WORK"/offcheck-*.txt 2>/dev/null | cut -c1-200
+  return "$rc"
 }
 
 phase_pack() {
