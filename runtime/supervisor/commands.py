@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from specctl.runtime.core import records, view_only
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
-from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError
+from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError, check_fields, floor_for_steps
 from specctl.runtime.core.thresholds import (
     GROUPS,
     MEASURED_WITH,
@@ -307,13 +307,15 @@ def _shallow_hint(exc: SettingsError, changes: Mapping[str, Any], current: Polic
         # `set candidates=0,2` while steps is 3: narrowing past steps takes steps along
         shown = ",".join(map(str, changes["candidates"]))
         deepest = max(changes["candidates"], default=0)
-        floor = " min_accept=..." if current.min_accept > deepest else ""  # else the floor is refused next
+        floor = f" min_accept={floor_for_steps(deepest):g}" if current.min_accept > deepest else ""  # else refused next
         return f"; narrow steps with them in one command (specctl set candidates={shown} steps={deepest}{floor})"
     if exc.field != "min_accept" or "min_accept" in changes or steps is None:
         return ""
+    steps = check_fields({"steps": steps})["steps"]  # coerced already, or the refusal would name steps
     mode = "mode=on " if changes.get("mode") == "on" else ""
-    return (f"; at {steps} draft steps the acceptance floor min_accept must be at most {steps}: lower it in the "
-            f"same command (specctl set {mode}steps={steps} min_accept=...)")
+    return (f"; at {steps} draft step{'s' if steps != 1 else ''} the acceptance floor min_accept must be at most "
+            f"{steps}: lower it in the same command (specctl set {mode}steps={steps} "
+            f"min_accept={floor_for_steps(steps):g}, the default floor scaled to the depth)")
 
 
 def refused(current: PolicySettings, new: PolicySettings) -> CommandError:
