@@ -312,10 +312,20 @@ def _shallow_hint(exc: SettingsError, changes: Mapping[str, Any], current: Polic
     if exc.field != "min_accept" or "min_accept" in changes or steps is None:
         return ""
     steps = check_fields({"steps": steps})["steps"]  # coerced already, or the refusal would name steps
+    if not current.candidates and steps != current.steps:  # built {0, steps} only: the set would be refused next
+        return (f"; and the model server built runtime states (CUDA graphs) for 0 and {current.steps} draft steps "
+                f"only, so {steps} needs a relaunch ({_relaunch(steps)})")
     mode = "mode=on " if changes.get("mode") == "on" else ""
     return (f"; at {steps} draft step{'s' if steps != 1 else ''} the acceptance floor min_accept must be at most "
             f"{steps}: lower it in the same command (specctl set {mode}steps={steps} "
             f"min_accept={floor_for_steps(steps):g}, the default floor scaled to the depth)")
+
+
+def _relaunch(steps: int) -> str:
+    """The launch lines for ``steps`` draft steps, with the floor they need where the default is out of reach."""
+    floor = f" --set min_accept={floor_for_steps(steps):g}" if PolicySettings.min_accept > steps else ""
+    return (f"specctl run --speculative-num-steps {steps}{floor}, or specctl sglang-args --steps {steps}{floor} "
+            "for your own launch line")
 
 
 def refused(current: PolicySettings, new: PolicySettings) -> CommandError:
@@ -329,8 +339,7 @@ def refused(current: PolicySettings, new: PolicySettings) -> CommandError:
         return CommandError(INVALID_VALUE, (
             f"the model server was launched for {current.steps} draft steps and built its runtime states "
             f"(CUDA graphs) for those and for 0 only, so it cannot run {new.steps} without a relaunch "
-            f"(specctl run --speculative-num-steps {new.steps}, or specctl sglang-args --steps {new.steps} "
-            "for your own launch line); nothing changed"), field="steps")
+            f"({_relaunch(new.steps)}); nothing changed"), field="steps")
     if new.candidates != current.candidates and set(new.candidates) - set(current.candidates):
         wanted = ",".join(map(str, new.candidates))
         return CommandError(INVALID_VALUE, (
