@@ -118,7 +118,7 @@ def unasked_floor(steps: int, floor: float, source: str, fix: str) -> str:
     """The refusal of an acceptance floor the operator did not give that ``steps`` cannot reach, with its fix.
 
     ``source`` says whose floor it is ("the default", "the triton thresholds'"); ``fix`` is how
-    this command takes a setting ("--set " for run and sglang-args, "specctl set steps=1 " live).
+    this command takes a setting ("--set " for run, sglang-args and the simulator's own CLI).
     The operator never typed the floor, so the words say so and give the exact value to pass.
     """
     step_s = f"{steps} draft step{'s' if steps != 1 else ''}"

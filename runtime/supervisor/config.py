@@ -114,11 +114,11 @@ class SupervisorConfig:
 
     def _refusal(self, exc: SettingsError, base: PolicySettings, changes: dict[str, Any]) -> str:
         """The one line for refused start settings; a floor the operator never gave says so and what to give."""
-        # only validation is left to refuse once a field is named other than steps: every value has coerced
-        steps = check_fields({"steps": changes.get("steps", base.steps)})["steps"] if exc.field != "steps" else None
         if exc.field == "min_accept" and "min_accept" not in self.settings:
+            # refused in validation, so every value coerced: the steps are a number here
+            steps = check_fields({"steps": changes.get("steps", base.steps)})["steps"]
             return unasked_floor(steps, base.min_accept, "the default", "--set ")
-        return f"{self._flag(exc.field, steps or base.steps)}: {exc.message}"
+        return f"{self._flag(exc.field, base.steps)}: {exc.message}"
 
     def _flag(self, key: str | None, default_steps: int) -> str:
         """How the operator gave a setting: its own flag, else ``--set KEY`` (the config file is blamed later)."""
