@@ -154,13 +154,13 @@ def test_status_force_on_set_and_auto_say_the_depths(tmp_path: Path) -> None:
         assert re.search(r"last switch  at step \d+ \(forced\), \d+ steps ago", h.cli("status").stdout)
 
         out = h.cli("set", "candidates=0,1")  # steps (2) would fall outside them
-        assert out.returncode == 1 and "specctl set candidates=0,1 steps=1 min_accept=..." in out.stderr, out.stderr
+        assert out.returncode == 1 and "specctl set candidates=0,1 steps=1 min_accept=0.4)" in out.stderr, out.stderr
         out = h.cli("set", "candidates=0,1,2,3,4")  # depth 4 was not built
         assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
         assert "needs a relaunch (specctl run --speculative-candidate-steps 0,1,2,3,4" in out.stderr
         out = h.cli("force-on", "--steps", "1")  # the default floor (1.3) is above what depth 1 can accept
         assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
-        assert "min_accept" in out.stderr and "specctl set mode=on steps=1 min_accept=" in out.stderr
+        assert "min_accept" in out.stderr and "specctl set mode=on steps=1 min_accept=0.4," in out.stderr
         out = h.cli("set", "mode=on", "steps=1", "min_accept=0.8")
         assert out.returncode == 0, out.stderr
         wait_for(lambda: "ON (depth 1 of 0,1)  mode on" in h.cli("status").stdout, "depth 1 pinned")

@@ -98,6 +98,35 @@ class PolicySettings:
         return tuple(d for d in self.candidates if d <= self.steps)
 
 
+# The depth the default acceptance floor (PolicySettings.min_accept) was set for: the default steps.
+FLOOR_STEPS = 3
+
+
+def floor_for_steps(steps: int) -> float:
+    """The default acceptance floor scaled to ``steps`` draft steps: round(1.3 * steps / 3, 1).
+
+    Why: min_accept counts accepted draft tokens a verify, and the default 1.3 was set for 3
+    draft steps. A verify of fewer steps can accept proportionally fewer (at most ``steps``),
+    so at 1 step the default is more than any verify can reach, and scaled to the depth the
+    same bar asks as much of each drafted token: 0.4 at 1 step, 0.9 at 2. Every hint that
+    names a floor for a shallow depth takes its number from here, so all of them agree.
+    """
+    return round(PolicySettings.min_accept * steps / FLOOR_STEPS, 1)
+
+
+def unasked_floor(steps: int, floor: float, source: str, fix: str) -> str:
+    """The refusal of an acceptance floor the operator did not give that ``steps`` cannot reach, with its fix.
+
+    ``source`` says whose floor it is ("the default", "the triton thresholds'"); ``fix`` is how
+    this command takes a setting ("--set " for run, sglang-args and the simulator's own CLI).
+    The operator never typed the floor, so the words say so and give the exact value to pass.
+    """
+    step_s = f"{steps} draft step{'s' if steps != 1 else ''}"
+    return (f"at {step_s} {source} acceptance floor min_accept {floor:g} (accepted draft tokens a verify) is "
+            f"more than a verify can accept; give {fix}min_accept={floor_for_steps(steps):g} (the default "
+            f"scaled to {step_s}; docs/policy.md)")
+
+
 def check_fields(changes: Mapping[str, Any]) -> dict[str, Any]:
     """Each setting named known and of its type, coerced; raises SettingsError.
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
-from specctl.runtime.core.settings import SettingsError
+from specctl.runtime.core.settings import SettingsError, check_fields, unasked_floor
 from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV
 from specctl.runtime.sim.gpus import MAX_GPUS
 from specctl.runtime.sim.load import parse_load
@@ -92,8 +92,14 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
         changes[key.strip()] = value.strip()
     try:
         preset.default_settings().with_changes(changes)
+    except SettingsError as exc:
+        if exc.field == "min_accept" and "min_accept" not in changes:  # the default floor, out of reach at 1 step
+            steps = check_fields({"steps": changes.get("steps", preset.steps)})["steps"]  # it coerced, or it is named
+            ap.error(unasked_floor(steps, preset.default_settings().min_accept, "the default", "--set "))
+        ap.error(str(exc))
+    try:
         load = parse_load(ns.load)
-    except (SettingsError, ValueError) as exc:
+    except ValueError as exc:
         ap.error(str(exc))
     gpus = ns.gpus if ns.gpus is not None else preset.tp_size
     if not 1 <= gpus <= MAX_GPUS:

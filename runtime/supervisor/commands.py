@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from specctl.runtime.core import records, view_only
 from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
 from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
-from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError
+from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError, check_fields, floor_for_steps
 from specctl.runtime.core.thresholds import (
     GROUPS,
     MEASURED_WITH,
@@ -307,13 +307,25 @@ def _shallow_hint(exc: SettingsError, changes: Mapping[str, Any], current: Polic
         # `set candidates=0,2` while steps is 3: narrowing past steps takes steps along
         shown = ",".join(map(str, changes["candidates"]))
         deepest = max(changes["candidates"], default=0)
-        floor = " min_accept=..." if current.min_accept > deepest else ""  # else the floor is refused next
+        floor = f" min_accept={floor_for_steps(deepest):g}" if current.min_accept > deepest else ""  # else refused next
         return f"; narrow steps with them in one command (specctl set candidates={shown} steps={deepest}{floor})"
     if exc.field != "min_accept" or "min_accept" in changes or steps is None:
         return ""
+    steps = check_fields({"steps": steps})["steps"]  # coerced already, or the refusal would name steps
+    if not current.candidates and steps != current.steps:  # built {0, steps} only: the set would be refused next
+        return (f"; and the model server built runtime states (CUDA graphs) for 0 and {current.steps} draft steps "
+                f"only, so {steps} needs a relaunch ({_relaunch(steps)})")
     mode = "mode=on " if changes.get("mode") == "on" else ""
-    return (f"; at {steps} draft steps the acceptance floor min_accept must be at most {steps}: lower it in the "
-            f"same command (specctl set {mode}steps={steps} min_accept=...)")
+    return (f"; at {steps} draft step{'s' if steps != 1 else ''} the acceptance floor min_accept must be at most "
+            f"{steps}: lower it in the same command (specctl set {mode}steps={steps} "
+            f"min_accept={floor_for_steps(steps):g}, the default floor scaled to the depth)")
+
+
+def _relaunch(steps: int) -> str:
+    """The launch lines for ``steps`` draft steps, with the floor they need where the default is out of reach."""
+    floor = f" --set min_accept={floor_for_steps(steps):g}" if PolicySettings.min_accept > steps else ""
+    return (f"specctl run --speculative-num-steps {steps}{floor}, or specctl sglang-args --steps {steps}{floor} "
+            "for your own launch line")
 
 
 def refused(current: PolicySettings, new: PolicySettings) -> CommandError:
@@ -327,8 +339,7 @@ def refused(current: PolicySettings, new: PolicySettings) -> CommandError:
         return CommandError(INVALID_VALUE, (
             f"the model server was launched for {current.steps} draft steps and built its runtime states "
             f"(CUDA graphs) for those and for 0 only, so it cannot run {new.steps} without a relaunch "
-            f"(specctl run --speculative-num-steps {new.steps}, or specctl sglang-args --steps {new.steps} "
-            "for your own launch line); nothing changed"), field="steps")
+            f"({_relaunch(new.steps)}); nothing changed"), field="steps")
     if new.candidates != current.candidates and set(new.candidates) - set(current.candidates):
         wanted = ",".join(map(str, new.candidates))
         return CommandError(INVALID_VALUE, (

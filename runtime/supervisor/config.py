@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from specctl.runtime.core.settings import PolicySettings, SettingsError
+from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, unasked_floor
 from specctl.runtime.core.tree_drafts import tree_args_problem
 from specctl.runtime.supervisor import config_file, paths
 from specctl.runtime.supervisor.launcher import owned_arg, reserved_arg
@@ -86,27 +86,44 @@ class SupervisorConfig:
             raise ConfigError(f"--speculative-num-steps must be between 1 and 16, got {self.spec_steps}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be between 0 (any free port) and 65535, got {self.port}")
-        base = self._base_settings()
-        try:
-            checked = base.with_changes(self.settings)
-        except SettingsError as exc:
-            raise ConfigError(f"{self._flag(exc.field, base.steps)}: {exc.message}") from None
+        checked = self.start_settings()
         # the checked values travel on, not the text: the server parses them again ("40.0" is no integer)
         self.settings = {key: getattr(checked, key) for key in self.settings}
         if self.depth_costs is not None:
             check_depth_costs(self.depth_costs, checked)
 
-    def _base_settings(self) -> PolicySettings:
-        """What the server starts from before the settings: the simulator's preset has its own steps."""
+    def start_settings(self) -> PolicySettings:
+        """The policy settings the server starts with, checked whole; raises ConfigError worded for the operator."""
+        base, changes = self._base_settings()
+        try:
+            return base.with_changes(changes)
+        except SettingsError as exc:
+            raise ConfigError(self._refusal(exc, base, changes)) from None
+
+    def _base_settings(self) -> tuple[PolicySettings, dict[str, Any]]:
+        """What the server starts from, and the changes on it: the simulator's preset has its own steps.
+
+        A launch's steps travel with the settings, not in the base: ``PolicySettings(steps=1)``
+        alone is refused (the default floor, 1.3, is more than one draft step can accept) before
+        the operator's ``--set min_accept=0.4`` could make it whole.
+        """
         if self.backend == "sim":
             from specctl.runtime.sim.presets import PRESETS
-            return PRESETS[self.sim_preset].default_settings()
-        return PolicySettings(steps=self.spec_steps)
+            return PRESETS[self.sim_preset].default_settings(), dict(self.settings)
+        return PolicySettings(), {"steps": self.spec_steps, **self.settings}
+
+    def _refusal(self, exc: SettingsError, base: PolicySettings, changes: dict[str, Any]) -> str:
+        """The one line for refused start settings; a floor the operator never gave says so and what to give."""
+        if exc.field == "min_accept" and "min_accept" not in self.settings:
+            # refused in validation, so every value coerced: the steps are a number here
+            steps = check_fields({"steps": changes.get("steps", base.steps)})["steps"]
+            return unasked_floor(steps, base.min_accept, "the default", "--set ")
+        return f"{self._flag(exc.field, base.steps)}: {exc.message}"
 
     def _flag(self, key: str | None, default_steps: int) -> str:
         """How the operator gave a setting: its own flag, else ``--set KEY`` (the config file is blamed later)."""
-        if key == "steps" and "steps" not in self.settings:  # not given: its default (the launch's, the preset's)
-            return f"--speculative-num-steps (default {default_steps})"
+        if key == "steps" and "steps" not in self.settings and "steps" not in self.flags:
+            return f"--speculative-num-steps (default {default_steps})"  # not given: the launch's, the preset's
         return self.flags.get(key or "", f"--set {key}")
 
     def _check_sim(self) -> None:
@@ -226,7 +243,7 @@ def _setting_flags(args: argparse.Namespace, backend: BackendKind) -> dict[str, 
     flags = {}
     if getattr(args, "candidate_steps", None) is not None:
         flags["candidates"] = "--speculative-candidate-steps"
-    if backend == "sim" and getattr(args, "spec_steps", None) is not None:
+    if getattr(args, "spec_steps", None) is not None:  # the simulator's steps setting, or the launch's flag
         flags["steps"] = "--speculative-num-steps"
     return flags
 

@@ -8,7 +8,6 @@ import tempfile
 from pathlib import Path
 
 from specctl.runtime.core.adaptive_config import write_config
-from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.supervisor.backends import BackendError, ProcessBackend, free_port
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.launcher import StartupProgress, api_key_of, build_command, launch_env
@@ -21,7 +20,7 @@ class SGLangBackend(ProcessBackend):
     def __init__(self, config: SupervisorConfig) -> None:
         assert config.model and config.draft
         self._dir = tempfile.TemporaryDirectory(prefix="specctl-sglang-")
-        settings = PolicySettings(steps=config.spec_steps).with_changes(config.settings)
+        settings = config.start_settings()  # checked at config: PolicySettings(steps=1) alone would be refused
         adaptive = write_config(Path(self._dir.name) / "adaptive.json", config.spec_steps,
                                 candidates=settings.candidates)
         port = config.port or free_port()

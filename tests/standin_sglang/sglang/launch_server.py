@@ -7,7 +7,8 @@ specctl's simulator; the main process exits (17) when that child dies. Behaviour
 STANDIN_IGNORE_SIGTERM=1, STANDIN_CRASH_AFTER=SECONDS, STANDIN_PIDFILE=PATH
 (where the rank's pid is written), STANDIN_STEP_S (delay between log lines),
 STANDIN_PRESET (the simulator preset, which decides the attention backend it reports). The draft depths
-are the plugin's: the candidates in SPECCTL_SETTINGS, priced only with SPECCTL_DEPTH_COSTS's table.
+are the plugin's: the candidates in SPECCTL_SETTINGS, priced only with SPECCTL_DEPTH_COSTS's table; the
+acceptance floor (min_accept) is SPECCTL_SETTINGS' too.
 """
 
 import argparse
@@ -32,9 +33,13 @@ LOG = [
 
 
 def _depth_args() -> list[str]:
-    """The plugin's view of depths: the candidates in SPECCTL_SETTINGS, priced only with SPECCTL_DEPTH_COSTS."""
-    candidates = json.loads(os.environ.get("SPECCTL_SETTINGS") or "{}").get("candidates") or []
+    """The plugin's view of depths: the candidates in SPECCTL_SETTINGS, priced only with SPECCTL_DEPTH_COSTS,
+    and the acceptance floor there (at 1 draft step the default, 1.3, is refused: the launch sets its own)."""
+    settings = json.loads(os.environ.get("SPECCTL_SETTINGS") or "{}")
+    candidates = settings.get("candidates") or []
     out = ["--set", "candidates=" + ",".join(map(str, candidates))] if candidates else []
+    if "min_accept" in settings:
+        out += ["--set", f"min_accept={settings['min_accept']}"]
     costs = os.environ.get("SPECCTL_DEPTH_COSTS")
     return out + (["--depth-costs", costs] if costs else ["--no-depth-costs"])
 
