@@ -226,8 +226,8 @@ def _why_not_model(backend: str | None, experts: int | None) -> str | None:
         return None
     measured = ", ".join(sorted(MOE_BY_BACKEND))
     return (f"the {backend} thresholds were measured on a {MEASURED_WITH} model and this server's target is a MoE "
-            f"({experts} experts), whose verify cost over the batch is not a {MEASURED_WITH} model's, and no "
-            f"{backend} row was measured on a MoE (one was on {measured}; docs/results/moe.md)")
+            f"({experts} experts), whose verify cost over the batch is not a {MEASURED_WITH} model's "
+            f"(docs/results/moe.md), and no {backend} row was measured on a MoE (one was on {measured})")
 
 
 def _why_not(backend: str | None, gpu_names: Sequence[str | None], cls: str = MEASURED_WITH) -> str | None:
