@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from specctl.runtime.core.settings import PolicySettings
-from specctl.runtime.core.thresholds import BY_BACKEND, for_backend
+from specctl.runtime.core.thresholds import BY_BACKEND, MOE_BY_BACKEND, for_backend
 from specctl.runtime.sim.calibrate import crossover, predicted, table
 from specctl.runtime.sim.calibrate import main as calibrate_main
 from specctl.runtime.sim.costs import decode_s, experts_touched, gemm_s, spec_s, weights_read
@@ -128,15 +128,18 @@ def test_the_simulator_serves_with_the_moe_preset(moe_sim: str) -> None:
     assert answer["meta_info"]["spec_accept_length"] > 1.0  # alone in the batch: speculation on
 
 
-def test_the_triton_row_is_predicted_to_turn_speculation_off_where_it_still_pays_on_the_moe() -> None:
-    # docs/results/moe.md, "Prediction": the Triton row's floor (0.3 + 0.05 x batch) passes the
-    # sweep's 1.8 accepted drafts at about 30 requests; the MoE crosses over at about 69
-    on = run_point(MOE, 32, "on", warmup_s=10, window_s=30).tok_s
-    auto = run_point(MOE, 32, "auto", settings=for_backend("triton"), warmup_s=10, window_s=30)
-    assert auto.on_fraction == 0.0 and auto.tok_s < 0.9 * on
-    on = run_point(TRITON, 32, "on", warmup_s=10, window_s=30).tok_s  # on Llama-8B, where it was measured
-    auto = run_point(TRITON, 32, "auto", settings=for_backend("triton"), warmup_s=10, window_s=30)
-    assert auto.tok_s >= 0.95 * max(on, run_point(TRITON, 32, "off", warmup_s=10, window_s=30).tok_s)
+def test_the_moe_row_runs_the_better_state_where_the_gpu_measured_it_and_the_dense_row_does_not() -> None:
+    # The sitting: on wins 1.22x at 4 requests, off 1.47x at 16. The dense Triton row (off_at 56, floor
+    # 0.3 + 0.05 x) keeps speculation on at 16; the MoE row (thresholds.MOE_BY_BACKEND) turns it off.
+    moe_row, dense_row = for_backend("triton", MOE.params.moe_experts), for_backend("triton")
+    assert moe_row != dense_row
+    for c, state in ((4, 1.0), (16, 0.0)):
+        on = run_point(MOE, c, "on", warmup_s=10, window_s=30).tok_s
+        off = run_point(MOE, c, "off", warmup_s=10, window_s=30).tok_s
+        auto = run_point(MOE, c, "auto", settings=moe_row, warmup_s=10, window_s=30)
+        assert auto.on_fraction == state and auto.tok_s >= 0.95 * max(on, off), (c, auto)
+    dense = run_point(MOE, 16, "auto", settings=dense_row, warmup_s=10, window_s=30)
+    assert dense.on_fraction == 1.0 and dense.tok_s < 0.9 * run_point(MOE, 16, "off", warmup_s=10, window_s=30).tok_s
 
 
 ENVELOPE = Path(__file__).resolve().parents[1] / "bench" / "policy_envelope.py"
@@ -147,7 +150,7 @@ def test_the_envelope_runs_with_sglangs_acceptance_law_without_depths() -> None:
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "accept length 2.8 (SGLang's simulated acceptance)" in out.stdout
-    assert "missed at c = 32" in out.stdout
+    assert "the triton row for a MoE applies" in out.stdout and "goal >= 0.95: met at every point" in out.stdout
 
 
 def auto_settings(stdout: str, preset: str) -> dict[str, Any]:
@@ -157,15 +160,15 @@ def auto_settings(stdout: str, preset: str) -> dict[str, Any]:
 
 
 def test_the_envelope_picks_each_presets_row_as_the_supervisor_would() -> None:
-    # The MoE keeps the defaults on the very H200 its backend's row was measured on (thresholds.for_server),
-    # the report's GLM-5 on RTX PRO 6000s for both reasons; the dense FlashInfer H200 gets its row. Each
+    # The MoE on Triton's H200 gets the row measured on a MoE (thresholds.for_server), the report's GLM-5
+    # on RTX PRO 6000s keeps the defaults for both reasons; the dense FlashInfer H200 gets its row. Each
     # preset's line says which, and why.
     out = subprocess.run([sys.executable, str(ENVELOPE), "--preset", "h200-qwen3moe", "--preset",
                           "rtx-8gpu-report-topk1", "--preset", "h200-llama8b-flashinfer", "--sglang-law"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert ("preset h200-qwen3moe (triton, NVIDIA H200, a MoE of 128 experts): the triton thresholds were "
-            "measured on a dense model and this server's target is a MoE (128 experts)") in out.stdout
+    assert ("preset h200-qwen3moe (triton, NVIDIA H200, a MoE of 128 experts): the triton row for a MoE "
+            f"applies: {MOE_BY_BACKEND['triton']}") in out.stdout
     assert ("preset h200-llama8b-flashinfer (flashinfer, NVIDIA H200, dense): the flashinfer row applies: "
             f"{BY_BACKEND['flashinfer']}") in out.stdout
     rtx = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -173,9 +176,10 @@ def test_the_envelope_picks_each_presets_row_as_the_supervisor_would() -> None:
             f"were measured on an H200, this server runs on {rtx}; also, the flashinfer thresholds were measured "
             "on a dense model and this server's target is a MoE (256 experts)") in out.stdout
     defaults = PolicySettings().as_dict()
-    for name in ("h200-qwen3moe", "rtx-8gpu-report-topk1"):
-        moe = auto_settings(out.stdout, name)
-        assert {key: moe[key] for key in BY_BACKEND["triton"]} == {key: defaults[key] for key in BY_BACKEND["triton"]}
+    report = auto_settings(out.stdout, "rtx-8gpu-report-topk1")
+    assert {key: report[key] for key in BY_BACKEND["triton"]} == {key: defaults[key] for key in BY_BACKEND["triton"]}
+    moe = auto_settings(out.stdout, "h200-qwen3moe")
+    assert {key: moe[key] for key in MOE_BY_BACKEND["triton"]} == MOE_BY_BACKEND["triton"]
     dense = auto_settings(out.stdout, "h200-llama8b-flashinfer")
     assert {key: dense[key] for key in BY_BACKEND["flashinfer"]} == BY_BACKEND["flashinfer"]
 
@@ -214,4 +218,4 @@ def test_a_bench_asks_the_supervisors_rule_for_a_presets_row() -> None:
     assert report == {"dwell": 4}
     assert "RTX PRO 6000" in said and "MoE" in said and "defaults stay" in said
     moe, said = supervised_settings(PRESETS["h200-qwen3moe"], {})
-    assert moe == {} and "MoE" in said and "H200" in said
+    assert moe == for_backend("triton", 128) == MOE_BY_BACKEND["triton"] and "row for a MoE applies" in said
