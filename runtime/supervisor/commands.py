@@ -184,8 +184,10 @@ class CommandHandler:
 
         Only for a server specctl launched, and only for the groups of settings the
         operator left alone (runtime/core/thresholds.py says why one set does not fit all).
-        A row measured on another GPU, or on a dense model for a MoE target (the expert
-        count the plugin puts in /server_info), is not applied, and the journal says so once.
+        The row is the one measured for the target's model class (the expert count the plugin
+        puts in /server_info): a MoE on Triton gets the MoE row; one measured on another GPU, or
+        only on a dense model for a MoE target (FA3, FlashInfer), is not applied, and the
+        journal says so once.
         ``apply`` False (the simulator): only that is said; nothing is sent.
         """
         backend, experts = attention_backend(info), target_experts(info)
