@@ -81,7 +81,8 @@ def test_at_one_request_a_verify_reads_more_weights_than_a_decode_on_the_moe_onl
     assert weights_read(moe, 4 * 256) == pytest.approx(weights_read(moe, 256), rel=0.02)
     # so a speculative cycle over a decode step costs more on the MoE at one request, less at 64
     ctx = 640  # tokens a request holds, mean of the workload
-    assert (spec_s(moe, 1, ctx, 3) / decode_s(moe, 1, ctx)) > 1.25 * (spec_s(dense, 1, ctx, 3) / decode_s(dense, 1, ctx))
+    assert (spec_s(moe, 1, ctx, 3) / decode_s(moe, 1, ctx)) > \
+        1.25 * (spec_s(dense, 1, ctx, 3) / decode_s(dense, 1, ctx))
     assert (spec_s(moe, 64, 64 * ctx, 3) / decode_s(moe, 64, 64 * ctx)) < \
         (spec_s(dense, 64, 64 * ctx, 3) / decode_s(dense, 64, 64 * ctx))
 

@@ -105,7 +105,7 @@ def experts_touched(p: PerfParams, tokens: int) -> float:
     if p.moe_experts <= 0 or tokens <= 0:
         return 0.0
     draws = 1.0 + (tokens - 1) * p.moe_spread
-    return p.moe_experts * (1.0 - (1.0 - p.moe_active / p.moe_experts) ** draws)
+    return p.moe_experts * (1.0 - math.pow(1.0 - p.moe_active / p.moe_experts, draws))
 
 
 def weights_read(p: PerfParams, tokens: int) -> float:

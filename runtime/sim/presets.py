@@ -342,10 +342,11 @@ RTX_8GPU_REPORT_TOPK1 = replace(
 )
 
 # Written as a prediction before the GPU run (issue 23; docs/sim-presets.md, "h200-qwen3moe";
-# docs/results/moe.md), then calibrated to the first sitting (below, after the shapes). The h200-llama8b server (same H200, Triton,
-# SGLang 0.5.17) with Qwen3-30B-A3B's shapes as the sweep's target (bench/gpu/models.py
-# qwen3moe): 48 layers, hidden 2048, 32 query / 4 KV heads of 128, 128 experts of
-# intermediate 768 with 8 a token, every layer sparse, vocabulary 151936, bf16; and its
+# docs/results/moe.md), then calibrated to the first sitting (below, after the shapes).
+# The h200-llama8b server (same H200, Triton, SGLang 0.5.17) with Qwen3-30B-A3B's shapes as
+# the sweep's target (bench/gpu/models.py qwen3moe): 48 layers, hidden 2048, 32 query / 4 KV
+# heads of 128, 128 experts of intermediate 768 with 8 a token, every layer sparse, vocabulary
+# 151936, bf16; and its
 # EAGLE-3 head: 1 layer at hidden 2048 with the target's heads, intermediate 6144, a
 # 32000-token draft vocabulary. The machine's rates and overheads are Triton's
 # (mem_bw, compute, step/request/draft/prefill overheads, chunk size); only what the
