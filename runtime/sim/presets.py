@@ -392,7 +392,7 @@ _QWEN3MOE_EAGLE3_PARAMS = (2 * _QWEN3MOE_HIDDEN * 4096 + 2 * 2 * _QWEN3MOE_HIDDE
 # - step_overhead_s 2.9 ms (Llama 1.1): no speculation at one request reads 212 tok/s (a 4.3 ms
 #   step against 2.9 predicted): a MoE forward has 2-2.5x the kernels.
 # - verify_kv_s 1.03 us (predicted 0.74, Llama 0.49): static's cycle grows by 0.65-1 ms a request
-#   from 16 requests up, when every expert is already read.
+#   from 16 requests up, where a verify's expert reads grow slowly (85 experts at 16, 126 at 64).
 # - req_overhead_s 33 us (Llama 9.4), draft_overhead_s 0.68 ms (0.28), prefill_overhead_s 5.9 ms
 #   (3.6): effective values, the per-request and per-cycle costs the routing adds, not measured apart.
 _TRITON = H200_LLAMA8B.params
