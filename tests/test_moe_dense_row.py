@@ -6,6 +6,8 @@ on stderr to add ``--experts N`` for a MoE. An operator who misses that line and
 launches their Qwen3-30B-A3B with it runs that row in the plugin. A supervisor
 attached to that server reads the target's expert count from /server_info; it
 says, once, what the plugin runs and how to fix it, and changes nothing itself.
+The fix is the Triton row measured on a MoE (thresholds.MOE_BY_BACKEND), since the
+server runs Triton on an H200; elsewhere it would be the policy's defaults.
 
 Here the server is specctl's simulator as its own process on loopback, with the
 MoE preset (h200-qwen3moe: Triton, one H200, 128 experts) and the settings the
@@ -29,6 +31,7 @@ from support.sim_process import sim_process
 
 EVENT = "dense_thresholds_on_moe"
 ROW_KEYS = ("off_at", "on_at", "min_accept", "accept_slope")
+MOE_ROW = {"off_at": 12, "on_at": 8, "min_accept": 0.75, "accept_slope": 0.13}  # Triton, a MoE, one H200
 
 
 def triton_on_h200(tmp_path: Path, *extra: str) -> dict[str, Any]:
@@ -64,8 +67,8 @@ def test_an_attached_moe_running_the_dense_row_is_told_once_with_both_fixes(tmp_
             assert "target is a MoE (128 experts)" in why and "triton thresholds measured on a dense model" in why
             assert "(off_at 56, on_at 24, min_accept 0.3, accept_slope 0.05)" in why, why
             relaunch = "`specctl sglang-args --experts 128` prints"
-            live = "specctl set off_at=32 on_at=24 min_accept=1.3 accept_slope=0"
-            assert relaunch in why and f"`{live}`" in why, why
+            live = "specctl set off_at=12 on_at=8 min_accept=0.75 accept_slope=0.13"
+            assert relaunch in why and f"run the triton thresholds measured on a MoE now with `{live}`" in why, why
             # the operator watching the terminal reads it, whole, once
             assert wait_for(lambda: EVENT in h.told(), "the line on stderr")
             line = next(text for text in h.told().splitlines() if EVENT in text)
@@ -78,8 +81,7 @@ def test_an_attached_moe_running_the_dense_row_is_told_once_with_both_fixes(tmp_
             # the live fix, as the line words it, works and is not taken for a new reason to say it
             out = h.cli(*live.split()[1:])
             assert out.returncode == 0, out.stderr
-            defaults = {"off_at": 32, "on_at": 24, "min_accept": 1.3, "accept_slope": 0.0}
-            assert wait_for(lambda: {k: plugin_settings(url)[k] for k in ROW_KEYS} == defaults, "the defaults run")
+            assert wait_for(lambda: {k: plugin_settings(url)[k] for k in ROW_KEYS} == MOE_ROW, "the MoE row runs")
             settle(h)
             assert len(h.records("event", EVENT)) == 1
         finally:
@@ -96,13 +98,13 @@ def test_only_the_group_the_operator_left_to_the_row_is_named(tmp_path: Path) ->
             said = h.wait_event(EVENT)
             assert said["settings"] == {"min_accept": 0.3, "accept_slope": 0.05}, said
             assert "(min_accept 0.3, accept_slope 0.05)" in said["why"], said["why"]
-            assert said["why"].endswith("`specctl set min_accept=1.3 accept_slope=0`"), said["why"]
+            assert said["why"].endswith("`specctl set min_accept=0.75 accept_slope=0.13`"), said["why"]
         finally:
             assert h.stop() == 0
 
 
 @pytest.mark.parametrize(("preset", "sglang_args", "supervisor_args"), [
-    # the line printed with --experts: the policy's defaults, nothing to say
+    # the line printed with --experts: the Triton row measured on a MoE, nothing to say
     ("h200-qwen3moe", ("--experts", "128"), ()),
     # a dense target: the row is what it was measured for
     ("h200-llama8b", (), ()),
@@ -113,6 +115,8 @@ def test_only_the_group_the_operator_left_to_the_row_is_named(tmp_path: Path) ->
 def test_no_note_where_the_server_runs_what_fits_or_what_the_operator_chose(
         tmp_path: Path, preset: str, sglang_args: tuple[str, ...], supervisor_args: tuple[str, ...]) -> None:
     printed = triton_on_h200(tmp_path, *sglang_args)
+    if sglang_args:
+        assert {k: printed[k] for k in ROW_KEYS} == MOE_ROW
     with sim_process(tmp_path, "--preset", preset, "--load", "idle", *as_sim_flags(printed)) as url:
         info = httpx.get(f"{url}/server_info", timeout=10).json()
         assert info["attention_backend"] == "triton"
@@ -128,8 +132,14 @@ def test_no_note_where_the_server_runs_what_fits_or_what_the_operator_chose(
 
 def test_the_live_fix_is_offered_only_where_the_server_would_take_it() -> None:
     row = {"min_accept": 0.3, "accept_slope": 0.05}
+    # where the MoE row fits the server (Triton on an H200) it is the fix, at one draft step too (0.75 <= 1)
+    for steps in (3, 1):
+        moe = dense_row_on_moe("triton", 128, row, {"steps": steps, **row}, MOE_ROW)
+        assert moe.endswith("run the triton thresholds measured on a MoE now with "
+                            "`specctl set min_accept=0.75 accept_slope=0.13`"), moe
+    # elsewhere (another GPU, unread GPUs) the policy's defaults are
     at_three = dense_row_on_moe("triton", 128, row, {"steps": 3, **row})
-    assert at_three.endswith("`specctl set min_accept=1.3 accept_slope=0`"), at_three
+    assert at_three.endswith("run the policy's defaults now with `specctl set min_accept=1.3 accept_slope=0`"), at_three
     # at one draft step the default floor (1.3) is more than a verify accepts: no command the server refuses
     at_one = dense_row_on_moe("triton", 128, row, {"steps": 1, **row})
     assert "min_accept=1.3" not in at_one and at_one.endswith("set min_accept and accept_slope now with specctl set "

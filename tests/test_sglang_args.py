@@ -12,7 +12,7 @@ import pytest
 
 from specctl.runtime.core.adaptive_config import read_candidate_steps
 from specctl.runtime.core.settings import PolicySettings
-from specctl.runtime.core.thresholds import BY_BACKEND
+from specctl.runtime.core.thresholds import BY_BACKEND, MOE_BY_BACKEND
 from specctl.runtime.supervisor.launcher import build_command
 
 SPECCTL = [sys.executable, "-m", "specctl.console.cli.main", "sglang-args"]
@@ -189,17 +189,37 @@ def printed_settings(done: subprocess.CompletedProcess[str]) -> dict:
     return json.loads(json.loads(done.stdout)["env"]["SPECCTL_SETTINGS"])
 
 
-def test_a_moe_target_gets_the_defaults_and_why_on_the_very_gpu_the_row_was_measured_on(tmp_path: Path) -> None:
-    # Qwen3-30B-A3B (128 routed experts) on an H200 with Triton: the row would miss where the defaults do not
-    # (docs/results/moe.md).
+def test_a_moe_on_triton_on_an_h200_gets_the_row_measured_on_a_moe(tmp_path: Path) -> None:
+    # Qwen3-30B-A3B (128 routed experts) on an H200 with Triton, as the first MoE sitting ran it
+    # (docs/results/moe.md): the MoE row, silently; the dense row would keep speculation on to 56 requests.
     done = specctl("--backend", "triton", "--gpu", "NVIDIA H200", "--experts", "128",
+                   "--config", str(tmp_path / "a.json"), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    settings = printed_settings(done)
+    assert {k: settings[k] for k in MOE_BY_BACKEND["triton"]} == MOE_BY_BACKEND["triton"] != BY_BACKEND["triton"]
+
+
+@pytest.mark.parametrize("backend", ["fa3", "flashinfer"])
+def test_a_moe_on_another_backend_gets_the_defaults_and_why_on_the_very_gpu_the_rows_were_measured_on(
+        tmp_path: Path, backend: str) -> None:
+    done = specctl("--backend", backend, "--gpu", "NVIDIA H200", "--experts", "128",
                    "--config", str(tmp_path / "a.json"), "--format", "json")
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "measured on a dense model and this server's target is a MoE (128 experts)" in done.stderr
     assert "the policy's defaults stay" in done.stderr
     settings, defaults = printed_settings(done), PolicySettings()
-    assert {k: settings[k] for k in BY_BACKEND["triton"]} == {k: getattr(defaults, k) for k in BY_BACKEND["triton"]}
+    assert {k: settings[k] for k in BY_BACKEND[backend]} == {k: getattr(defaults, k) for k in BY_BACKEND[backend]}
+
+
+def test_a_moe_on_triton_elsewhere_gets_the_defaults_and_which_row_stayed_out(tmp_path: Path) -> None:
+    rtx = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    done = specctl("--backend", "triton", "--gpu", rtx, "--experts", "128", "--config", str(tmp_path / "a.json"),
+                   "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert f"the triton thresholds for a MoE were measured on an H200, this server runs on {rtx}" in done.stderr
+    assert printed_settings(done)["off_at"] == PolicySettings().off_at
 
 
 @pytest.mark.parametrize(("gpu", "said"), [
@@ -226,6 +246,7 @@ def test_without_experts_the_row_is_printed_and_stderr_says_how_to_check(tmp_pat
                    "--format", "json")
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("\n") == 1 and "add --experts N" in done.stderr
+    assert done.stderr.endswith("for the thresholds measured on a MoE\n"), done.stderr
     settings = printed_settings(done)
     assert {k: settings[k] for k in BY_BACKEND["triton"]} == BY_BACKEND["triton"]
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from specctl.runtime.core.settings import PolicySettings
-from specctl.runtime.core.thresholds import BY_BACKEND
+from specctl.runtime.core.thresholds import BY_BACKEND, MOE_BY_BACKEND
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.lifecycle import Supervisor
 
@@ -195,23 +195,21 @@ async def test_thresholds_measured_on_another_gpu_stay_out_and_the_journal_says_
         assert not events(sup, "backend_thresholds")
 
 
-async def test_a_moe_target_keeps_the_defaults_on_the_very_gpu_the_rows_were_measured_on(
+async def test_a_moe_on_triton_on_an_h200_gets_the_row_measured_on_a_moe(
         standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Qwen3-30B-A3B with Triton on an H200: the Triton row misses 7 of 36 points, the defaults 3
-    # (docs/results/moe.md), so the row measured on Llama-3.1-8B stays out and the journal says why once.
+    # Qwen3-30B-A3B with Triton on an H200, as the first MoE sitting ran it: static EAGLE-3 stops paying
+    # between 4 and 16 requests there (docs/results/moe.md), so the row measured on a MoE applies, not
+    # the one measured on Llama-3.1-8B (which keeps speculation on to 56 requests).
     async with launched(monkeypatch, "h200-qwen3moe", gpu_source="sim") as sup:
-        await until(lambda: events(sup, "backend_thresholds") or events(sup, "backend_thresholds_skipped"),
-                    "the row decided")
-        assert not events(sup, "backend_thresholds"), "the dense row stayed off the MoE"
-        [skipped] = events(sup, "backend_thresholds_skipped")
-        assert skipped["backend"] == "triton" and skipped["experts"] == 128
-        assert "measured on a dense model and this server's target is a MoE (128 experts)" in skipped["why"]
+        [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the backend")
+        assert adopted["backend"] == "triton" and adopted["experts"] == 128 and adopted["ok"] is True
+        assert adopted["changes"] == MOE_BY_BACKEND["triton"] != BY_BACKEND["triton"]
+        assert not events(sup, "backend_thresholds_skipped")
         await sup.poll_now()
         settings = sup.latest_sample["spec"]["settings"]
-        defaults = PolicySettings()
-        assert (settings["off_at"], settings["min_accept"]) == (defaults.off_at, defaults.min_accept)
+        assert {key: settings[key] for key in MOE_BY_BACKEND["triton"]} == MOE_BY_BACKEND["triton"]
         await sup.poll_now()
-        assert len(events(sup, "backend_thresholds_skipped")) == 1, "said once a start, not every poll"
+        assert len(events(sup, "backend_thresholds")) == 1, "applied once a start, not every poll"
 
 
 async def test_a_moe_on_another_gpu_is_told_both_reasons_at_once(standin: Path,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, for_server
+from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, MOE_BY_BACKEND, for_backend, for_server
 
 H200 = "NVIDIA H200"
 RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -44,12 +44,35 @@ def test_a_row_that_stays_out_is_said_only_where_the_operator_left_part_of_it_to
     assert for_server("flashinfer", [H200], {"off_at": 64, "min_accept": 1.0}) == (BY_BACKEND["flashinfer"], None)
 
 
-# -- the model class: every row was measured with a dense target (Llama-3.1-8B) --------------
+# -- the model class: BY_BACKEND measured with a dense target (Llama-3.1-8B), MOE_BY_BACKEND with a MoE ------
+
+NO_MOE_ROW = sorted(set(BY_BACKEND) - set(MOE_BY_BACKEND))
 
 
-@pytest.mark.parametrize("backend", sorted(BY_BACKEND))
+def test_a_moe_row_was_measured_for_triton_only_and_differs_from_the_dense_one() -> None:
+    assert sorted(MOE_BY_BACKEND) == ["triton"] and NO_MOE_ROW == ["fa3", "flashinfer"]
+    assert MOE_BY_BACKEND["triton"] == {"off_at": 12, "on_at": 8, "min_accept": 0.75, "accept_slope": 0.13}
+    assert for_backend("triton", 128) == MOE_BY_BACKEND["triton"] != for_backend("triton") == BY_BACKEND["triton"]
+    assert for_backend("fa3", 128) is None and for_backend("triton", 1) == BY_BACKEND["triton"]
+
+
+def test_a_moe_on_triton_on_the_h200_gets_the_moe_row() -> None:
+    # Qwen3-30B-A3B, as the first MoE sitting ran it
+    assert for_server("triton", [H200, H200], experts=128) == (MOE_BY_BACKEND["triton"], None)
+
+
+def test_the_moe_row_stays_out_on_another_gpu_and_says_which_row() -> None:
+    row, why = for_server("triton", [RTX], experts=256)
+    assert row is None and why == (
+        f"the triton thresholds for a MoE were measured on an H200, this server runs on {RTX}: the policy's "
+        "defaults stay (set off_at, on_at, min_accept and accept_slope with specctl set; docs/policy.md)")
+    row, why = for_server("triton", [None], experts=128)
+    assert row is None and why is not None and "for a MoE were measured on an H200 and this server's GPUs" in why
+
+
+@pytest.mark.parametrize("backend", NO_MOE_ROW)
 def test_a_moe_target_keeps_the_defaults_and_is_told_why(backend: str) -> None:
-    # Qwen3-30B-A3B on the very H200 the rows were measured on: the GPU is right, the model is not.
+    # Qwen3-30B-A3B on the very H200 the rows were measured on: the GPU is right, no row for a MoE on this backend.
     row, why = for_server(backend, [H200], experts=128)
     assert row is None and why is not None
     assert f"the {backend} thresholds were measured on a dense model" in why
@@ -69,16 +92,16 @@ def test_an_unknown_model_class_gets_the_row_as_before_specctl_could_tell() -> N
 
 
 def test_the_operators_whole_groups_win_over_a_moe_too_and_then_nothing_is_said() -> None:
-    assert for_server("triton", [H200], {"off_at": 64, "on_at": 8, "min_accept": 1.0, "accept_slope": 0.0},
+    assert for_server("fa3", [H200], {"off_at": 64, "on_at": 8, "min_accept": 1.0, "accept_slope": 0.0},
                       experts=128) == (None, None)
-    row, why = for_server("triton", [H200], {"off_at": 64, "on_at": 8}, experts=128)
+    row, why = for_server("fa3", [H200], {"off_at": 64, "on_at": 8}, experts=128)
     assert row is None and why is not None and "MoE" in why, "the floor is still left to the row: say why"
 
 
 def test_what_stays_at_the_defaults_is_only_what_the_operator_left() -> None:
     # `specctl set off_at=64 on_at=8` on a MoE, then a restart: off_at and on_at are the operator's,
     # not the defaults, so the journal must not say they stay at the defaults.
-    _, why = for_server("triton", [H200], {"off_at": 64, "on_at": 8}, experts=128)
+    _, why = for_server("flashinfer", [H200], {"off_at": 64, "on_at": 8}, experts=128)
     assert why is not None and why.endswith(
         ": the policy's defaults stay for min_accept and accept_slope (set them with specctl set; docs/policy.md)")
     assert "off_at" not in why
@@ -108,8 +131,9 @@ def test_one_reason_reads_as_it_did() -> None:
     assert for_server("flashinfer", [RTX])[1] == (
         f"the flashinfer thresholds were measured on an H200, this server runs on {RTX}: the policy's defaults "
         "stay (set off_at, on_at, min_accept and accept_slope with specctl set; docs/policy.md)")
-    assert for_server("triton", [H200], experts=128)[1] == (
-        "the triton thresholds were measured on a dense model and this server's target is a MoE (128 experts), "
+    # (a MoE on Triton had this line until the MoE row; FA3 and FlashInfer, with no MoE row, still do)
+    assert for_server("fa3", [H200], experts=128)[1] == (
+        "the fa3 thresholds were measured on a dense model and this server's target is a MoE (128 experts), "
         "whose verify cost over the batch is not a dense model's (docs/results/moe.md): the policy's defaults "
         "stay (set off_at, on_at, min_accept and accept_slope with specctl set; docs/policy.md)")
 
@@ -118,13 +142,24 @@ GPUS = st.lists(st.sampled_from([H200, RTX, None]), max_size=4)
 CHOSEN = st.dictionaries(st.sampled_from(["off_at", "on_at", "min_accept", "accept_slope"]), st.just(1))
 
 
-@given(backend=st.sampled_from(sorted(BY_BACKEND)), gpus=GPUS, chosen=CHOSEN, experts=st.integers(2, 1024))
-def test_no_row_ever_reaches_a_moe(backend: str, gpus: list[str | None], chosen: dict[str, int],
-                                   experts: int) -> None:
+@given(backend=st.sampled_from(NO_MOE_ROW), gpus=GPUS, chosen=CHOSEN, experts=st.integers(2, 1024))
+def test_no_dense_row_ever_reaches_a_moe(backend: str, gpus: list[str | None], chosen: dict[str, int],
+                                         experts: int) -> None:
     row, why = for_server(backend, gpus, chosen, experts=experts)
     assert row is None
     touched_both = {"off_at", "on_at"} & set(chosen) and {"min_accept", "accept_slope"} & set(chosen)
     assert (why is None) == bool(touched_both), "said exactly when a group is left to the row"
+
+
+@given(gpus=GPUS, chosen=CHOSEN, experts=st.integers(2, 1024))
+def test_a_moe_on_triton_gets_the_moe_row_exactly_on_h200s(gpus: list[str | None], chosen: dict[str, int],
+                                                           experts: int) -> None:
+    row, why = for_server("triton", gpus, chosen, experts=experts)
+    on_h200s = bool(gpus) and all(name == H200 for name in gpus)
+    assert row == (MOE_BY_BACKEND["triton"] if on_h200s else None)
+    assert row != BY_BACKEND["triton"], "never the dense row"
+    touched_both = {"off_at", "on_at"} & set(chosen) and {"min_accept", "accept_slope"} & set(chosen)
+    assert (why is None) == (on_h200s or bool(touched_both))
 
 
 @given(backend=st.sampled_from([*sorted(BY_BACKEND), "trtllm_mha", None]), gpus=GPUS, chosen=CHOSEN)

@@ -21,7 +21,14 @@ from pathlib import Path
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings, SettingsError, unasked_floor
-from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, MEASURED_WITH, for_server, unset_groups
+from specctl.runtime.core.thresholds import (
+    BY_BACKEND,
+    MEASURED_ON,
+    MEASURED_WITH,
+    MOE_BY_BACKEND,
+    for_server,
+    unset_groups,
+)
 from specctl.runtime.supervisor import config, paths
 from specctl.runtime.supervisor.edges import no_depth_costs_line
 from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
@@ -60,8 +67,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    "measured on; elsewhere the policy's defaults are printed")
     p.add_argument("--experts", metavar="N", help="the target's routed experts (num_experts, num_local_experts, "
                    "n_routed_experts or, for DBRX, ffn_config's moe_num_experts in its config.json; 0 for a "
-                   "dense model): the thresholds were measured "
-                   f"on a {MEASURED_WITH} model, so for a MoE the policy's defaults are printed")
+                   "dense model): a backend's thresholds were measured on a dense model, and for a MoE on "
+                   f"{', '.join(sorted(MOE_BY_BACKEND))} only, so for a MoE that row is printed there and the "
+                   "policy's defaults elsewhere")
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft model (default: keep your own "
                    f"{DRAFT_FLAG})")
     p.add_argument("--config", metavar="FILE", type=Path,
@@ -152,8 +160,9 @@ def _settings(args: argparse.Namespace, experts: int | None) -> PolicySettings:
         why_not = still or (f"the {args.backend} thresholds were measured on an {MEASURED_ON}: add --gpu "
                             f"'NVIDIA {MEASURED_ON}' if the server runs on one; the policy's defaults are printed")
     if measured is not None and experts is None and unset_groups(measured, chosen):
+        instead = ("the thresholds measured on a MoE" if args.backend in MOE_BY_BACKEND else "the policy's defaults")
         why_not = (f"the {args.backend} thresholds were measured on a {MEASURED_WITH} model and are printed: "
-                   f"if the target is a MoE, add --experts N (its config's routed experts) for the policy's defaults")
+                   f"if the target is a MoE, add --experts N (its config's routed experts) for {instead}")
     if why_not is not None:
         print(f"specctl sglang-args: {why_not}", file=sys.stderr)
     # one change set: PolicySettings at --steps 1 with the default floor alone is refused before --set min_accept

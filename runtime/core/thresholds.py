@@ -13,9 +13,13 @@ not set. Each row comes from one GPU sweep on one H200 through the simulator
 (a preset calibrated to it), and applies only where NVML names the server's
 GPUs as that GPU (:func:`for_server`): a FlashInfer server on other hardware
 (SGLang's default below Hopper) keeps the defaults, and the journal says why.
-Every row was measured with a dense target (Llama-3.1-8B) and applies only to a
-dense one: a MoE's verify costs a U over the batch, not Llama's line, and the
-Triton row misses where the defaults do not (docs/results/moe.md).
+Rows are keyed by model class too, by the target's routed experts as the plugin
+reports them: ``BY_BACKEND`` was measured with a dense target (Llama-3.1-8B) and
+applies only to a dense one, ``MOE_BY_BACKEND`` with a mixture of experts
+(Qwen3-30B-A3B's shapes, 128 experts), Triton only so far: there static
+EAGLE-3 stops paying between 4 and 16 requests, not near 32 as on Llama
+(docs/results/moe.md). A MoE on a backend without a MoE row (FA3, FlashInfer)
+keeps the defaults, and the journal says why.
 Backends not listed (trtllm, ...) keep the policy's defaults: they were not
 measured.
 """
@@ -59,13 +63,31 @@ from specctl.runtime.core.settings import MAX_BATCH
 # 7 %). on_at 48: after a switch for load speculation comes back at 48 requests (on /
 # off 1.06 there in the model; measured 1.04 at 32, 0.94 at 64), not at 24, where it
 # wins 1.2x; the floor takes over from there.
-# The rows are keyed by backend, and apply only on the GPU they were measured on
-# (MEASURED_ON, below).
+# The rows are keyed by backend and model class, and apply only on the GPU they were
+# measured on (MEASURED_ON, below).
 NEVER = MAX_BATCH  # the largest off_at the policy takes
-BY_BACKEND: dict[str, dict[str, float]] = {
+BY_BACKEND: dict[str, dict[str, float]] = {  # dense targets (MEASURED_WITH)
     "triton": {"off_at": 56, "on_at": 24, "min_accept": 0.3, "accept_slope": 0.05},
     "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.15, "accept_slope": 0.0042},
     "flashinfer": {"off_at": 114, "on_at": 48, "min_accept": 0.5, "accept_slope": 0.022},
+}
+# A MoE target on Triton (preset h200-qwen3moe, calibrated to the first MoE sitting of
+# 2026-12-02: Qwen3-30B-A3B's shapes with random weights, one H200, SGLang 0.5.17; the GPU
+# measured static / forced off 1.47 at 1 request, 1.22 at 4, 0.68 at 16, 0.83-0.54 from 32).
+# Its break-even (bench/accept_breakeven.py --preset h200-qwen3moe --breakeven), in accepted
+# draft tokens a verify: 0.94 at 1 request, 1.14 at 2, 1.43 at 4, 1.88 at 8, 2.32 at 16, 2.48
+# at 24, 2.58 at 32, 2.84 at 64, > 3 from 128: steep where Llama's rises 0.46 -> 2.0 over 1-32,
+# because a verify's extra tokens reach more experts. The floor 0.75 + 0.13 x sits 0.06-0.16
+# under it at 1-4 requests, so accept length 2.0 (1 accepted draft) turns speculation off from
+# 2 requests (it pays 1.04x at one request only) and 2.8 keeps it on up to 7 (1.79 at 8, the
+# simulated crossover at 2.8 is at 7). off_at 12: off for load from 12 requests whatever the
+# acceptance (the measured 16 requests run off, which won 1.47x there), on_at 8 back on below
+# (on / off 0.95 at 8 and 2.8, 1.11 at 8 and 3.3, where the floor keeps it on). In the simulator
+# (bench/policy_envelope.py's closed loop, 10 s + 30 s; SGLang's law and the geometric one) auto
+# >= 0.96 x max(static, off) at c = 1-256 and accept lengths 1.5, 2.0, 2.8 and 3.3: lowest 0.96
+# at one request and 2.0, where a dip under the floor costs probe_after steps off and on pays 4 %.
+MOE_BY_BACKEND: dict[str, dict[str, float]] = {
+    "triton": {"off_at": 12, "on_at": 8, "min_accept": 0.75, "accept_slope": 0.13},
 }
 
 
@@ -114,11 +136,19 @@ def attention_backend(info: dict[str, Any] | None) -> str | None:
     return value.lower() if isinstance(value, str) and value else None
 
 
-def for_backend(backend: str | None) -> dict[str, float] | None:
-    """The measured thresholds for ``backend``, or None where none were measured."""
+def model_class(experts: int | None) -> str:
+    """"moe" for a target of more than one routed expert, else "dense" (None: not known, taken as dense)."""
+    return "moe" if is_moe(experts) else MEASURED_WITH
+
+
+def for_backend(backend: str | None, experts: int | None = None) -> dict[str, float] | None:
+    """The measured thresholds for ``backend`` and the target's model class, or None where none were measured.
+
+    ``experts`` None or 0-1: the dense row (``BY_BACKEND``); more: the MoE row (``MOE_BY_BACKEND``).
+    """
     if backend is None:
         return None
-    pair = BY_BACKEND.get(backend)
+    pair = (MOE_BY_BACKEND if is_moe(experts) else BY_BACKEND).get(backend)
     return dict(pair) if pair else None
 
 
@@ -128,11 +158,12 @@ def for_backend(backend: str | None) -> dict[str, float] | None:
 # simulator: 0.84-0.94 of the better state at accept length 2.02). So a row applies only on
 # the GPU it was measured on; elsewhere the policy's defaults stay, and the operator is told.
 MEASURED_ON = "H200"
-# ... and with a dense target (Llama-3.1-8B). It moves with the model class too: a MoE's
-# verify reads more experts' weights the more tokens it checks, so its cost over the batch
-# is a U, not a dense model's line, and the simulator (h200-qwen3moe, Qwen3-30B-A3B) finds
-# the Triton row 7 times of 36 below 0.95 of the better state, the defaults 3
-# (docs/results/moe.md). Until a MoE row is measured, a MoE server keeps the defaults.
+# ... and BY_BACKEND with a dense target (Llama-3.1-8B). Where speculation stops paying moves
+# with the model class too: a MoE's verify reads more experts' weights the more tokens it
+# checks, and on Triton the GPU put the crossover between 4 and 16 requests (Llama: about 32),
+# where the dense row keeps speculation on to 56 and lost 0.67x at 16 (docs/results/moe.md).
+# So a MoE gets MOE_BY_BACKEND's row where one was measured (Triton), and the defaults on the
+# other backends, with the reason.
 MEASURED_WITH = "dense"
 
 
@@ -143,9 +174,10 @@ def for_server(backend: str | None, gpu_names: Sequence[str | None], chosen: dic
     ``gpu_names`` as NVML reports them (``NVIDIA H200``); an empty list or a None
     name means they could not be read, and then no row is applied either.
     ``experts``: the target's routed experts as the plugin reads them from its HF
-    config (0 or 1: dense; more: a MoE, which no row was measured on). None means the
-    server did not say (a plugin older than the count, or a block without it):
-    the row then applies as it did before specctl could tell. Every server specctl
+    config (0 or 1: dense; more: a MoE, which gets ``MOE_BY_BACKEND``'s row, where
+    one was measured for its backend). None means the server did not say (a plugin
+    older than the count, or a block without it): the dense row then applies as it
+    did before specctl could tell. Every server specctl
     launches runs the plugin of the same install, which says, so None is an old
     plugin in another environment, not the common case; refusing every row there
     would take the measured thresholds from dense servers that were fine, while a
@@ -153,13 +185,19 @@ def for_server(backend: str | None, gpu_names: Sequence[str | None], chosen: dic
     ``chosen``: the operator's own settings. Where they cover every group of the
     row, a row that stays out changes nothing, and there is no why to say.
     """
-    row = for_backend(backend)
-    if row is None:
+    row = for_backend(backend, experts)
+    if row is not None:  # measured for this backend and model class: only the GPU can keep it out
+        gpu = _why_not(backend, gpu_names, model_class(experts))
+        if gpu is None:
+            return row, None
+        left = unset_groups(row, chosen or {})
+        return None, _said([gpu], list(left)) if left else None
+    dense = for_backend(backend)
+    if dense is None:
         return None, None
+    # a MoE on a backend measured for dense targets only: both reasons the dense row stays out
     reasons = [why for why in (_why_not(backend, gpu_names), _why_not_model(backend, experts)) if why]
-    if not reasons:
-        return row, None
-    left = unset_groups(row, chosen or {})
+    left = unset_groups(dense, chosen or {})
     return None, _said(reasons, list(left)) if left else None
 
 
@@ -186,21 +224,22 @@ def _why_not_model(backend: str | None, experts: int | None) -> str | None:
     """Why a row measured on a dense model does not apply to this target; None where it does."""
     if not is_moe(experts):
         return None
+    # Said where no MoE row was measured for ``backend`` (FA3, FlashInfer); the text is the one the journal
+    # carried before the MoE row, word for word (docs/topk.md quotes it).
     return (f"the {backend} thresholds were measured on a {MEASURED_WITH} model and this server's target is a MoE "
             f"({experts} experts), whose verify cost over the batch is not a {MEASURED_WITH} model's "
             "(docs/results/moe.md)")
 
 
-def _why_not(backend: str | None, gpu_names: Sequence[str | None]) -> str | None:
-    """Why a measured row does not apply on these GPUs; None where it does."""
+def _why_not(backend: str | None, gpu_names: Sequence[str | None], cls: str = MEASURED_WITH) -> str | None:
+    """Why a measured row (of model class ``cls``) does not apply on these GPUs; None where it does."""
+    what = f"the {backend} thresholds" if cls == MEASURED_WITH else f"the {backend} thresholds for a MoE"
     known = [name for name in gpu_names if name]
     if not known or len(known) != len(gpu_names):
-        return (f"the {backend} thresholds were measured on an {MEASURED_ON} and this server's GPUs "
-                "could not be read")
+        return f"{what} were measured on an {MEASURED_ON} and this server's GPUs could not be read"
     others = sorted({name for name in known if not _is_measured_gpu(name)})
     if others:
-        return (f"the {backend} thresholds were measured on an {MEASURED_ON}, this server runs on "
-                f"{', '.join(others)}")
+        return f"{what} were measured on an {MEASURED_ON}, this server runs on {', '.join(others)}"
     return None
 
 

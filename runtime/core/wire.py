@@ -15,8 +15,8 @@ SIM_ADMIN_KEY_ENV = "SPECCTL_SIM_ADMIN_KEY"  # the simulator's admin key, from t
 ADMIN_PATHS = ("/set_internal_state", "/flush_cache", "/abort_request", "/sim/")
 COSTS_ENV = "SPECCTL_DEPTH_COSTS"  # path of the step-time table per (batch, depth) the depth choice prices with
 # The key, in the plugin's ``specctl`` block of /get_internal_state (so /server_info), that says the
-# target's routed experts as its HF config counts them: 0 for a dense model (a row measured on one
-# applies only to one: runtime/core/thresholds.py). Absent from an older plugin's block.
+# target's routed experts as its HF config counts them: 0 for a dense model (rows are measured per
+# model class and apply only to their own: runtime/core/thresholds.py). Absent from an older plugin's block.
 EXPERTS_KEY = "experts"
 FALSE_WORDS = ("0", "false", "no", "off")  # what switches a SPECCTL_* flag off, in any case
 

@@ -143,8 +143,9 @@ def get_internal_state(release: Release, result: Any, owner: Any, recv_req: Any)
     """AFTER hook: add ``specctl`` to the scheduler's internal state (so to /server_info).
 
     The policy's state, the off state's, and the target's routed experts
-    (``EXPERTS_KEY``), by which the supervisor keeps thresholds measured on a
-    dense model off a MoE (runtime/core/thresholds.py).
+    (``EXPERTS_KEY``), by which the supervisor picks the thresholds row of the
+    target's model class: a MoE's where one was measured, never a dense model's
+    (runtime/core/thresholds.py).
     """
     params = active()
     if params is not None:

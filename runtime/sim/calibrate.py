@@ -8,10 +8,11 @@ measurements arrive; the preset file is then edited by hand, with the why.
 A preset's ``checks`` (other runs it was not fitted to) are printed below its
 table and never enter the fit.
 
-A preset with no measurement (``h200-qwen3moe``: a prediction written before
-its GPU run) prints what the GPU sweep would measure instead: no speculation
-and static EAGLE-3 (specctl forced on) at the sweep's concurrencies, their
-ratio, and where they cross. ``--predict`` prints that table for any preset.
+A preset with no measurement (a prediction written before its GPU run, as
+``h200-qwen3moe`` was until its first sitting) prints what the GPU sweep would
+measure instead: no speculation and static EAGLE-3 (specctl forced on) at the
+sweep's concurrencies, their ratio, and where they cross. ``--predict`` prints
+that table for any preset.
 """
 
 from __future__ import annotations

@@ -46,6 +46,10 @@ class PerfParams:
     moe_experts: int = 0  # routed experts per MoE layer
     moe_active: int = 0  # routed experts each token picks
     expert_bytes: float = 0.0  # one routed expert's weights summed over all MoE layers
+    # The share of a forward's tokens after the first that draw their own experts; the others
+    # repeat a route already drawn (experts_touched). 1: every token routes on its own, the
+    # upper end. The GPU runs' random-weight target fits 0.25 (docs/sim-presets.md, "h200-qwen3moe").
+    moe_spread: float = 1.0
     # The target's tensor-parallel all-reduces, per forward (0: folded into the overheads, as
     # the single-GPU presets have none): a fixed latency each, plus each token's activations
     # over the interconnect (count x hidden x 2 bytes x 2(n-1)/n / bus bandwidth).
@@ -91,14 +95,17 @@ def mean_accept_len(alpha: float, steps: int) -> float:
 def experts_touched(p: PerfParams, tokens: int) -> float:
     """Expected distinct routed experts per MoE layer that ``tokens`` tokens route to.
 
-    Each token picks ``moe_active`` of ``moe_experts`` independently and
-    uniformly: E * (1 - (1 - k/E)^tokens). Real routing is correlated (the
-    draft tree's siblings sit at one position), so this is the upper end of
-    what a verify reads; at one token it is exactly k.
+    Each token picks ``moe_active`` of ``moe_experts`` uniformly; the first and
+    a ``moe_spread`` share of the others draw on their own, the rest repeat a
+    route already drawn: E * (1 - (1 - k/E)^n), n = 1 + (tokens - 1) x spread.
+    Real routing is correlated (the draft tree's siblings sit at one position,
+    requests fed alike token ids route alike), so spread 1 is the upper end of
+    what a forward reads; at one token it is exactly k, whatever the spread.
     """
-    if p.moe_experts <= 0:
+    if p.moe_experts <= 0 or tokens <= 0:
         return 0.0
-    return p.moe_experts * (1.0 - (1.0 - p.moe_active / p.moe_experts) ** tokens)
+    draws = 1.0 + (tokens - 1) * p.moe_spread
+    return p.moe_experts * (1.0 - math.pow(1.0 - p.moe_active / p.moe_experts, draws))
 
 
 def weights_read(p: PerfParams, tokens: int) -> float:

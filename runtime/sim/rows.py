@@ -2,8 +2,10 @@
 
 The supervisor applies a backend's measured row only on the GPU and to the model class
 it was measured on (``thresholds.for_server``). A preset says both, its GPU as NVML
-names it and its routed experts, so every bench that runs auto on a preset asks here,
-and a MoE preset or one on another GPU keeps the defaults there as it would on a server.
+names it and its routed experts, so every bench that runs auto on a preset asks here:
+a MoE preset gets the backend's MoE row where one was measured (h200-qwen3moe: Triton),
+and one without a row for its class, or on another GPU, keeps the defaults there as it
+would on a server.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ def supervised_settings(preset: Preset, settings: dict[str, Any]) -> tuple[dict[
     The operator's ``settings`` win, group by group; the line gives ``for_server``'s
     reason where the row stays out.
     """
-    row, why = for_server(preset.attention_backend, [preset.gpu.name] * preset.tp_size, settings,
-                          experts=preset.params.moe_experts)
+    experts = preset.params.moe_experts
+    row, why = for_server(preset.attention_backend, [preset.gpu.name] * preset.tp_size, settings, experts=experts)
     applied = unset_groups(row or {}, settings)
     said = f"preset {preset.name} ({preset.attention_backend}, {preset.gpu.name}, {_model_class(preset)}): "
     if applied:
-        return {**applied, **settings}, said + f"the {preset.attention_backend} row applies: {applied}"
+        which = f"the {preset.attention_backend} row" + (" for a MoE" if is_moe(experts) else "")
+        return {**applied, **settings}, said + f"{which} applies: {applied}"
     if why is not None:
         return dict(settings), said + why
     if for_backend(preset.attention_backend) is None:

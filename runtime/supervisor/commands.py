@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from specctl.runtime.core import records, view_only
@@ -184,8 +184,10 @@ class CommandHandler:
 
         Only for a server specctl launched, and only for the groups of settings the
         operator left alone (runtime/core/thresholds.py says why one set does not fit all).
-        A row measured on another GPU, or on a dense model for a MoE target (the expert
-        count the plugin puts in /server_info), is not applied, and the journal says so once.
+        The row is the one measured for the target's model class (the expert count the plugin
+        puts in /server_info): a MoE on Triton gets the MoE row; one measured on another GPU, or
+        only on a dense model for a MoE target (FA3, FlashInfer), is not applied, and the
+        journal says so once.
         ``apply`` False (the simulator): only that is said; nothing is sent.
         """
         backend, experts = attention_backend(info), target_experts(info)
@@ -208,14 +210,16 @@ class CommandHandler:
                                     ok=applied))
         return applied
 
-    def note_row_in_effect(self, info: dict[str, Any] | None) -> None:
+    def note_row_in_effect(self, info: dict[str, Any] | None, gpu_names: Sequence[str | None] = ()) -> None:
         """Once at attach: a MoE whose plugin runs a thresholds row measured on a dense model, and the fix.
 
         An attached server starts with its launch line's settings (SPECCTL_SETTINGS), and
         ``specctl sglang-args`` without ``--experts`` prints the dense row there, which a
-        server specctl launches never runs on a MoE (adopt_backend_thresholds). The
-        supervisor does not tune a server it did not launch, so it only tells: a row the
-        operator chose on purpose (their own --set here, kept in ``desired``) is not said.
+        server specctl launches never runs on a MoE (adopt_backend_thresholds: the MoE row
+        where one was measured for its backend and GPU, else the defaults). The supervisor
+        does not tune a server it did not launch, so it only tells, with the settings that
+        fit (``gpu_names`` as NVML reads them pick between the MoE row and the defaults): a
+        row the operator chose on purpose (their own --set here, kept in ``desired``) is not said.
         """
         experts, backend = target_experts(info), attention_backend(info)
         row, spec = for_backend(backend), spec_state(info) or {}
@@ -224,8 +228,10 @@ class CommandHandler:
             return
         running = _row_running(row, settings, self.desired)
         if running:
+            fits, _ = for_server(backend, list(gpu_names), self.desired, experts=experts)
             self.sup.emit(records.event(records.DENSE_THRESHOLDS_ON_MOE, backend=backend, experts=experts,
-                                        settings=running, why=dense_row_on_moe(backend, experts, running, settings)))
+                                        settings=running,
+                                        why=dense_row_on_moe(backend, experts, running, settings, fits)))
 
     async def _cmd_server(self, args: dict[str, Any]) -> dict[str, Any]:
         action = args.get("action")
@@ -263,32 +269,38 @@ def _row_running(row: Mapping[str, float], settings: Mapping[str, Any], chosen: 
 
 
 def dense_row_on_moe(backend: str | None, experts: int, running: Mapping[str, Any],
-                     settings: Mapping[str, Any] | None = None) -> str:
+                     settings: Mapping[str, Any] | None = None, fits: Mapping[str, float] | None = None) -> str:
     """The one line for a MoE running a dense model's row: what it runs, and both fixes.
 
-    The relaunch fixes it for good (sglang-args with --experts prints the policy's defaults);
-    ``specctl set`` fixes it now, until that server restarts without this supervisor.
+    The relaunch fixes it for good (sglang-args with --experts prints the MoE row where one
+    was measured for the backend and GPU, else the policy's defaults); ``specctl set`` fixes it
+    now, until that server restarts without this supervisor. ``fits``: that MoE row, where it
+    applies to this server (None: the defaults are what fits).
     """
     shown = ", ".join(f"{k} {_number(v)}" for k, v in running.items())
     return (f"this server's target is a MoE ({experts} experts) and its plugin runs the {backend} thresholds "
             f"measured on a {MEASURED_WITH} model ({shown}), as `specctl sglang-args` prints them without "
             f"--experts; a MoE's verify cost over the batch is not a {MEASURED_WITH} model's (docs/results/moe.md): "
             f"relaunch with the environment `specctl sglang-args --experts {experts}` prints (with your other "
-            f"flags), or {_back_to_defaults(running, settings or {})}")
+            f"flags), or {_to_fitting(running, settings or {}, backend, fits)}")
 
 
-def _back_to_defaults(running: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
-    """The `specctl set` that puts these settings back to the policy's defaults, where the server would take it.
+def _to_fitting(running: Mapping[str, Any], settings: Mapping[str, Any], backend: str | None,
+                fits: Mapping[str, float] | None) -> str:
+    """The `specctl set` that puts these settings to what fits a MoE, where the server would take it.
 
-    At one draft step the default acceptance floor (1.3) is more than a verify can accept, so the
-    server's other settings decide whether the plain defaults are a command that works.
+    That is the backend's MoE row where ``fits`` gives one, else the policy's defaults. At one
+    draft step the default acceptance floor (1.3) is more than a verify can accept, so the
+    server's other settings decide whether the plain values are a command that works.
     """
-    back = {k: PolicySettings().as_dict()[k] for k in running}
+    source = fits if fits else PolicySettings().as_dict()
+    back = {k: source[k] for k in running}
     try:
         PolicySettings().with_changes(dict(settings)).with_changes(back)
     except SettingsError:
         return f"set {' and '.join(running)} now with specctl set (docs/policy.md)"
-    return f"run the policy's defaults now with `specctl set {' '.join(f'{k}={_number(v)}' for k, v in back.items())}`"
+    what = f"the {backend} thresholds measured on a MoE" if fits else "the policy's defaults"
+    return f"run {what} now with `specctl set {' '.join(f'{k}={_number(v)}' for k, v in back.items())}`"
 
 
 def _number(value: Any) -> str:

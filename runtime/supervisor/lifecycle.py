@@ -253,6 +253,7 @@ class Supervisor:
             if healthy:
                 metrics, info = await asyncio.gather(client.metrics(), client.server_info())
                 if self._thresholds_checked.first():
+                    await self._note_simulator(info)  # first: the GPUs a row is chosen by are the simulator's
                     info = await self._adopt_thresholds(client, info)
         except ServerUnreachable as exc:
             self.health.unanswered(str(exc))
@@ -283,7 +284,7 @@ class Supervisor:
         real server would keep the defaults too: the report's operator reads it on their own preset.
         """
         if not self.backend.owns_process:  # someone else's launch line: said if it runs a row that does not fit
-            self.commands.note_row_in_effect(info)
+            self.commands.note_row_in_effect(info, await self.gpus.names())
             return info
         if self.sim and spec_state(info) is None:  # view only: nothing to tune
             return info
