@@ -20,7 +20,7 @@ from pathlib import Path
 
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from specctl.runtime.core.adaptive_config import write_config
-from specctl.runtime.core.settings import PolicySettings, SettingsError, unasked_floor
+from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, unasked_floor
 from specctl.runtime.core.thresholds import (
     BY_BACKEND,
     MEASURED_ON,
@@ -165,15 +165,22 @@ def _settings(args: argparse.Namespace, experts: int | None) -> PolicySettings:
                    f"if the target is a MoE, add --experts N (its config's routed experts) for {instead}")
     if why_not is not None:
         print(f"specctl sglang-args: {why_not}", file=sys.stderr)
+    # the row's groups the operator left wholly alone, as the supervisor applies them: no half pair
+    applied = unset_groups(measured, chosen) if measured else {}
     # one change set: PolicySettings at --steps 1 with the default floor alone is refused before --set min_accept
+    changes = {**applied, "steps": args.steps, **chosen}
+    given = check_fields(changes)
+    if problem := config.launch_depth_problem(args.steps, given.get("candidates", ()), given["steps"], "--steps",
+                                              f"--set steps={given['steps']}"):
+        raise ValueError(problem)
     try:
-        return PolicySettings().with_changes({**(measured or {}), "steps": args.steps, **chosen})
+        return PolicySettings().with_changes(changes)
     except SettingsError as exc:
         if exc.field != "min_accept" or "min_accept" in chosen:
             raise
-        source = f"the {args.backend} thresholds'" if measured and "min_accept" in measured else "the default"
-        floor = (measured or {}).get("min_accept", PolicySettings.min_accept)
-        raise ValueError(unasked_floor(args.steps, floor, source, "--set ")) from None
+        source = f"the {args.backend} thresholds'" if "min_accept" in applied else "the default"
+        floor = applied.get("min_accept", PolicySettings.min_accept)
+        raise ValueError(unasked_floor(given["steps"], floor, source, "--set ")) from None
 
 
 def _flags(args: argparse.Namespace, path: Path) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, unasked_floor
+from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, floor_for_steps, unasked_floor
 from specctl.runtime.core.tree_drafts import tree_args_problem
 from specctl.runtime.supervisor import config_file, paths
 from specctl.runtime.supervisor.launcher import owned_arg, reserved_arg
@@ -49,6 +49,9 @@ class SupervisorConfig:
     depth_costs: Path | None = None  # step-time table per (batch, depth) for the policy's depth choice
     # the flag an operator typed for a setting, so a refusal names it: {"candidates": "--speculative-candidate-steps"}
     flags: dict[str, str] = field(default_factory=dict)
+    # the settings whose value came from the config file's [policy] (not overridden on the command line),
+    # so a refusal names the file and the fix in its words, not a --set nobody typed
+    from_file: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not 0.05 <= self.interval <= 60:
@@ -86,6 +89,8 @@ class SupervisorConfig:
             raise ConfigError(f"--speculative-num-steps must be between 1 and 16, got {self.spec_steps}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be between 0 (any free port) and 65535, got {self.port}")
+        if self.backend == "sglang":
+            self._check_launch_depth()
         checked = self.start_settings()
         # the checked values travel on, not the text: the server parses them again ("40.0" is no integer)
         self.settings = {key: getattr(checked, key) for key in self.settings}
@@ -114,17 +119,45 @@ class SupervisorConfig:
 
     def _refusal(self, exc: SettingsError, base: PolicySettings, changes: dict[str, Any]) -> str:
         """The one line for refused start settings; a floor the operator never gave says so and what to give."""
-        if exc.field == "min_accept" and "min_accept" not in self.settings:
+        if exc.field == "min_accept":
             # refused in validation, so every value coerced: the steps are a number here
             steps = check_fields({"steps": changes.get("steps", base.steps)})["steps"]
-            return unasked_floor(steps, base.min_accept, "the default", "--set ")
+            if "min_accept" not in self.settings:
+                return unasked_floor(steps, base.min_accept, "the default", "--set ")
+            if "min_accept" in self.from_file:  # the fix in the file's words, or this run's own
+                return (f"{self._flag(exc.field, base.steps)}: {exc.message}; at {steps} draft step"
+                        f"{'s' if steps != 1 else ''} write {config_file.floor_fix(steps)}, or give "
+                        f"--set min_accept={floor_for_steps(steps):g} for this run")
         return f"{self._flag(exc.field, base.steps)}: {exc.message}"
 
     def _flag(self, key: str | None, default_steps: int) -> str:
-        """How the operator gave a setting: its own flag, else ``--set KEY`` (the config file is blamed later)."""
+        """How the operator gave a setting: its own flag, the config file's [policy] key, else ``--set KEY``."""
         if key == "steps" and "steps" not in self.settings and "steps" not in self.flags:
             return f"--speculative-num-steps (default {default_steps})"  # not given: the launch's, the preset's
+        if key in self.from_file and key not in self.flags:
+            return f"{paths.config_file()}: [policy] {key}"
         return self.flags.get(key or "", f"--set {key}")
+
+    def _check_launch_depth(self) -> None:
+        """A ``steps`` setting the launch does not build is refused: SGLang would run another depth than the policy's.
+
+        Checked before the whole set, so ``--set steps=1`` is told about the launch's depth
+        first, not about a floor it would then meet again at the depth it cannot have.
+        """
+        base, changes = self._base_settings()
+        try:
+            given = check_fields(changes)
+        except SettingsError:
+            return  # start_settings refuses it in its own words
+        steps = given["steps"]
+        told = (f"{paths.config_file()}: [policy] steps = {steps}" if "steps" in self.from_file
+                else f"--set steps={steps}")
+        problem = launch_depth_problem(self.spec_steps, given.get("candidates", base.candidates), steps,
+                                       "--speculative-num-steps", told)
+        if problem and "steps" in self.from_file:
+            problem += f", or take steps = {steps} out of [policy]"
+        if problem:
+            raise ConfigError(problem)
 
     def _check_sim(self) -> None:
         """Refuse a bad preset or load here: the simulator would only exit, and be restarted, forever."""
@@ -173,6 +206,8 @@ class SupervisorConfig:
                 admin_key=_admin_key(args, sup) if attach else _no_key_for_launch(args),
                 depth_costs=Path(args.depth_costs) if getattr(args, "depth_costs", None) else None,
                 flags=_setting_flags(args, backend),
+                from_file=frozenset(site.policy) - set(parse_pairs(args.settings)) - set(_candidates_arg(args))
+                - set(_sim_steps_arg(args, backend)),
             )
         except ConfigError as exc:
             raise _blame_the_file(exc, from_file) from None
@@ -215,6 +250,27 @@ def check_depth_costs(path: Path, settings: PolicySettings) -> None:
                           f"(it prices {', '.join(map(str, table.depths))}; the candidates are {wanted}); "
                           f"write one with `python -m specctl.runtime.sim.depth --preset NAME --depths {wanted} "
                           f"--out FILE` or bench/gpu/depth_table.py")
+
+
+def launch_depth_problem(launch: int, candidates: tuple[int, ...], steps: int, flag: str, told: str) -> str | None:
+    """Why a launch at ``launch`` draft steps cannot run the ``steps`` setting; None where it can.
+
+    SGLang builds the depths the adaptive config lists (0 and ``launch`` without ``candidates``)
+    and refuses a launch depth outside them; a ``steps`` outside them is a policy told a depth
+    the server never built. ``flag`` is how the command names the launch's depth (``--steps``
+    for sglang-args, ``--speculative-num-steps`` for run), ``told`` where ``steps`` came from.
+    """
+    if steps == launch or not 1 <= steps <= 16:
+        return None  # the whole set's check says the rest (a launch depth outside the candidates, too)
+    if candidates and launch not in candidates:
+        return (f"{flag} {launch} is not one of the candidate depths {','.join(map(str, candidates))}, and "
+                f"SGLang starts only at a depth it built: give {flag} {max(candidates)} (docs/policy.md, \"Depth\")")
+    if not candidates:
+        step_s = f"{steps} draft step{'s' if steps != 1 else ''}"
+        return (f"{told}: the launch builds depths 0 and {launch} only ({flag} {launch}), so the policy would be "
+                f"told a depth the server does not have; give {flag} {steps} to launch at {step_s} "
+                f"(docs/policy.md, \"Depth\")")
+    return None
 
 
 def owned_problem(flag: str, option: str) -> str:

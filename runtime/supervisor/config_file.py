@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specctl.runtime.core.settings import PolicySettings, SettingsError
+from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, floor_for_steps
 from specctl.runtime.supervisor import paths
 
 SUPERVISOR_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -97,8 +97,20 @@ def _policy(path: Path, table: Any) -> dict[str, Any]:
     try:
         PolicySettings().with_changes(table)
     except SettingsError as exc:
+        if exc.field == "min_accept" and "min_accept" not in table:  # the default floor, out of the file's steps' reach
+            steps = check_fields({"steps": table.get("steps", PolicySettings.steps)})["steps"]
+            raise ConfigFileError(
+                f"{path}: [policy] steps = {steps}: the default acceptance floor min_accept "
+                f"{PolicySettings.min_accept:g} (accepted draft tokens a verify) is more than a verify of {steps} "
+                f"draft step{'s' if steps != 1 else ''} can accept; add {floor_fix(steps)}") from None
         raise ConfigFileError(f"{path}: [policy] {exc.field}: {exc.message}") from None
     return dict(table)
+
+
+def floor_fix(steps: int) -> str:
+    """The acceptance floor for ``steps`` draft steps, in the file's words: what a refusal tells one to write."""
+    return (f"min_accept = {floor_for_steps(steps):g} under [policy] (the default scaled to {steps} draft "
+            f"step{'s' if steps != 1 else ''}; docs/policy.md)")
 
 
 def _supervisor(path: Path, table: Any) -> dict[str, Any]:
