@@ -154,7 +154,7 @@ def _settings(args: argparse.Namespace, experts: int | None) -> PolicySettings:
         chosen["candidates"] = args.candidate_steps
     measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [], chosen, experts=experts)
     if why_not is not None and args.gpu is None:
-        # Would --gpu help? Not for a MoE, which the row stays off on the GPU it was measured on too:
+        # Would --gpu help? Not for a MoE on a backend with no MoE row, which stays off on an H200 too:
         # then that is the reason to give, not a hint that leads to a second refusal.
         _, still = for_server(args.backend, [f"NVIDIA {MEASURED_ON}"], chosen, experts=experts)
         why_not = still or (f"the {args.backend} thresholds were measured on an {MEASURED_ON}: add --gpu "
