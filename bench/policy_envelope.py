@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import random
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from specctl.runtime.core.policy import SpecPolicy
@@ -43,6 +43,9 @@ from specctl.runtime.sim.depth import AcceptLaw, law_for, match_expected_law, po
 from specctl.runtime.sim.offline import PointResult, Server, run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
 from specctl.runtime.sim.rows import supervised_settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
+from trace_schedule import TRACE_LEVELS, TRACE_S, trace_levels  # shared with gpu/trace_load.py
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GOAL = 0.95
@@ -106,8 +109,6 @@ def render_grid(name: str, grid: dict[float, list[Row]]) -> str:
 DEPTH_CONCURRENCIES = (1, 4, 8, 16, 24, 32, 48, 64, 128, 256)
 DEPTH_GOAL = 0.97
 MIDDLE_GOAL = 1.05
-TRACE_S = 600.0  # simulated seconds of the changing-load trace
-TRACE_LEVELS = (1, 4, 8, 16, 24, 32, 48, 64, 128, 256)
 
 
 def static_settings(depth: int, depths: tuple[int, ...]) -> dict[str, Any]:
@@ -167,16 +168,6 @@ def render_depths(preset: Preset, depths: tuple[int, ...], rows: list[tuple[int,
     else:
         lines.append("no middle depth wins at any concurrency: the best static is none or the deepest everywhere")
     return "\n".join(lines)
-
-
-def trace_levels(seed: int, total_s: float = TRACE_S) -> list[tuple[float, int]]:
-    """(until, concurrency) phases of 10-20 s each across 1..256, the same for every configuration."""
-    rng = random.Random(seed)
-    t, phases = 0.0, []
-    while t < total_s:
-        t += rng.uniform(10.0, 20.0)
-        phases.append((t, rng.choice(TRACE_LEVELS)))
-    return phases
 
 
 def run_trace(preset: Preset, server: Server, settings: dict[str, Any] | None, law: AcceptLaw | None,
