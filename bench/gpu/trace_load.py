@@ -10,7 +10,7 @@ live server so that the two compare.
     trace_load.py --url URL --configs d1 d2 d3 off auto --switch "bash depth.sh {mode}" \
         --trace-s 120 --trace-seed 0 --prompt-seed 100 --label depthtrace-triton --csv trace.csv
     trace_load.py --url URL --configs none --prompt-seed 100 ...   (a server without speculation)
-    trace_load.py --table trace.csv [--label L]                     (the table of a CSV's summary rows)
+    trace_load.py --table trace.csv [more.csv] [--label L]          (the table of CSVs' summary rows)
     trace_load.py --plan --trace-s 120                              (the schedule and its length)
 
 The schedule is trace_schedule.trace_levels(trace_seed, trace_s): the first
@@ -334,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label", default="")
     p.add_argument("--csv", default="")
     p.add_argument("--prompts-log", default="", help="append each prompt's SHA-1 here (# CONFIG lines between)")
-    p.add_argument("--table", metavar="CSV", help="print the table of CSV's summary rows (of --label) and stop")
+    p.add_argument("--table", metavar="CSV", nargs="+",
+                   help="print the table of these CSVs' summary rows (of --label) and stop: one per device call")
     p.add_argument("--plan", action="store_true", help="print the schedule and its length in seconds, and stop")
     args = p.parse_args(argv)
     if args.trace_s <= 0 or args.time_scale <= 0:
@@ -347,9 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"a configuration is named twice in {args.configs}")
     if args.table:
         try:
-            print(render_table(read_rows(args.table, args.label)))
+            print(render_table([row for path in args.table for row in read_rows(path, args.label)]))
         except OSError as exc:
-            p.error(f"cannot read {args.table}: {exc.strerror}")
+            p.error(f"cannot read {exc.filename}: {exc.strerror}")
         return 0
     if args.plan:
         phases = schedule(args.trace_seed, args.trace_s, args.time_scale, args.levels)
