@@ -146,3 +146,25 @@ def test_none_runs_unswitched_on_a_server_without_speculation(tmp_path: Path) ->
 def test_bad_arguments_are_one_line_and_no_run(argv: list[str], said: str) -> None:
     done = tool(*argv)
     assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_table_leaves_out_a_static_whose_switch_failed_and_reads_several_csvs(tmp_path: Path) -> None:
+    """A pin the server refused ran in another mode: it must not become 'the best static'."""
+    fields = ["label", "config", "phase", "until_s", "level", "tok_s", "tpot_p50_ms", "switch_rc", "trace_seed"]
+
+    def write(path: Path, rows: list[tuple[str, str, str, str]]) -> str:
+        with path.open("w", newline="") as fh:
+            out = csv.writer(fh)
+            out.writerow(fields)
+            for config, tok, tpot, rc in rows:
+                out.writerow(["t", config, 0, 12.0, 4, tok, tpot, rc, 0])
+                out.writerow(["t", config, "all", 12.0, "", tok, tpot, rc, 0])
+        return str(path)
+
+    first = write(tmp_path / "a.csv", [("d1", "1000", "5", "1"), ("d2", "800", "6", "0")])
+    second = write(tmp_path / "b.csv", [("auto", "880", "5.4", "0"), ("none", "700", "7", "")])
+    done = tool("--table", first, second, "--label", "t")
+    assert done.returncode == 0, done.stderr
+    assert "| d1 (SWITCH FAILED, rc 1) | 1000 |" in done.stdout and "| none | 700 |" in done.stdout
+    assert "auto / best single static (d2, of d2, none): tok/s 1.100 (goal >= 1.05: met), p50 TPOT 0.900" \
+        in done.stdout

@@ -255,11 +255,16 @@ def render_table(rows: list[dict[str, Any]]) -> str:
              "| configuration | output tok/s | completion tok/s | p50 TPOT ms | requests | switches | mean depth | "
              "on share | prompt seed |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    failed = [n for n, r in last.items() if str(r.get("switch_rc", "")) not in ("", "0")]
     for name, r in last.items():
-        lines.append(f"| {name} | {r.get('tok_s', '')} | {r.get('completion_tok_s', '')} | {r.get('tpot_p50_ms', '')} "
+        shown = f"{name} (SWITCH FAILED, rc {r['switch_rc']})" if name in failed else name
+        lines.append(f"| {shown} | {r.get('tok_s', '')} | {r.get('completion_tok_s', '')} | {r.get('tpot_p50_ms', '')} "
                      f"| {r.get('reqs_done', '')} | {r.get('switches', '')} | {r.get('steps', '')} | "
                      f"{r.get('on_share', '')} | {r.get('prompt_seed', '')} |")
-    statics = [n for n in last if n != "auto" and tok_s(last[n]) > 0]
+    statics = [n for n in last if n != "auto" and n not in failed and tok_s(last[n]) > 0]
+    if "auto" in failed:
+        lines.append("auto's switch failed: it ran in whatever mode the server was left in; no ratio")
+        return "\n".join(lines)
     if "auto" not in last or not statics:
         lines.append("auto / best static: needs auto and at least one static configuration")
         return "\n".join(lines)
