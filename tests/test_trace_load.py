@@ -12,12 +12,14 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_bench_gpu_dryrun import assert_clean, dry_run
 
 from support.sim_process import sim_process
 
@@ -168,3 +170,34 @@ def test_the_table_leaves_out_a_static_whose_switch_failed_and_reads_several_csv
     assert "| d1 (SWITCH FAILED, rc 1) | 1000 |" in done.stdout and "| none | 700 |" in done.stdout
     assert "auto / best single static (d2, of d2, none): tok/s 1.100 (goal >= 1.05: met), p50 TPOT 0.900" \
         in done.stdout
+
+
+def test_depthtrace_refuses_to_start_without_a_cost_table(sock_dir: Path) -> None:
+    run = dry_run(sock_dir, "depthtrace", "pack", DEPTHS="0,1,2,3", TRACE_S="5")
+    assert run.rc == 3 and "no cost table: run depthsweep first or set DEPTH_COSTS" in run.log, run.log[-3000:]
+    assert "starting depthtrace" not in run.log and run.log.rstrip().endswith("done; FAILED: depthtrace")
+
+
+def test_depthtrace_runs_each_configuration_then_none_and_prints_the_goals(sock_dir: Path) -> None:
+    """The phase as the operator starts it (dry run): the specctl server's pins and auto, then the no-spec
+    server's 'none', in one CSV and one table."""
+    costs = sock_dir / "costs.json"
+    made = subprocess.run([sys.executable, "-m", "specctl.runtime.sim.depth", "--preset", "h200-llama8b",
+                           "--depths", "0,1,2,3", "--out", str(costs)], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    run = dry_run(sock_dir, "depthtrace", "pack", DEPTHS="0,1,2,3", DEPTH_COSTS=str(costs), TRACE_S="5",
+                  TRACE_SEED="1", TRACE_CONFIGS="d2 auto", IL_INPUT="64", IL_OUTPUT="32")
+    assert_clean(run, "depthtrace", "pack")
+    assert re.search(r"depthtrace: 3 traces of \d+s \(TRACE_S=5, seed 1\) \+ 2 server start\(s\)", run.log)
+    rows = read(run.out / "trace-triton.csv")
+    summaries = {r["config"]: r for r in rows if r["phase"] == "all"}
+    assert list(summaries) == ["auto", "d2", "none"]  # TRACE_SEED 1 rotates the order by one; none comes last
+    assert float(summaries["d2"]["steps"]) == 2.0 and summaries["none"]["steps"] == ""
+    assert len({r["prompt_seed"] for r in summaries.values()}) == 3
+    expected = [(round(u, 2), lvl) for u, lvl in trace_levels(1, 5.0)]
+    for config in summaries:
+        phases = [r for r in rows if r["config"] == config and r["phase"] != "all"]
+        assert [(float(r["until_s"]), int(r["level"])) for r in phases] == expected
+        assert float(summaries[config]["tok_s"]) > 0
+    table = (run.out / "trace-table-triton.txt").read_text()
+    assert "auto / best single static" in table and "| none |" in table and "goal >= 1.05" in table

@@ -984,7 +984,7 @@ trace_fit() {  # trace_fit RUNS SERVERS: log the estimate; cut TRACE_S to what B
   len=$(python3 "$HERE/trace_load.py" --plan --trace-s "$TRACE_S" --trace-seed "$TRACE_SEED" | awk '/length_s/ {print $2}')
   room=$(( $(left) - 30 - $2 * start ))
   log "depthtrace: $1 traces of ${len}s (TRACE_S=$TRACE_S, seed $TRACE_SEED) + $2 server start(s): about" \
-    "$(( $1 * (len + 4) + $2 * start ))s, $(left)s left"
+    "$(( $1 * (len + 4) + $2 * start ))s; BUDGET_S has $(left)s of it"
   [ $(( $1 * (len + 4) )) -le "$room" ] && return 0
   fit=$(( room / $1 - 4 - 20 ))   # a trace ends at the first phase past TRACE_S: up to 20 s more
   [ "$fit" -ge 30 ] || { log "depthtrace: no room for $1 traces of 30 s at least; skip"; return 1; }
