@@ -18,7 +18,8 @@ and ends with one auto / max(on, off) grid per preset.
 each static depth, at c = 1, 4, 8, 16, 24, 32, 48, 64, 128, 256 (goal: auto >=
 0.97 x the best static; >= 1.05 x the best of none and the deepest where a
 middle depth wins), then on a trace whose concurrency changes every 10-20 s
-(whole-trace tok/s and p50 TPOT against each static configuration).
+(whole-trace tok/s and p50 TPOT against each static configuration; --trace-s S
+runs its first S seconds, as bench/gpu/run_fast_off.sh's depthtrace does).
 --decline D makes each draft position's acceptance D below the one before
 (a non-geometric law; the preset's accept length still holds at its steps);
 --sglang-law uses SGLang's simulated acceptance instead (the same accepted
@@ -31,10 +32,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import random
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from specctl.runtime.core.policy import SpecPolicy
@@ -43,6 +44,9 @@ from specctl.runtime.sim.depth import AcceptLaw, law_for, match_expected_law, po
 from specctl.runtime.sim.offline import PointResult, Server, run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
 from specctl.runtime.sim.rows import supervised_settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
+from trace_schedule import TRACE_LEVELS, TRACE_S, trace_levels  # shared with gpu/trace_load.py
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GOAL = 0.95
@@ -106,8 +110,6 @@ def render_grid(name: str, grid: dict[float, list[Row]]) -> str:
 DEPTH_CONCURRENCIES = (1, 4, 8, 16, 24, 32, 48, 64, 128, 256)
 DEPTH_GOAL = 0.97
 MIDDLE_GOAL = 1.05
-TRACE_S = 600.0  # simulated seconds of the changing-load trace
-TRACE_LEVELS = (1, 4, 8, 16, 24, 32, 48, 64, 128, 256)
 
 
 def static_settings(depth: int, depths: tuple[int, ...]) -> dict[str, Any]:
@@ -169,18 +171,8 @@ def render_depths(preset: Preset, depths: tuple[int, ...], rows: list[tuple[int,
     return "\n".join(lines)
 
 
-def trace_levels(seed: int, total_s: float = TRACE_S) -> list[tuple[float, int]]:
-    """(until, concurrency) phases of 10-20 s each across 1..256, the same for every configuration."""
-    rng = random.Random(seed)
-    t, phases = 0.0, []
-    while t < total_s:
-        t += rng.uniform(10.0, 20.0)
-        phases.append((t, rng.choice(TRACE_LEVELS)))
-    return phases
-
-
 def run_trace(preset: Preset, server: Server, settings: dict[str, Any] | None, law: AcceptLaw | None,
-              seed: int = 0) -> tuple[float, float, int]:
+              seed: int = 0, trace_s: float = TRACE_S) -> tuple[float, float, int]:
     """(output tok/s over the trace, p50 TPOT in ms, switches) of one configuration."""
     policy = None
     if server != "nospec":
@@ -188,7 +180,7 @@ def run_trace(preset: Preset, server: Server, settings: dict[str, Any] | None, l
         policy = SpecPolicy(chosen, policy_costs(preset.params, preset.workload, chosen.candidates))
     engine = preset.engine(policy, seed=seed)
     engine.accept_law = law
-    phases = trace_levels(seed)
+    phases = trace_levels(seed, trace_s)
     target = phases[0][1]
     tpots: list[float] = []
 
@@ -211,16 +203,17 @@ def run_trace(preset: Preset, server: Server, settings: dict[str, Any] | None, l
     return tok_s, statistics.median(tpots) * 1e3, switches
 
 
-def render_trace(preset: Preset, settings: dict[str, Any], depths: tuple[int, ...], law: AcceptLaw | None) -> str:
+def render_trace(preset: Preset, settings: dict[str, Any], depths: tuple[int, ...], law: AcceptLaw | None,
+                 trace_s: float = TRACE_S) -> str:
     configs: list[tuple[str, Server, dict[str, Any] | None]] = [("none", "nospec", None)]
     configs += [(f"static {d}", "on", static_settings(d, depths)) for d in depths if d]
     configs.append((f"auto on/off (0, {max(depths)})", "auto", {**settings, "steps": max(depths)}))
     configs.append(("auto", "auto", {**settings, "candidates": ",".join(map(str, depths)), "steps": max(depths)}))
-    results = {name: run_trace(preset, server, chosen, law) for name, server, chosen in configs}
+    results = {name: run_trace(preset, server, chosen, law, trace_s=trace_s) for name, server, chosen in configs}
     best = max((n for n in results if not n.startswith("auto")), key=lambda n: results[n][0])
     auto = results["auto"]
     lines = [f"trace: concurrency changes every 10-20 s across {', '.join(map(str, TRACE_LEVELS))} for "
-             f"{TRACE_S:g} s (SIMULATED)",
+             f"{trace_s:g} s (SIMULATED)",
              "(TPOT here: a request's latency over its output tokens, queueing and prefill included)",
              "| configuration | output tok/s | p50 TPOT ms | switches |", "| --- | ---: | ---: | ---: |"]
     lines += [f"| {n} | {r[0]:.0f} | {r[1]:.2f} | {r[2]} |" for n, r in results.items()]
@@ -261,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decline", type=float, default=0.0, metavar="D",
                     help="with --depths: each draft position accepted D less often than the one before")
     ap.add_argument("--no-trace", action="store_true", help="with --depths: skip the changing-load trace")
+    ap.add_argument("--trace-s", type=float, default=TRACE_S, metavar="S",
+                    help="with --depths: the trace's length (its first phases; the GPU's depthtrace runs TRACE_S)")
     ap.add_argument("--sglang-law", action="store_true",
                     help="SGLang's simulated acceptance (match-expected), what the GPU sweeps see")
     ns = ap.parse_args(argv)
@@ -293,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                                         law))
                     if not ns.no_trace:
                         print()
-                        print(render_trace(variant, chosen_settings, ns.depths, law))
+                        print(render_trace(variant, chosen_settings, ns.depths, law, ns.trace_s))
                 except (ValueError, SettingsError) as exc:
                     ap.error(str(exc))
                 print()

@@ -82,6 +82,20 @@
 #                  does, at 2.0 depth 1 yields what any does, so a middle depth "wins" by construction.
 #                  It still tests auto against the statics under one law; the simulator's prediction of
 #                  it is `bench/policy_envelope.py --depths 0,1,2,3 --sglang-law` (docs/policy.md)
+#   depthtrace     issue 22's trace goal: a specctl server built with DEPTHS, simulated acceptance (ACC_LEN), the
+#                  measured cost table ($WORK/depth-costs-measured.json from depthsweep, or DEPTH_COSTS; refused
+#                  without one); trace_load.py runs the changing-load trace (bench/gpu/trace_schedule.py, the
+#                  simulator's schedule: TRACE_S s of it, TRACE_SEED) once per configuration of TRACE_CONFIGS
+#                  (default: dN for every positive depth, off, auto; pinned through depth_switch), the order
+#                  rotated by TRACE_SEED (no configuration always the first after start-up or the last as the
+#                  machine drifts), each with its own prompt seed (the radix cache would flatter a later one); then,
+#                  with TRACE_NOSPEC=1 (default), a server without speculation runs it as "none" (only: that alone).
+#                  Logs its estimated time first; where BUDGET_S cannot hold it, TRACE_S is cut to fit (30 s at
+#                  least, else it stops). CSV $OUT/trace-TAG.csv (a row per configuration and phase, a summary row
+#                  per configuration), the table in $WORK/trace-table-TAG.txt: auto / best static, goals >= 1.05
+#                  tok/s and <= 1 p50 TPOT. Default TRACE_S=120 with 6 traces takes about 17 minutes: more than
+#                  one call's BUDGET_S, so split it (TRACE_CONFIGS="d1 d2 d3" TRACE_NOSPEC=0, then
+#                  TRACE_CONFIGS="off auto" TRACE_NOSPEC=1; one CSV per call, `trace_load.py --table` over both)
 #   tree           issue 23: SGLang's static EAGLE-3 tree (TREE_TOPK 4, TREE_STEPS 2, TREE_TOKENS 16, the
 #                  report's launch line), no plugin, simulated acceptance TREE_ACC (2.7 of at most 3:
 #                  docs/topk.md), interleave.py over CONCS2, labels tree-ATTN; report.py puts it beside
@@ -109,6 +123,8 @@
 #   SITE (default BENCH_ROOT/site: where install: and project install and what PYTHONPATH names; /root/site523
 #   for SGLang 0.5.23 from bench/gpu/install_0523.sh, with SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 on path D)
 #   ACCEPT_PERIOD (depthcheck's seconds per depth for depth_accept.py, default 4)
+#   TRACE_S TRACE_SEED TRACE_CONFIGS TRACE_NOSPEC (depthtrace: trace length, schedule seed, configurations,
+#   1|0|only for the server without speculation)
 set -uo pipefail
 T0=$(date +%s)
 REPO=$(pwd)
@@ -181,6 +197,10 @@ PAIR_DECODE_OUTPUT=${PAIR_DECODE_OUTPUT:-2000}  # outlasts warm-up + window at 6
 DEPTHS=${DEPTHS:-}                # candidate depths of the specctl server (e.g. 0,1,2,3); empty = 0 and STEPS
 DEPTH_COSTS=${DEPTH_COSTS:-}      # a cost table for the depth choice (JSON); empty = none (on/off policy)
 CONCS3=${CONCS3:-"1 4 8 16 24 32 48 64 128 256"}   # the depth sweep's concurrencies (issue 22's grid)
+TRACE_S=${TRACE_S:-120}           # depthtrace: seconds of the simulator's trace per configuration (phases of 10-20 s)
+TRACE_SEED=${TRACE_SEED:-0}       # its schedule's seed (the simulator's run_trace uses 0) and the order's rotation
+TRACE_CONFIGS=${TRACE_CONFIGS:-}  # its specctl configurations; empty = dN for every positive depth, off, auto
+TRACE_NOSPEC=${TRACE_NOSPEC:-1}   # 1: also the trace on a server without speculation ("none"); 0: not; only: that alone
 TREE_TOPK=${TREE_TOPK:-4}         # the tree phase's static EAGLE-3 tree (the report's: topk 4, 2 steps, 16 tokens)
 TREE_STEPS=${TREE_STEPS:-2}
 TREE_TOKENS=${TREE_TOKENS:-16}
@@ -871,12 +891,21 @@ predicted_costs() {  # predicted_costs FILE: the simulator's cost table for MODE
   python3 -m specctl.runtime.sim.depth --preset "$preset" --depths "$DEPTHS" --out "$1"
 }
 
-depth_switch() {  # a switch command for interleave.py: dN pins depth N (forced on), off and auto as named
+depth_switch() {  # a switch command for interleave.py / trace_load.py: dN pins depth N (forced on), off and auto
+  # A pin sets min_accept=0 with it: the policy refuses steps below its acceptance floor (1.3 by default, so
+  # d1 would be refused and the server stay where it was); off and auto put back the floor and slope the
+  # server had when this was written, so auto runs with its own settings (depthsweep sets 0 before it)
+  local floor
+  floor=$(python3 "$HERE/ctl.py" "$URL" state 2>/dev/null | python3 -c 'import json, sys
+s = (json.load(sys.stdin) or {}).get("settings") or {}
+print("min_accept=%r accept_slope=%r" % (float(s["min_accept"]), float(s["accept_slope"])))' 2>/dev/null)
+  [ -n "$floor" ] || log "depth_switch: could not read the server's acceptance floor; auto keeps what a pin left" >&2
   cat > "$WORK/depth.sh" <<SHEOF
+ok() { grep -Eq '"set": \[true(, true)*\]'; }   # refused ([false]): a non-zero status, which the load logs
 case \$1 in
-  d*) python3 "$HERE/ctl.py" "$URL" set mode=1 steps=\${1#d} > /dev/null ;;
-  off) python3 "$HERE/ctl.py" "$URL" set mode=2 steps=$STEPS > /dev/null ;;
-  auto) python3 "$HERE/ctl.py" "$URL" set mode=0 steps=$STEPS > /dev/null ;;
+  d*) python3 "$HERE/ctl.py" "$URL" set min_accept=0 mode=1 steps=\${1#d} | ok ;;
+  off) python3 "$HERE/ctl.py" "$URL" set mode=2 steps=$STEPS $floor | ok ;;
+  auto) python3 "$HERE/ctl.py" "$URL" set mode=0 steps=$STEPS $floor | ok ;;
 esac
 SHEOF
   echo "bash $WORK/depth.sh {mode}"
@@ -939,6 +968,65 @@ phase_depthauto() {  # auto over the depths with the measured table, against d3 
   python3 "$HERE/rank_switches.py" "$WORK/server-depthauto.log"
   server_facts depthauto
   stop_server
+}
+
+trace_run() {  # trace_run "CONFIGS" PROMPT-SEED SWITCH-COMMAND NAME: trace_load.py on the server up now
+  "${LOAD_PIN[@]}" python3 "$HERE/trace_load.py" --url "$URL" --label "depthtrace-$ATTN$MTAG" --configs $1 \
+    --switch "${3:-}" --trace-s "$TRACE_S" --trace-seed "$TRACE_SEED" --order-shift "$TRACE_SEED" \
+    --prompt-seed "$2" --input-len "$IL_INPUT" --output-len "$IL_OUTPUT" --len-jitter "$IL_JITTER" \
+    --budget-s "$(( $(left) - 20 ))" --csv "$OUT/trace-$TAG.csv" --prompts-log "$WORK/trace-prompts-$TAG.txt" \
+    > "$WORK/trace-run-$4.log" 2>&1 || log "trace_load failed"
+  grep -E "phase=all|skip|request errors|Error|error:" "$WORK/trace-run-$4.log" | cut -c1-300
+}
+
+trace_fit() {  # trace_fit RUNS SERVERS: log the estimate; cut TRACE_S to what BUDGET_S holds (false: not 30 s)
+  local len start=$([ "${DRY_RUN:-}" = sim ] && echo 5 || echo 150) room fit
+  len=$(python3 "$HERE/trace_load.py" --plan --trace-s "$TRACE_S" --trace-seed "$TRACE_SEED" | awk '/length_s/ {print $2}')
+  room=$(( $(left) - 30 - $2 * start ))
+  log "depthtrace: $1 traces of ${len}s (TRACE_S=$TRACE_S, seed $TRACE_SEED) + $2 server start(s): about" \
+    "$(( $1 * (len + 4) + $2 * start ))s; BUDGET_S has $(left)s of it"
+  [ $(( $1 * (len + 4) )) -le "$room" ] && return 0
+  fit=$(( room / $1 - 4 - 20 ))   # a trace ends at the first phase past TRACE_S: up to 20 s more
+  [ "$fit" -ge 30 ] || { log "depthtrace: no room for $1 traces of 30 s at least; skip"; return 1; }
+  log "depthtrace: TRACE_S cut from $TRACE_S to $fit s to fit BUDGET_S"
+  TRACE_S=$fit
+}
+
+phase_depthtrace() {  # issue 22's trace: every static depth, off and auto on one server, then none on another
+  DEPTHS=${DEPTHS:-0,1,2,3}
+  local costs=${DEPTH_COSTS:-$WORK/depth-costs-measured.json} configs=$TRACE_CONFIGS d runs servers=0
+  local seed=$(( IL_SEED * 1000 + 500 ))   # prompts no other phase's load sends (interleave.py: IL_SEED)
+  case $TRACE_NOSPEC in 0|1|only) ;; *) log "TRACE_NOSPEC must be 0, 1 or only, got '$TRACE_NOSPEC'"; return 1 ;; esac
+  if [ -z "$configs" ]; then
+    for d in ${DEPTHS//,/ }; do [ "$d" = 0 ] || configs="$configs d$d"; done
+    configs="${configs# } off auto"
+  fi
+  [ "$TRACE_NOSPEC" = only ] && configs=""
+  if [ -n "$configs" ]; then
+    [ -f "$costs" ] || { log "no cost table: run depthsweep first or set DEPTH_COSTS"; return 1; }
+    servers=1
+  fi
+  runs=$(echo $configs | wc -w)
+  [ "$TRACE_NOSPEC" = 0 ] || { runs=$((runs + 1)); servers=$((servers + 1)); }
+  trace_fit "$runs" "$servers" || return 1
+  if [ -n "$configs" ]; then
+    DEPTH_COSTS=$costs start_server depthtrace specctl 1 || return 1
+    python3 "$HERE/ctl.py" "$URL" state | cut -c1-400
+    trace_run "$configs" "$seed" "$(depth_switch)" specctl
+    python3 "$HERE/ctl.py" "$URL" state | cut -c1-600
+    server_facts depthtrace
+    stop_server
+  fi
+  if [ "$TRACE_NOSPEC" != 0 ]; then
+    start_server nospec-trace nospec 0 || return 1
+    trace_run none "$(( seed + 50 ))" "" nospec
+    server_facts nospec-trace
+    stop_server
+  fi
+  [ -f "$OUT/trace-$TAG.csv" ] || { log "depthtrace: no rows"; return 1; }
+  python3 "$HERE/trace_load.py" --table "$OUT/trace-$TAG.csv" --label "depthtrace-$ATTN$MTAG" \
+    | tee "$WORK/trace-table-$TAG.txt"
+  cp -f "$WORK/trace-table-$TAG.txt" "$OUT/"
 }
 
 # ------------------------------------------------------------------ phases
@@ -1058,6 +1146,7 @@ run_phase() {  # run_phase PHASE: one phase; its status says whether it did its 
     depthcheck) phase_depthcheck ;;
     depthsweep) phase_depthsweep ;;
     depthauto) phase_depthauto ;;
+    depthtrace) phase_depthtrace ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
     *) log "unknown phase $1"; return 1 ;;
