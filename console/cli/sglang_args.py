@@ -17,6 +17,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from specctl.runtime.core.adaptive_config import write_config
@@ -29,7 +30,7 @@ from specctl.runtime.core.thresholds import (
     for_server,
     unset_groups,
 )
-from specctl.runtime.supervisor import config, paths
+from specctl.runtime.supervisor import config, config_file, paths
 from specctl.runtime.supervisor.edges import no_depth_costs_line
 from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
 
@@ -89,7 +90,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def run(args: argparse.Namespace) -> int:
     try:
-        settings = _settings(args, _experts(args.experts))
+        from_file = _file_policy()
+        settings = _settings(args, _experts(args.experts), from_file)
     except (config.ConfigError, SettingsError, ValueError) as exc:
         return _usage(str(exc))
     if args.tp < 1:
@@ -114,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
     if costs is None and any(0 < d < settings.steps for d in settings.candidates):
         line = no_depth_costs_line(settings.steps, [d for d in settings.candidates if d > 0], launched=True)
         print(f"specctl sglang-args: {line}", file=sys.stderr)
+    if from_file:  # said once, and only for a printout: a refusal stays one line
+        print(f"specctl sglang-args: [policy] read from {paths.config_file()}, as specctl run reads it "
+              "(--set overrides it)", file=sys.stderr)
     env = launch_env(settings, os.environ, str(costs) if costs else None)
     if FLASHINFER_WORKSPACE_ENV in os.environ:  # the operator's size, kept: a unit or manifest must carry it too
         env[FLASHINFER_WORKSPACE_ENV] = os.environ[FLASHINFER_WORKSPACE_ENV]
@@ -142,16 +147,18 @@ def _experts(text: str | None) -> int | None:
     return value
 
 
-def _settings(args: argparse.Namespace, experts: int | None) -> PolicySettings:
-    """Policy defaults, then the backend's thresholds measured on this GPU and model class, then the operator's --set.
+def _settings(args: argparse.Namespace, experts: int | None, from_file: dict[str, Any]) -> PolicySettings:
+    """Policy defaults, then the backend's thresholds measured on this GPU and model class, then the config
+    file's [policy], then the operator's --set: the order specctl run applies them in.
 
     A row that does not apply is said on stderr, once: the printout stays what a shell evaluates.
     Without --experts the row is printed, as the supervisor applies it where a server does
     not say its class (thresholds.for_server), and stderr says how to check.
     """
-    chosen = config.parse_pairs(args.settings)
+    chosen = {**from_file, **config.parse_pairs(args.settings)}  # as run: the file, then --set over it
     if args.candidate_steps is not None:
         chosen["candidates"] = args.candidate_steps
+    file_steps = "steps" in from_file and "steps" not in config.parse_pairs(args.settings)
     measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [], chosen, experts=experts)
     if why_not is not None and args.gpu is None:
         # Would --gpu help? Not for a MoE on a backend with no MoE row, which stays off on an H200 too:
@@ -170,9 +177,11 @@ def _settings(args: argparse.Namespace, experts: int | None) -> PolicySettings:
     # one change set: PolicySettings at --steps 1 with the default floor alone is refused before --set min_accept
     changes = {**applied, "steps": args.steps, **chosen}
     given = check_fields(changes)
+    told = (f"{paths.config_file()}: [policy] steps = {given['steps']}" if file_steps
+            else f"--set steps={given['steps']}")
     if problem := config.launch_depth_problem(args.steps, given.get("candidates", ()), given["steps"], "--steps",
-                                              f"--set steps={given['steps']}"):
-        raise ValueError(problem)
+                                              told):
+        raise ValueError(problem + (f", or take steps = {given['steps']} out of [policy]" if file_steps else ""))
     try:
         return PolicySettings().with_changes(changes)
     except SettingsError as exc:
@@ -181,6 +190,20 @@ def _settings(args: argparse.Namespace, experts: int | None) -> PolicySettings:
         source = f"the {args.backend} thresholds'" if "min_accept" in applied else "the default"
         floor = applied.get("min_accept", PolicySettings.min_accept)
         raise ValueError(unasked_floor(given["steps"], floor, source, "--set ")) from None
+
+
+def _file_policy() -> dict[str, Any]:
+    """The config file's ``[policy]``, found and read as ``specctl run`` reads it (``$SPECCTL_CONFIG``, else
+    the config dir's specctl.toml), so what is printed is what run would start with.
+
+    Why: an operator with a site config was printed one policy here and given another by run.
+    There is no flag for the file: run has none, and this command's ``--config`` is the adaptive config it writes.
+    """
+    try:
+        policy = config_file.load().policy
+    except config_file.ConfigFileError as exc:
+        raise ValueError(str(exc)) from None
+    return policy
 
 
 def _flags(args: argparse.Namespace, path: Path) -> list[str]:

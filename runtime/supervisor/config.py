@@ -289,10 +289,24 @@ def _candidates_arg(args: argparse.Namespace) -> dict[str, Any]:
 def _sim_steps_arg(args: argparse.Namespace, backend: BackendKind) -> dict[str, Any]:
     """``--speculative-num-steps N`` for the simulator: its ``steps`` setting (a launch gets the flag itself).
 
-    Why: the simulator used to run its preset's steps whatever the flag said.
+    Why: the simulator used to run its preset's steps whatever the flag said. A ``--set steps``
+    beside it naming another depth is refused: two command-line sources disagreeing is a mistake
+    to say, not one to settle silently (the config file's ``[policy] steps`` is overridden by
+    either, as the command line overrides the file everywhere).
     """
     steps = getattr(args, "spec_steps", None)
-    return {"steps": steps} if backend == "sim" and steps is not None else {}
+    if backend != "sim" or steps is None:
+        return {}
+    given = parse_pairs(getattr(args, "settings", None) or []).get("steps")
+    if given is not None:
+        try:
+            agrees = check_fields({"steps": given})["steps"] == steps
+        except SettingsError as exc:
+            raise ConfigError(f"--set steps: {exc.message}") from None
+        if not agrees:
+            raise ConfigError(f"--speculative-num-steps {steps} and --set steps={given} name two depths for "
+                              "the simulator: give one")
+    return {"steps": steps}
 
 
 def _setting_flags(args: argparse.Namespace, backend: BackendKind) -> dict[str, str]:

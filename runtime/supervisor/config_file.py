@@ -15,7 +15,9 @@ sim_load = "bursts"
 admin_key_file = "~/.config/specctl/server.key"  # an --attach'ed server's admin key (0600)
 ```
 
-Found at ``paths.config_file()`` (``$SPECCTL_CONFIG`` overrides). Validated
+Found at ``paths.config_file()`` (``$SPECCTL_CONFIG`` overrides). Read by ``specctl run``/``tui``
+(config.SupervisorConfig.from_args) and, for ``[policy]``, by ``specctl sglang-args``, so the
+policy it prints is the one run starts with. Validated
 strictly: an unknown table or key is an error that names it, so a typo never
 passes silently.
 """
