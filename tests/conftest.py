@@ -60,3 +60,22 @@ def sock_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="sc-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_site_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test, and every process it starts, reads an empty config file, never the developer's own.
+
+    ``run``, ``tui`` and ``sglang-args`` read ``[policy]`` from ~/.config/specctl/specctl.toml: a
+    machine with one would see other settings printed and applied than the tests expect. A test
+    about the file sets SPECCTL_CONFIG (or passes its own environment) itself, which wins.
+    """
+    empty = tmp_path_factory.mktemp("site-config") / "specctl.toml"
+    empty.write_text("")
+    before = os.environ.get("SPECCTL_CONFIG")
+    os.environ["SPECCTL_CONFIG"] = str(empty)
+    yield
+    if before is None:
+        os.environ.pop("SPECCTL_CONFIG", None)
+    else:
+        os.environ["SPECCTL_CONFIG"] = before
