@@ -199,11 +199,19 @@ async def window(http: Http, load: Load, seconds: float, cpus: set[int] | None =
 def emit(row: dict[str, Any], path: str) -> None:
     shown = [k for k in FIELDS if k not in ("errors", "switch_rc", "t_unix")]
     print("[interleave] " + " ".join(f"{k}={row.get(k, '')}" for k in shown), flush=True)
+    append_csv(path, row, FIELDS)
+
+
+def append_csv(path: str, row: dict[str, Any], fields: list[str]) -> None:
+    """One row onto ``path`` (nothing where it is empty), the header first where the file is new or empty.
+
+    Appending lets several device calls write one CSV, which report.py and trace_load.py --table read whole.
+    """
     if not path:
         return
     new = not os.path.exists(path) or os.path.getsize(path) == 0
     with open(path, "a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         if new:
             writer.writeheader()
         writer.writerow(row)

@@ -48,7 +48,6 @@ import asyncio
 import csv
 import hashlib
 import json
-import os
 import statistics
 import sys
 import time
@@ -57,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_spec import Http, scrape
-from interleave import DECODE, GAUGES, Load, switch, turn_order
+from interleave import DECODE, GAUGES, Load, append_csv, switch, turn_order
 from trace_schedule import TRACE_LEVELS, trace_levels
 
 SWITCHES = "specctl:spec_switches_total"  # the plugin's gauge and the simulator's counter, by one name
@@ -216,14 +215,7 @@ def emit(row: dict[str, Any], path: str) -> None:
     shown = ["config", "phase", "level", "tok_s", "completion_tok_s", "tpot_p50_ms", "reqs_done", "steps",
              "on_share", "switches", "errors"]
     print("[trace] " + " ".join(f"{k}={row.get(k, '')}" for k in shown), flush=True)
-    if not path:
-        return
-    new = not os.path.exists(path) or os.path.getsize(path) == 0
-    with open(path, "a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
+    append_csv(path, row, FIELDS)
 
 
 def number(value: Any) -> float | None:
