@@ -79,15 +79,21 @@ class Load:
                 "sampling_params": {"max_new_tokens": olen, "temperature": 0.0, "ignore_eos": True},
                 "stream": False}
 
+    async def _post(self) -> tuple[int, Any] | None:
+        """One request; None where it did not get through (said, after a pause), as when the load stops."""
+        try:
+            return await self.http.post_json("/generate", self._payload())
+        except Exception as exc:  # connection reset by the final abort, etc.
+            if not self.stop.is_set():
+                self._error(repr(exc))
+                await asyncio.sleep(0.5)
+            return None
+
     async def _client(self) -> None:
         while not self.stop.is_set():
-            try:
-                status, body = await self.http.post_json("/generate", self._payload())
-            except Exception as exc:  # connection reset by the final abort, etc.
-                if not self.stop.is_set():
-                    self._error(repr(exc))
-                    await asyncio.sleep(0.5)
+            if (reply := await self._post()) is None:
                 continue
+            status, body = reply
             if status != 200:
                 if not self.stop.is_set():
                     self._error(f"HTTP {status}: {body[:200]!r}")

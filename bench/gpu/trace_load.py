@@ -105,13 +105,9 @@ class TraceLoad(Load):
                 self.active -= 1
                 return
             sent = time.perf_counter()
-            try:
-                status, body = await self.http.post_json("/generate", self._payload())
-            except Exception as exc:  # connection reset by the final abort, etc.
-                if not self.stop.is_set():
-                    self._error(repr(exc))
-                    await asyncio.sleep(0.5)
+            if (reply := await self._post()) is None:
                 continue
+            status, body = reply
             if self.stop.is_set():
                 return
             tokens = completion_tokens(body) if status == 200 else None
