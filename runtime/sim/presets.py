@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import PolicySettings
+from specctl.runtime.sim import qwen3moe_shapes as moe
 from specctl.runtime.sim.costs import PerfParams, Workload
 from specctl.runtime.sim.engine import SimEngine
 
@@ -342,36 +343,14 @@ RTX_8GPU_REPORT_TOPK1 = replace(
 )
 
 # Written as a prediction before the GPU run (issue 23; docs/sim-presets.md, "h200-qwen3moe";
-# docs/results/moe.md), then calibrated to the first sitting (below, after the shapes).
+# docs/results/moe.md), then calibrated to the first sitting (below).
 # The h200-llama8b server (same H200, Triton, SGLang 0.5.17) with Qwen3-30B-A3B's shapes as
 # the sweep's target (bench/gpu/models.py qwen3moe): 48 layers, hidden 2048, 32 query / 4 KV
 # heads of 128, 128 experts of intermediate 768 with 8 a token, every layer sparse, vocabulary
-# 151936, bf16; and its
-# EAGLE-3 head: 1 layer at hidden 2048 with the target's heads, intermediate 6144, a
-# 32000-token draft vocabulary. The machine's rates and overheads are Triton's
-# (mem_bw, compute, step/request/draft/prefill overheads, chunk size); only what the
-# model changes is recounted, each from the shapes:
-_QWEN3MOE_LAYERS, _QWEN3MOE_HIDDEN, _QWEN3MOE_VOCAB = 48, 2048, 151_936
-_QWEN3MOE_Q_HEADS, _QWEN3MOE_KV_HEADS, _HEAD_DIM = 32, 4, 128
-_QWEN3MOE_ATTN_PARAMS = _QWEN3MOE_LAYERS * (  # q 2048x4096, k and v 2048x512, o 4096x2048, q/k norms
-    2 * _QWEN3MOE_HIDDEN * _QWEN3MOE_Q_HEADS * _HEAD_DIM + 2 * _QWEN3MOE_HIDDEN * _QWEN3MOE_KV_HEADS * _HEAD_DIM
-    + 2 * _HEAD_DIM)  # 0.906 B
-_QWEN3MOE_ROUTER_NORM_PARAMS = _QWEN3MOE_LAYERS * (128 * _QWEN3MOE_HIDDEN + 2 * _QWEN3MOE_HIDDEN) + _QWEN3MOE_HIDDEN
-_QWEN3MOE_EMBED_HEAD_PARAMS = 2 * _QWEN3MOE_VOCAB * _QWEN3MOE_HIDDEN  # untied; 0.62 B
-# Read by every forward whatever it routes: attention, routers, norms, embedding and LM head
-# (3.08 GB). The embedding is a lookup, but h200-llama8b's weight_bytes counts it (8.03 B
-# parameters), and its mem_bw was fitted so: counted the same way here.
-_QWEN3MOE_ALWAYS_BYTES = (_QWEN3MOE_ATTN_PARAMS + _QWEN3MOE_ROUTER_NORM_PARAMS + _QWEN3MOE_EMBED_HEAD_PARAMS) * 2
-_QWEN3MOE_EXPERT_BYTES = 3 * _QWEN3MOE_HIDDEN * 768 * _QWEN3MOE_LAYERS * 2  # one expert, 48 layers: 453 MB
-_QWEN3MOE_ACTIVE_PARAMS = _QWEN3MOE_ALWAYS_BYTES / 2 + 8 * _QWEN3MOE_EXPERT_BYTES / 2  # 3.35 B, as published
-# KV a context token: 48 layers x 4 KV heads x 128 x (K, V) x 2 bytes = 96 KiB (Llama-8B 128 KiB).
-_QWEN3MOE_KV_BYTES = _QWEN3MOE_LAYERS * _QWEN3MOE_KV_HEADS * _HEAD_DIM * 2 * 2
-# The EAGLE-3 head a draft forward streams (its embedding is the target's, a lookup): q on the
-# 2h input 4096x4096, k and v 4096x512, o 4096x2048, MLP 3 x 2048 x 6144, fc 6144 -> 2048,
-# LM head 2048 x 32000: 0.145 B parameters (Llama-8B's head, counted the same way: 0.44 B).
-_QWEN3MOE_EAGLE3_PARAMS = (2 * _QWEN3MOE_HIDDEN * 4096 + 2 * 2 * _QWEN3MOE_HIDDEN * 512 + 4096 * _QWEN3MOE_HIDDEN
-                           + 3 * _QWEN3MOE_HIDDEN * 6144 + 3 * _QWEN3MOE_HIDDEN * _QWEN3MOE_HIDDEN
-                           + _QWEN3MOE_HIDDEN * 32_000)
+# 151936, bf16; and its EAGLE-3 head: 1 layer at hidden 2048 with the target's heads,
+# intermediate 6144, a 32000-token draft vocabulary. The machine's rates and overheads are
+# Triton's (mem_bw, compute, step/request/draft/prefill overheads, chunk size); only what the
+# model changes is recounted, each from the shapes (runtime/sim/qwen3moe_shapes.py).
 # Attention, scaled from Triton's fitted values by what each kernel's work follows:
 # - decode: SGLang's grouped decode kernel reads each KV head once for all its query heads,
 #   memory bound (Llama: 36.5 ns, 1.11x the HBM floor): by KV bytes, x 96/128 = 27.4 ns.
@@ -396,7 +375,6 @@ _QWEN3MOE_EAGLE3_PARAMS = (2 * _QWEN3MOE_HIDDEN * 4096 + 2 * 2 * _QWEN3MOE_HIDDE
 # - req_overhead_s 33 us (Llama 9.4), draft_overhead_s 0.68 ms (0.28), prefill_overhead_s 5.9 ms
 #   (3.6): effective values, the per-request and per-cycle costs the routing adds, not measured apart.
 _TRITON = H200_LLAMA8B.params
-_VERIFY_PREDICTED = _TRITON.verify_kv_s * (_QWEN3MOE_Q_HEADS * _QWEN3MOE_LAYERS) / (32 * 32)  # 739.5 ns
 H200_QWEN3MOE = replace(
     H200_LLAMA8B,
     name="h200-qwen3moe",
@@ -406,17 +384,17 @@ H200_QWEN3MOE = replace(
     draft_model_path="sim/qwen3-30b-a3b-eagle3",
     params=replace(
         _TRITON,
-        weight_bytes=_QWEN3MOE_ALWAYS_BYTES,
-        flops_per_token=2 * _QWEN3MOE_ACTIVE_PARAMS,
+        weight_bytes=moe.ALWAYS_BYTES,
+        flops_per_token=2 * moe.ACTIVE_PARAMS,
         moe_experts=128,
         moe_active=8,
-        expert_bytes=_QWEN3MOE_EXPERT_BYTES,
-        decode_kv_s=_TRITON.decode_kv_s * _QWEN3MOE_KV_BYTES / _LLAMA8B_KV_BYTES,
-        draft_weight_bytes=_QWEN3MOE_EAGLE3_PARAMS * 2,
-        draft_flops_per_token=2 * _QWEN3MOE_EAGLE3_PARAMS,
-        prefill_attn_s=_TRITON.prefill_attn_s * (_QWEN3MOE_LAYERS * _QWEN3MOE_Q_HEADS) / (32 * 32),
+        expert_bytes=moe.EXPERT_BYTES,
+        decode_kv_s=_TRITON.decode_kv_s * moe.KV_BYTES / _LLAMA8B_KV_BYTES,
+        draft_weight_bytes=moe.EAGLE3_PARAMS * 2,
+        draft_flops_per_token=2 * moe.EAGLE3_PARAMS,
+        prefill_attn_s=_TRITON.prefill_attn_s * (moe.LAYERS * moe.Q_HEADS) / (32 * 32),
         # fitted (above); the prediction's: 1, 1.1 ms, 739.5 ns (Triton's 493 x query heads x layers,
-        # _VERIFY_PREDICTED), 9.4 us, 0.28 ms, 3.6 ms
+        # 48 x 32 / 32 x 32), 9.4 us, 0.28 ms, 3.6 ms
         moe_spread=0.25,
         step_overhead_s=2.9e-3,
         verify_kv_s=1.03e-6,
