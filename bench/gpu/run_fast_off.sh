@@ -81,7 +81,7 @@
 #                  ACC_LEN-1 drafts whatever the depth (clamped to it): at 2.8 depth 2 yields what depth 3
 #                  does, at 2.0 depth 1 yields what any does, so a middle depth "wins" by construction.
 #                  It still tests auto against the statics under one law; the simulator's prediction of
-#                  it is `bench/policy_envelope.py --depths 0,1,2,3 --sglang-law` (docs/policy.md)
+#                  it is `bench/policy_envelope.py --depths 0,1,2,3 --sglang-law` (docs/depth.md)
 #   depthtrace     issue 22's trace goal: a specctl server built with DEPTHS, simulated acceptance (ACC_LEN), the
 #                  measured cost table ($WORK/depth-costs-measured.json from depthsweep, or DEPTH_COSTS; refused
 #                  without one); trace_load.py runs the changing-load trace (bench/gpu/trace_schedule.py, the

@@ -27,7 +27,7 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-candidate-steps", metavar="0,1,2,3", dest="candidate_steps",
                    help="draft depths auto chooses among, each built at start (default: 0 and the steps)")
     g.add_argument("--depth-costs", metavar="FILE.json",
-                   help="step time per (batch, depth) the depth choice prices with (docs/policy.md)")
+                   help="step time per (batch, depth) the depth choice prices with (docs/depth.md)")
     g.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     g.add_argument("--attach", metavar="URL", help="supervise a server started elsewhere")
     g.add_argument("--admin-key-file", metavar="FILE",

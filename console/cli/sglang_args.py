@@ -80,7 +80,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="draft depths auto chooses among, each built at start (default: 0 and --steps); "
                         "written into the adaptive config, as SGLang builds only the depths it lists")
     p.add_argument("--depth-costs", metavar="FILE.json",
-                   help="step time per (batch, depth) the depth choice prices with (docs/policy.md); "
+                   help="step time per (batch, depth) the depth choice prices with (docs/depth.md); "
                         "the server must be able to read it")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                    help="a policy setting the server starts with, e.g. --set off_at=48 (repeatable)")

@@ -13,7 +13,7 @@ Vocabulary:
 - *depth*: the draft steps a decode batch runs (0 = off). With the default
   candidate set {0, steps} the policy is the on/off machine it always was;
   with more positive candidates and a cost table it chooses the depth with
-  the most expected tokens per second of step time (docs/policy.md, "Depth").
+  the most expected tokens per second of step time (docs/depth.md).
 
 What an operator may set, and how it is checked, is settings.py.
 """

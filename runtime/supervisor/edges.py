@@ -129,7 +129,7 @@ class ServerNotes:
         """Built for a middle depth, but with no cost table to price it: auto will never choose it.
 
         Why say it: an operator who asked for depths 0,1,2,3 expects auto to use 1 and 2; without
-        a table the policy stays on/off at ``steps`` (docs/policy.md, "Depth"), and nothing else
+        a table the policy stays on/off at ``steps`` (docs/depth.md), and nothing else
         shows it. ``depth_model`` is the server's own word, so a simulator (which prices depths
         with its own model) or an attached server given SPECCTL_DEPTH_COSTS is not told so.
         """
@@ -166,4 +166,4 @@ def no_depth_costs_line(steps: int, depths: list[int], launched: bool) -> str:
     given = ("without --depth-costs FILE" if launched
              else "without a cost table (SPECCTL_DEPTH_COSTS in its environment)")
     return (f"{given} auto chooses between 0 and {steps} steps only; `specctl force-on --steps N` still pins "
-            f"any of {depths} (docs/policy.md, \"Depth\")")
+            f"any of {depths} (docs/depth.md)")
