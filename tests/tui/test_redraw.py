@@ -6,11 +6,15 @@ repaint that was skipped when the data did change shows here as the old text.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.reactive import reactive
+from textual.widget import Widget
 
 from specctl.themes.console_themes import THEMES
 from specctl.widgets.banner import BannerState, SpecBanner
@@ -158,26 +162,26 @@ async def test_a_chart_shades_a_span_where_only_the_colours_change() -> None:
         assert backgrounds() - before, "the shaded span's background is drawn"
 
 
-async def test_a_chart_takes_a_new_theme_s_colours() -> None:
+def another_theme(app: App[None], timechart: Widget) -> None:
+    """A theme whose accent differs from the first one's: the chart's colours must follow."""
+    first = next(iter(THEMES))
+    app.theme = next(t.name for t in THEMES if t.accent != first.accent)
+
+
+def alarm_class(app: App[None], timechart: Widget) -> None:
+    """A class that restyles only the dots (the widget's own rules as they were): every row repaints."""
+    timechart.add_class("-alarm")
+
+
+@pytest.mark.parametrize("restyle", [another_theme, alarm_class], ids=["theme", "component-class"])
+async def test_a_chart_takes_a_restyle(restyle: Callable[[App[None], Widget], None]) -> None:
     app = Board()
     async with app.run_test(size=(60, 30)) as pilot:
         timechart = await flat_chart(app, pilot)
-        themes = list(THEMES)
-        app.theme = themes[0].name
+        app.theme = next(iter(THEMES)).name
         await shown(pilot)
         before = series_colour(timechart)
-        app.theme = next(t.name for t in themes if t.accent != themes[0].accent)
-        await shown(pilot)
-        assert series_colour(timechart) != before
-
-
-async def test_a_chart_takes_a_component_style_that_changes_alone() -> None:
-    """A class that restyles only the dots (the widget's own rules as they were) repaints every row."""
-    app = Board()
-    async with app.run_test(size=(60, 30)) as pilot:
-        timechart = await flat_chart(app, pilot)
-        before = series_colour(timechart)
-        timechart.add_class("-alarm")
+        restyle(app, timechart)
         await shown(pilot)
         assert series_colour(timechart) != before
 
