@@ -921,14 +921,14 @@ phase_depthcheck() {  # correctness first: every depth's greedy outputs, switchi
     echo "== KV used before"; python3 "$HERE/ctl.py" "$URL" used; } > "$P" 2>&1
   for d in ${DEPTHS//,/ }; do
     [ "$d" = 0 ] && continue
-    corr "dc-d$d-$ATTN" --set steps="$d" min_accept=0 --mode on
+    corr "dc-d$d-$ATTN" --set steps="$d" min_accept=0 --mode on --logprobs
     runs+=("$WORK/corr-dc-d$d-$ATTN.json")
   done
   python3 "$HERE/ctl.py" "$URL" set steps="$STEPS" >/dev/null
-  corr "dc-off-$ATTN" --mode off
-  corr "dc-cycle-$ATTN" --set min_accept=0 --mode on --toggle 0.03 --cycle-steps 1,3,0,2,3,1,0,2
+  corr "dc-off-$ATTN" --mode off --logprobs
+  corr "dc-cycle-$ATTN" --set min_accept=0 --mode on --toggle 0.03 --cycle-steps 1,3,0,2,3,1,0,2 --logprobs
   corr "dc-auto-$ATTN" --set steps="$STEPS" min_accept=0 accept_slope=0 accept_window=2 probe_after=16 dwell=1 \
-    --mode auto
+    --mode auto --logprobs
   python3 "$HERE/ctl.py" "$URL" set min_accept=0 accept_window=64 probe_after=256 dwell=8 steps="$STEPS" >/dev/null
   runs+=("$WORK/corr-dc-off-$ATTN.json" "$WORK/corr-dc-cycle-$ATTN.json" "$WORK/corr-dc-auto-$ATTN.json")
   python3 "$HERE/correctness.py" compare "${runs[@]}" | tee -a "$P"
