@@ -602,3 +602,13 @@ def test_rank_switches_compares_the_depth_when_there_are_several(tmp_path: Path,
     done = tool(str(GPU / "rank_switches.py"), str(apart))
     assert done.returncode == 1
     assert "TP0 at step 50 (on at depth 1, depth), TP1 at step 50 (on at depth 2, depth)" in done.stdout
+
+
+def test_ctl_exits_non_zero_when_the_server_refuses_a_set(sim: str) -> None:
+    refused = tool(str(GPU / "ctl.py"), sim, "set", "on_at=2000")  # above off_at (1000): refused as a whole
+    assert refused.returncode == 1
+    assert '"set": [false]' in refused.stdout and "ctl: the server refused set on_at=2000" in refused.stderr
+    assert json.loads(tool(str(GPU / "ctl.py"), sim, "state").stdout)["settings"]["on_at"] == 999  # unchanged
+    accepted = tool(str(GPU / "ctl.py"), sim, "set", "on_at=500")
+    assert accepted.returncode == 0 and accepted.stderr == ""
+    assert json.loads(accepted.stdout)["specctl"]["settings"]["on_at"] == 500

@@ -6,6 +6,7 @@ project installed. Used by run_fast_off.sh between load points.
 
     ctl.py URL mode on|off|auto      set specctl's mode, print the state read back
     ctl.py URL set KEY=VALUE ...     set specctl settings (numbers), print the state
+                                     (mode and set exit 1 when the server refuses the change)
     ctl.py URL state                 print internal_states[0]["specctl"] as JSON
     ctl.py URL used                  flush the radix cache, print KV tokens in use
     ctl.py URL info KEY ...          print /server_info keys as JSON
@@ -114,7 +115,24 @@ def main(argv: list[str]) -> int:
         print(f"ctl: {exc!r}\n{__doc__}")
         return 2
     print(json.dumps(out, default=str))
+    if argv[1] in ("mode", "set") and refused(out["set"]):
+        print(f"ctl: the server refused {' '.join(argv[1:])} (answer {out['set']!r})", file=sys.stderr)
+        return 1
     return 0
+
+
+def refused(answer: Any) -> bool:
+    """True where /set_internal_state said no: a false among its per-rank answers, or updated false.
+
+    A script that goes on after a refused set measures the wrong state (a
+    depth pin refused under the default floor ran as auto once), so the exit
+    status carries it.
+    """
+    if isinstance(answer, list):
+        return any(refused(a) for a in answer)
+    if isinstance(answer, dict):
+        return answer.get("updated", answer.get("success", True)) is False
+    return answer is False
 
 
 if __name__ == "__main__":
