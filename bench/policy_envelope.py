@@ -41,7 +41,7 @@ from typing import Any
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError
 from specctl.runtime.sim.depth import AcceptLaw, law_for, match_expected_law, policy_costs
-from specctl.runtime.sim.offline import PointResult, Server, run_point
+from specctl.runtime.sim.offline import PointResult, Server, run_point, static_settings
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
 from specctl.runtime.sim.rows import supervised_settings
 
@@ -110,12 +110,6 @@ def render_grid(name: str, grid: dict[float, list[Row]]) -> str:
 DEPTH_CONCURRENCIES = (1, 4, 8, 16, 24, 32, 48, 64, 128, 256)
 DEPTH_GOAL = 0.97
 MIDDLE_GOAL = 1.05
-
-
-def static_settings(depth: int, depths: tuple[int, ...]) -> dict[str, Any]:
-    """Forced on at one depth, with every depth built (as a server with those candidates)."""
-    return {"candidates": ",".join(map(str, depths)), "steps": depth, "mode": "on", "min_accept": 0.0,
-            "accept_slope": 0.0}
 
 
 def sweep_depths(preset: Preset, settings: dict[str, Any], depths: tuple[int, ...],

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import random
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +114,75 @@ def test_sglangs_simulated_acceptance_accepts_the_same_drafts_at_every_depth() -
     assert [flat.accept_len(d) for d in (1, 2, 3)] == [2.0, 2.0, 2.0]
     draws = law.draw(random.Random(0), 10_000, 3)
     assert set(draws) == {1, 2} and sum(draws) / len(draws) == pytest.approx(1.8, abs=0.02)
+
+
+# -- calibrate --depth-csv: the preset against the GPU's static-depth windows ------------------------------------
+SWEEP = Path(__file__).resolve().parent.parent / "bench/gpu/results/depth/triton-depthsweep.csv"
+ROW = re.compile(r"^\| (d\d+|off|nospec) \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", re.M)
+
+
+def calibrate(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI in its own process (the timeout only stops a hung run)."""
+    return subprocess.run([sys.executable, "-m", "specctl.runtime.sim.calibrate", *argv],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_calibrate_prints_a_row_per_depth_and_concurrency_of_the_gpu_sweep() -> None:
+    done = calibrate("--preset", "h200-llama8b", "--depth-csv", str(SWEEP))
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    depth = done.stdout.split("depth check (not fitted): depth-triton")[1]
+    assert "SGLang's simulated acceptance 2.8 (match-expected: 2.00 at d1, 2.80 at d2, 2.80 at d3)" in depth
+    with SWEEP.open(newline="") as fh:
+        windows = {(r["mode"], int(r["concurrency"])): float(r["tok_s"]) for r in csv.DictReader(fh)}
+    rows = {(m[1], int(m[2])): (float(m[3]), float(m[4]), float(m[5])) for m in ROW.finditer(depth)}
+    assert set(rows) == set(windows) and len(rows) == 40  # d1 d2 d3 off at 10 concurrencies
+    for key, (measured, simulated, ratio) in rows.items():
+        assert measured == windows[key] and ratio == pytest.approx(simulated / measured, abs=6e-4), key
+    # the depths are really run: one draft step yields 2 tokens a verify, two and three 2.8 under SGLang's law
+    assert rows["d1", 1][1] < rows["d3", 1][1] < rows["d2", 1][1] and rows["off", 256][1] > rows["d3", 256][1]
+    for part, cs in (("c < 48", [c for _, c in rows if c < 48]), ("c >= 48", [c for _, c in rows if c >= 48])):
+        worst = max((abs(r[2] - 1), key) for key, r in rows.items() if key[1] in cs)
+        said = re.search(rf"worst point at {part}: ([\d.]+) % off \((\w+) at c=(\d+)\)", depth)
+        assert said and float(said[1]) == pytest.approx(worst[0] * 100, abs=0.1), part
+        assert (said[2], int(said[3])) == worst[1]
+    assert "best by c, measured / simulated" in depth and "c=4 d2 / d2" in depth and "c=256 off / off" in depth
+
+
+def test_calibrate_averages_a_states_windows_and_leaves_auto_out(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text("label,concurrency,mode,round,tok_s\n"
+                     "mine,4,d2,0,1200.0\nmine,4,d2,1,1300.0\nmine,4,auto,0,1250.0\nmine,4,off,0,700.0\n"
+                     "server2,4,-,0,730.0\n", encoding="utf-8")
+    done = calibrate("--preset", "h200-llama8b", "--depth-csv", str(sweep), "--acc-len", "2.0")
+    assert done.returncode == 0, done.stderr
+    mine, other = done.stdout.split("depth check (not fitted): mine")[1].split("depth check (not fitted): server2")
+    assert "SGLang's simulated acceptance 2 (match-expected: 2.00 at d2)" in mine
+    assert [(m[1], m[2], m[3]) for m in ROW.finditer(mine)] == [("d2", "4", "1250.0"), ("off", "4", "700.0")]
+    assert [(m[1], m[3]) for m in ROW.finditer(other)] == [("nospec", "730.0")]
+    assert "worst point at c < 48" in mine and "c >= 48" not in mine
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (None, "No such file or directory"),
+    ("mode,tok_s\nd1,3.0\n", "not a sweep CSV (no label, concurrency column)"),
+    ("label,concurrency,mode,tok_s\nx,4,d2,fast\n", "line 2: tok_s 'fast' is not a number"),
+    ("label,concurrency,mode,tok_s\nx,4,on,900\n", "line 2: mode 'on' is none of dN, off, - or auto"),
+    ("label,concurrency,mode,tok_s\nx,4,auto,900\n", "no windows of a dN, off or - mode"),
+    (b"\xff\xfe\x00garbled\x81", "not a sweep CSV"),
+])
+def test_calibrate_refuses_an_unreadable_sweep_in_one_line(tmp_path: Path, text: str | bytes | None,
+                                                           said: str) -> None:
+    path = tmp_path / "sweep.csv"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    elif text is not None:
+        path.write_text(text, encoding="utf-8")
+    done = calibrate("--preset", "h200-llama8b", "--depth-csv", str(path))
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"calibrate: --depth-csv: {path}")
+    assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_calibrate_wants_one_preset_for_a_sweep() -> None:
+    done = calibrate("--depth-csv", str(SWEEP))
+    assert done.returncode == 2 and "--depth-csv needs one --preset" in done.stderr and done.stdout == ""

@@ -13,17 +13,32 @@ A preset with no measurement (a prediction written before its GPU run, as
 measure instead: no speculation and static EAGLE-3 (specctl forced on) at the
 sweep's concurrencies, their ratio, and where they cross. ``--predict`` prints
 that table for any preset.
+
+``--depth-csv FILE`` checks a preset against a GPU sweep of static depths
+(bench/gpu/run_fast_off.sh ``depthsweep``/``depthauto``, interleave.py's CSV):
+each window's mode ``dN`` runs forced on at depth N, ``off`` forced off and
+``-`` (a no-spec server's CSV) without speculation, under SGLang's simulated
+acceptance (``--acc-len``, SGLANG_SIMULATE_ACC_LEN with match-expected: each
+verify accepts ACC_LEN - 1 drafts clamped to the depth), as
+bench/policy_envelope.py ``--sglang-law`` runs them. Like a check, it is never
+fitted to. The CSV is read, not pasted into presets.py: it is the record, and
+a sweep re-run is checked without editing a preset.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import math
+import re
+import statistics
 import sys
 from collections.abc import Iterable
+from typing import Any
 
-from specctl.runtime.sim.offline import Server, run_point
+from specctl.runtime.sim.depth import match_expected_law
+from specctl.runtime.sim.offline import Server, run_point, static_settings
 from specctl.runtime.sim.presets import PRESETS, Preset
 
 SERIES_SERVER: dict[str, Server] = {"nospec": "nospec", "eagle3": "on"}
@@ -149,6 +164,157 @@ def fit(preset: Preset, keys: Iterable[str], rounds: int = 6) -> Preset:
     return best
 
 
+NOISY_FROM = 48  # from here one short window of a state reads up to 15-20 % apart on two servers
+CSV_COLUMNS = ("label", "concurrency", "mode", "tok_s")
+
+
+class DepthCsvError(ValueError):
+    """A sweep CSV that cannot be read as windows of static depths; the message says where."""
+
+
+def series_of(mode: str) -> str | None:
+    """A window's mode as a series: 'd2' -> 'd2', 'off' -> 'off', '-' (no-spec server) -> 'nospec'; auto -> None."""
+    if re.fullmatch(r"d([1-9]|1[0-6])", mode) or mode == "off":
+        return mode
+    if mode == "-":
+        return "nospec"
+    if mode == "auto":
+        return None  # the GPU's auto priced with the measured table, not the simulator's: not comparable
+    raise ValueError(f"mode {mode!r} is none of dN, off, - or auto")
+
+
+def read_windows(path: str) -> dict[str, Measured]:
+    """label -> series -> concurrency -> tok/s (the mean where a state has several windows)."""
+    cells: dict[str, dict[str, dict[int, list[float]]]] = {}
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise DepthCsvError(f"{path}: not a sweep CSV (no {', '.join(missing)} column)")
+            for row in reader:
+                try:
+                    series = series_of(row["mode"] or "")
+                    c, tok_s = _number(int, row, "concurrency"), _number(float, row, "tok_s")
+                except ValueError as exc:
+                    raise DepthCsvError(f"{path} line {reader.line_num}: {exc}") from None
+                if series is None:
+                    continue
+                if c < 1 or not tok_s > 0:
+                    raise DepthCsvError(f"{path} line {reader.line_num}: concurrency {c}, tok_s {tok_s:g}")
+                cells.setdefault(row["label"] or "", {}).setdefault(series, {}).setdefault(c, []).append(tok_s)
+    except OSError as exc:
+        raise DepthCsvError(f"{path}: {exc.strerror or exc}") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise DepthCsvError(f"{path}: not a sweep CSV ({exc})") from None
+    if not cells:
+        raise DepthCsvError(f"{path}: no windows of a dN, off or - mode")
+    return {label: {series: {c: statistics.fmean(v) for c, v in sorted(by_c.items())}
+                    for series, by_c in sorted(by_series.items(), key=lambda kv: _series_order(kv[0]))}
+            for label, by_series in cells.items()}
+
+
+def _number(kind: type[int] | type[float], row: dict[str, str | None], column: str) -> Any:
+    text = row.get(column) or ""
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{column} {text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+
+
+def _series_order(series: str) -> tuple[int, int]:
+    return (0, int(series[1:])) if series.startswith("d") else (1, 0 if series == "off" else 1)
+
+
+def depth_run(series: str, depths: Iterable[int], steps: int) -> tuple[Server, dict[str, Any] | None]:
+    """How a window of ``series`` runs: the server kind and its policy settings.
+
+    A server built with ``depths`` as candidates, pinned the way the GPU's
+    depth_switch pins it: dN forced on at N (no acceptance floor), off forced
+    off at the server's ``steps``; nospec a server without speculation.
+    """
+    depths = tuple(depths)
+    if series == "nospec":
+        return "nospec", None
+    if series == "off":
+        return "off", {**static_settings(steps, depths), "mode": "off"}
+    return "on", static_settings(int(series[1:]), depths)
+
+
+def depth_points(preset: Preset, measured: Measured, acc_len: float) -> list[Row]:
+    """(series, concurrency, measured, simulated) for windows of static depths under SGLang's simulated acceptance."""
+    law = match_expected_law(acc_len)
+    variant = dataclasses.replace(preset, accept_len=acc_len)
+    depths = sorted({0, preset.steps} | {int(s[1:]) for s in measured if s.startswith("d")})
+    rows = []
+    for series, values in measured.items():
+        server, settings = depth_run(series, depths, preset.steps)
+        for c, value in values.items():
+            result = run_point(variant, c, server, settings=settings, warmup_s=preset.warmup_s,
+                               window_s=preset.window_s, accept_law=law)
+            rows.append((series, c, value, result.tok_s))
+    return rows
+
+
+def depth_summary(rows: list[Row]) -> list[str]:
+    """Mean sim / measured per series (alone, and over off at the same c), worst misses, the best state by c.
+
+    Windows of one sitting share what the load and the machine did then; the
+    ratio over off at the same concurrency removes that, leaving what the depth
+    model itself gets wrong. From NOISY_FROM up the windows scatter too much to
+    judge a preset by, so their worst miss is given apart.
+    """
+    steady = [r for r in rows if r[1] < NOISY_FROM]
+    noisy = [r for r in rows if r[1] >= NOISY_FROM]
+    lines = []
+    ratios: dict[str, list[float]] = {}
+    for series, _, meas, sim in steady:
+        ratios.setdefault(series, []).append(sim / meas)
+    if ratios:
+        lines.append(f"mean sim / measured at c < {NOISY_FROM}: " +
+                     ", ".join(f"{s} {statistics.fmean(v):.3f}" for s, v in ratios.items()))
+    off = {c: sim / meas for series, c, meas, sim in steady if series == "off"}
+    over_off: dict[str, list[float]] = {}
+    for series, c, meas, sim in steady:
+        if series.startswith("d") and c in off:
+            over_off.setdefault(series, []).append(sim / meas / off[c])
+    if over_off:
+        lines.append(f"sim / measured over off's at the same c (what a sitting shares removed), c < {NOISY_FROM}: "
+                     + ", ".join(f"{s} {statistics.fmean(v):.3f} ({min(v):.2f}-{max(v):.2f})"
+                               for s, v in over_off.items()))
+    for name, part, note in ((f"c < {NOISY_FROM}", steady, ""),
+                             (f"c >= {NOISY_FROM}", noisy, " (noisy: one short window a state; the same state "
+                                                           "read up to 15-20 % apart on two servers)")):
+        if part:
+            series, c, meas, sim = max(part, key=lambda r: abs(r[3] / r[2] - 1))
+            lines.append(f"worst point at {name}: {abs(sim / meas - 1) * 100:.1f} % off ({series} at c={c}){note}")
+    best = []
+    for c in sorted({r[1] for r in rows}):
+        at = [r for r in rows if r[1] == c]
+        if len(at) > 1:
+            measured_best, sim_best = max(at, key=lambda r: r[2]), max(at, key=lambda r: r[3])
+            best.append(f"c={c} {measured_best[0]} / {sim_best[0]}{'' if measured_best[0] == sim_best[0] else ' *'}")
+    if best:
+        lines.append("best by c, measured / simulated (* where they differ): " + ", ".join(best))
+    return lines
+
+
+def depth_check(preset: Preset, path: str, acc_len: float | None = None) -> str:
+    """A sweep CSV's static-depth windows against the preset: one table per label in the file."""
+    acc = preset.accept_len if acc_len is None else acc_len
+    law = match_expected_law(acc)
+    lines: list[str] = []
+    for label, measured in read_windows(path).items():
+        depths = sorted(int(s[1:]) for s in measured if s.startswith("d"))
+        lens = ", ".join(f"{law.accept_len(d):.2f} at d{d}" for d in depths)
+        rows = depth_points(preset, measured, acc)
+        lines += ["", f"depth check (not fitted): {label or '(no label)'}, {path}",
+                  f"SGLang's simulated acceptance {acc:g} (match-expected{': ' + lens if lens else ''}); "
+                  f"closed loop, {preset.warmup_s:g} s warm-up + {preset.window_s:g} s window (simulated)",
+                  *render(rows), *depth_summary(rows)]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specctl.runtime.sim.calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), action="append",
@@ -156,9 +322,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit", metavar="KEY,KEY", help="fit these PerfParams fields and print them")
     ap.add_argument("--predict", action="store_true",
                     help="print no speculation and static EAGLE-3 at c = 1-256 and where they cross, not the fit")
+    ap.add_argument("--depth-csv", metavar="FILE", action="append",
+                    help="also check the preset against a GPU sweep's static-depth windows (modes dN, off, -) "
+                         "run under SGLang's simulated acceptance (repeatable; one --preset)")
+    ap.add_argument("--acc-len", type=float, metavar="A",
+                    help="with --depth-csv: the sweep's SGLANG_SIMULATE_ACC_LEN (default: the preset's accept length)")
     ns = ap.parse_args(argv)
     if ns.fit and ns.predict:
         ap.error("--fit and --predict do not go together")
+    if ns.depth_csv and (ns.predict or len(ns.preset or []) != 1):
+        ap.error("--depth-csv needs one --preset (the server the sweep measured) and no --predict")
+    if ns.acc_len is not None and not ns.depth_csv:
+        ap.error("--acc-len goes with --depth-csv")
+    checks = []
+    for path in ns.depth_csv or []:
+        try:
+            read_windows(path)  # every file readable before any simulation runs
+            match_expected_law(PRESETS[ns.preset[0]].accept_len if ns.acc_len is None else ns.acc_len)
+        except (DepthCsvError, ValueError) as exc:  # one line, no traceback: the user's file or number
+            option = "--depth-csv" if isinstance(exc, DepthCsvError) else "--acc-len"
+            print(f"calibrate: {option}: {exc}", file=sys.stderr)
+            return 2
+        checks.append(path)
     for name in ns.preset or sorted(PRESETS):
         preset = PRESETS[name]
         if ns.predict:
@@ -172,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             for key in ns.fit.split(","):
                 print(f"{key}={getattr(preset.params, key):.4g}")
         print(table(preset))
+        for path in checks:
+            print(depth_check(preset, path, ns.acc_len))
         print()
     return 0
 

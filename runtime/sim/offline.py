@@ -7,7 +7,7 @@ makes the simulated numbers comparable with the measured ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,6 +18,17 @@ from specctl.runtime.sim.presets import Preset
 Server = Literal["nospec", "on", "off", "auto"]
 WARMUP_S = 6.0
 WINDOW_S = 18.0
+
+
+def static_settings(depth: int, depths: Sequence[int]) -> dict[str, Any]:
+    """Forced on at one depth, with every depth built (as a server with those candidates).
+
+    No acceptance floor or slope: the GPU's depth sweep pins a depth with
+    ``min_accept=0`` (bench/gpu/run_fast_off.sh, depth_switch), or the policy
+    would refuse a shallow depth whose accepted drafts fall under the floor.
+    """
+    return {"candidates": ",".join(map(str, depths)), "steps": depth, "mode": "on", "min_accept": 0.0,
+            "accept_slope": 0.0}
 
 
 @dataclass(frozen=True)
