@@ -159,14 +159,17 @@ def middle_win(p: Point) -> Windows | None:
     return best_of(p.cols["d1"], p.cols["d2"]) if p.best and p.best[0] in MIDDLE else None
 
 
-def fmt(windows: Windows | None, key: str = "tok_s", digits: int = 1) -> str:
-    """The mean over the windows, with their range where there are several ("-" where none)."""
+def fmt(windows: Windows | None, key: str = "tok_s", digits: int = 1, spread_digits: int = 0) -> str:
+    """The mean over the windows, with their range where there are several ("-" where none).
+
+    tok/s ranges are whole numbers, as report.py prints them: the windows scatter by per cents.
+    """
     if not windows:
         return "-"
     vals = [w[key] for w in windows if not math.isnan(w[key])]
     if not vals:
         return "-"
-    spread = f" ({min(vals):.{digits}f}-{max(vals):.{digits}f})" if len(set(vals)) > 1 else ""
+    spread = f" ({min(vals):.{spread_digits}f}-{max(vals):.{spread_digits}f})" if len(set(vals)) > 1 else ""
     return f"{statistics.fmean(vals):.{digits}f}{spread}"
 
 
@@ -182,7 +185,7 @@ def row(p: Point) -> str:
     cols = p.cols
     best = "-" if not p.best else f"{p.best[0]}{'' if p.has_none else '*'} {fmt(p.best[1])}"
     cells = [str(p.c), *(fmt(cols[n]) for n in ("none", "d1", "d2", "d3", "off")), best, fmt(cols["auto"]),
-             fmt(cols["auto"], "steps", 2), fmt_ratio(cols["auto"], p.best[1] if p.best else None),
+             fmt(cols["auto"], "steps", 2, 2), fmt_ratio(cols["auto"], p.best[1] if p.best else None),
              fmt_ratio(cols["auto"], best_of(cols["auto d3"], cols["auto off"])),
              fmt_ratio(middle_win(p), p.binary)]
     return "| " + " | ".join(cells) + " |"
@@ -253,7 +256,8 @@ def report(backend: str, model: str, cells: Cells) -> str:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: depth_report.py FILE.csv [FILE.csv ...]", file=sys.stderr)
+        print("depth_report.py: give interleave.py's CSVs (usage: depth_report.py FILE.csv [FILE.csv ...])",
+              file=sys.stderr)
         return 2
     try:
         groups, model = files_by_backend(argv)
