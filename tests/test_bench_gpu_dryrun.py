@@ -208,6 +208,7 @@ def test_depthsweep_then_depthauto_measure_and_use_the_cost_table(sock_dir: Path
     assert re.search(r"^c=4: d0 [\d.]+ ms  d1 ", run.log, re.M)
     assert {r["mode"] for r in rows if r["label"] == "depthauto-triton"} == {"auto", "d3", "off"}
     assert '"candidates": [0, 1, 2, 3], "depth_model": true' in run.log  # depthauto's server chooses among them
+    assert "## triton, llama8b: auto against every static depth" in run.log  # depth_report.py's table at the end
 
 
 def test_an_installs_pth_files_and_bench_env_reach_every_process_it_starts(sock_dir: Path) -> None:

@@ -968,6 +968,7 @@ phase_depthauto() {  # auto over the depths with the measured table, against d3 
   python3 "$HERE/rank_switches.py" "$WORK/server-depthauto.log"
   server_facts depthauto
   stop_server
+  if grep -q "^depth-$ATTN$MTAG," "$CSV2" 2>/dev/null; then python3 "$HERE/depth_report.py" "$CSV2" || log "depth_report failed"; fi
 }
 
 trace_run() {  # trace_run "CONFIGS" PROMPT-SEED SWITCH-COMMAND NAME: trace_load.py on the server up now

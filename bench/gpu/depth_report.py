@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Issue 22's goal table from interleave.py's depth CSVs: auto against every static depth.
+
+    depth_report.py FILE.csv [FILE.csv ...]
+
+Reads the rows of three servers, as run_fast_off.sh's phases label them:
+``nospec-BACKEND`` (nospec2: no speculation, mode ``-``), ``depth-BACKEND``
+(depthsweep: one specctl server, each depth pinned, modes d1 d2 d3 off) and
+``depthauto-BACKEND`` (depthauto: another specctl server in auto with the
+measured cost table, beside its own d3 and off; its ``steps`` column is the
+mean depth the server ran in the window). A label may end in a model tag
+(``depth-triton-qwen3moe``); rows of other labels are left alone, so
+run_fast_off.sh's one CSV of every phase can be given as it is.
+
+One table per backend, a row per concurrency. The goal (issue 22): auto >=
+0.97 x the best static of {none, d1, d2, d3} at every concurrency, and >= 1.05
+x the best binary choice max(none, d3) where a middle depth (d1, d2) wins.
+Where a concurrency has no none row, the best static is over d1, d2, d3 and
+off (off standing in for none) and the table marks it. Each cell is the mean
+over the windows (rounds), with their range where there are several; each
+ratio is of the means, with the range single windows allow (report.py's).
+
+The statics and auto ran on different servers, so auto / best static
+carries the scatter from one server start to the next; the summary
+quantifies it with the modes both specctl servers ran (d3 and off).
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import Cells, best_of, mean, models_in, ratio, read
+
+KINDS = ("nospec", "depth", "depthauto")  # the three servers' label prefixes
+NEEDED = ("label", "concurrency", "mode", "tok_s", "steps")
+GOAL, MIDDLE_GOAL = 0.97, 1.05
+STATICS = ("none", "d1", "d2", "d3")  # issue 22's set of static configurations
+MIDDLE = ("d1", "d2")
+# column name -> (report.read's kind, mode): the sweep's statics, then auto's server
+SOURCES = {"none": ("nospec", "-"), "d1": ("depth", "d1"), "d2": ("depth", "d2"), "d3": ("depth", "d3"),
+           "off": ("depth", "off"), "auto": ("depthauto", "auto"), "auto d3": ("depthauto", "d3"),
+           "auto off": ("depthauto", "off")}
+Windows = list[dict[str, float]]
+
+
+class Refused(Exception):
+    """Input this tool will not read; its message is the one line the user sees."""
+
+
+def backend_of(label: str) -> str | None:
+    """The backend of a depth row's label (``depth-fa3-qwen3moe`` -> fa3); None for other labels."""
+    parts = label.split("-")
+    if parts[0] not in KINDS:
+        return None
+    if len(parts) < 2 or not parts[1]:
+        raise Refused(f"label {label!r} names no backend (expected {parts[0]}-BACKEND)")
+    return parts[1]
+
+
+def check_row(row: dict[str, str]) -> None:
+    """Raise ValueError where report.read would: it parses every row with a tok/s, whatever its label."""
+    if row.get("tok_s"):
+        float(row["tok_s"])
+        int(row["concurrency"])
+        for key in ("steps", "tpot_ms"):
+            if row.get(key):
+                float(row[key])
+
+
+def backend_in(path: str) -> str:
+    """The one backend of a file's depth rows, after checking what report.read will parse.
+
+    Why one a file: report.read keys windows by label prefix, not backend, so a
+    file is read with the other files of its backend; run_fast_off.sh writes one
+    CSV per TAG, which names the backend.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [k for k in NEEDED if k not in (reader.fieldnames or [])]
+            if missing:
+                raise Refused(f"{path}: not an interleave.py CSV (no column {', '.join(missing)})")
+            found = set()
+            for line, row in enumerate(reader, start=2):
+                try:
+                    check_row(row)
+                except (TypeError, ValueError):
+                    raise Refused(f"{path}:{line}: tok_s, concurrency, steps or tpot_ms is not a number") from None
+                if (backend := backend_of(row["label"] or "")) is not None:
+                    found.add(backend)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise Refused(f"{path}: cannot read it ({exc.__class__.__name__}: {exc})") from None
+    if len(found) != 1:
+        what = "no rows labelled nospec-, depth- or depthauto-" if not found else \
+            f"rows of backends {', '.join(sorted(found))}; give each backend's rows in its own file"
+        raise Refused(f"{path}: {what}")
+    return found.pop()
+
+
+def files_by_backend(paths: list[str]) -> tuple[dict[str, list[str]], str]:
+    """backend -> its files, and the files' one model; refuses what the tables cannot hold apart.
+
+    Two models are refused (report.py's rule): their labels' prefixes are alike,
+    so report.read would put their windows in the same cells.
+    """
+    groups: dict[str, list[str]] = defaultdict(list)
+    for path in paths:
+        groups[backend_in(path)].append(path)
+    models = models_in(paths)
+    if len(models) > 1:
+        raise Refused(f"these files hold more than one target model ({', '.join(sorted(models))}); "
+                      "give each model's files apart")
+    return dict(groups), models.pop()
+
+
+class Point(NamedTuple):
+    """One concurrency's windows by column, and what the goals compare."""
+
+    c: int
+    cols: dict[str, Windows | None]
+    best: tuple[str, Windows] | None  # the best static's name and windows
+    binary: Windows | None  # max(none, d3), or max(off, d3) without none
+    has_none: bool
+
+
+def best_static(cols: dict[str, Windows | None]) -> tuple[str, Windows] | None:
+    """The static with the highest mean tok/s: issue 22's set, or off in none's place where none is missing."""
+    names = STATICS if cols["none"] else ("d1", "d2", "d3", "off")
+    present = [(n, w) for n in names if (w := cols[n])]
+    return max(present, key=lambda p: mean(p[1])) if present else None
+
+
+def points(cells: Cells) -> list[Point]:
+    """One Point per concurrency any of the three servers measured."""
+    concs = sorted({c for (kind, _, c) in cells if kind in KINDS})
+    out = []
+    for c in concs:
+        cols = {name: cells.get((kind, mode, c)) for name, (kind, mode) in SOURCES.items()}
+        low = cols["none"] or cols["off"]
+        out.append(Point(c, cols, best_static(cols), best_of(low, cols["d3"]), bool(cols["none"])))
+    return out
+
+
+def over(top: Windows | None, bottom: Windows | None) -> float | None:
+    """The ratio of two means, None where either is missing."""
+    return mean(top) / mean(bottom) if top and bottom else None
+
+
+def middle_win(p: Point) -> Windows | None:
+    """max(d1, d2)'s windows where a middle depth is the best static, else None."""
+    return best_of(p.cols["d1"], p.cols["d2"]) if p.best and p.best[0] in MIDDLE else None
+
+
+def fmt(windows: Windows | None, key: str = "tok_s", digits: int = 1, spread_digits: int = 0) -> str:
+    """The mean over the windows, with their range where there are several ("-" where none).
+
+    tok/s ranges are whole numbers, as report.py prints them: the windows scatter by per cents.
+    """
+    if not windows:
+        return "-"
+    vals = [w[key] for w in windows if not math.isnan(w[key])]
+    if not vals:
+        return "-"
+    spread = f" ({min(vals):.{spread_digits}f}-{max(vals):.{spread_digits}f})" if len(set(vals)) > 1 else ""
+    return f"{statistics.fmean(vals):.{digits}f}{spread}"
+
+
+def fmt_ratio(top: Windows | None, bottom: Windows | None) -> str:
+    """report.py's ratio (with the single windows' range), the plain ratio where each side is one window."""
+    if top and bottom and len(top) == len(bottom) == 1:
+        return f"{mean(top) / mean(bottom):.3f}"
+    return ratio(top, bottom)
+
+
+def row(p: Point) -> str:
+    """One concurrency's Markdown row."""
+    cols = p.cols
+    best = "-" if not p.best else f"{p.best[0]}{'' if p.has_none else '*'} {fmt(p.best[1])}"
+    cells = [str(p.c), *(fmt(cols[n]) for n in ("none", "d1", "d2", "d3", "off")), best, fmt(cols["auto"]),
+             fmt(cols["auto"], "steps", 2, 2), fmt_ratio(cols["auto"], p.best[1] if p.best else None),
+             fmt_ratio(cols["auto"], best_of(cols["auto d3"], cols["auto off"])),
+             fmt_ratio(middle_win(p), p.binary)]
+    return "| " + " | ".join(cells) + " |"
+
+
+HEADER = ["c", "none", "d1", "d2", "d3", "off", "best static", "auto", "auto's depth", "auto / best static",
+          "auto / max(d3, off), auto's server", "middle / binary"]
+
+
+def table(pts: list[Point]) -> str:
+    """The Markdown table, a row per concurrency."""
+    rule = "| " + " | ".join(["---:"] * 6 + ["---"] + ["---:"] * 5) + " |"
+    return "\n".join(["| " + " | ".join(HEADER) + " |", rule, *(row(p) for p in pts)])
+
+
+def goal_line(pts: list[Point]) -> str:
+    """The points where auto misses 0.97 x the best static, the issue's first goal."""
+    rated = [(p, r) for p in pts if p.best and (r := over(p.cols["auto"], p.best[1])) is not None]
+    missed = [f"c={p.c} {r:.3f} (best {p.best[0]})" for p, r in rated if p.best and r < GOAL]
+    if not missed:
+        return f"- auto / best static >= {GOAL} (issue 22's goal) at all {len(rated)} concurrencies with both measured."
+    return (f"- auto / best static < {GOAL} (issue 22's goal: >= {GOAL}) at {len(missed)} of {len(rated)}"
+            f" concurrencies: {', '.join(missed)}.")
+
+
+def middle_line(pts: list[Point]) -> str:
+    """Where a middle depth beats the binary choice, by how much, and auto against the binary choice there."""
+    wins = []
+    for p in pts:
+        if (mid := middle_win(p)) and p.binary and p.best:
+            auto = over(p.cols["auto"], p.binary)
+            wins.append(f"c={p.c} {p.best[0]} {over(mid, p.binary):.3f}, auto {'-' if auto is None else f'{auto:.3f}'}"
+                        + ("" if p.has_none else " (over max(off, d3))"))
+    if not wins:
+        return "- No middle depth (d1, d2) is the best static at any concurrency: the binary choice is."
+    return (f"- A middle depth (d1, d2) is the best static at {len(wins)} concurrencies; over the binary choice"
+            f" max(none, d3) (issue 22's goal for auto there: >= {MIDDLE_GOAL}): {'; '.join(wins)}.")
+
+
+def scatter_line(pts: list[Point]) -> str:
+    """The same modes on the two specctl servers: how far one server start reads from the other."""
+    def per_c(a: str, b: str) -> str:
+        found = [(p.c, r) for p in pts if (r := over(p.cols[a], p.cols[b])) is not None]
+        if not found:
+            return "not measured on both"
+        low, high = min(r for _, r in found), max(r for _, r in found)
+        return ", ".join(f"c={c} {r:.3f}" for c, r in found) + f" (range {low:.3f}-{high:.3f})"
+    return ("- The statics and auto ran on different servers (none on one without speculation, d1-d3 and off on"
+            " the sweep's specctl server, auto on another specctl server), so auto / best static carries"
+            " server-to-server scatter. The modes both specctl servers ran:\n"
+            f"  - d3 auto-server / d3 sweep-server: {per_c('auto d3', 'd3')}\n"
+            f"  - off auto-server / off sweep-server: {per_c('auto off', 'off')}")
+
+
+def report(backend: str, model: str, cells: Cells) -> str:
+    """One backend's heading, table and summary."""
+    pts = points(cells)
+    no_none = [f"c={p.c}" for p in pts if not p.has_none]
+    note = "" if not no_none else (f"\n\n(*) no none row at {', '.join(no_none)}: the best static there is over"
+                                   " d1, d2, d3 and off, and the binary choice max(off, d3).")
+    return "\n".join([
+        f"## {backend}, {model}: auto against every static depth (issue 22)\n",
+        "Output tok/s, mean over the windows (their range); ratios of the means (range over single windows);"
+        " auto's depth = the mean of its windows' steps column; middle / binary = max(d1, d2) / max(none, d3)"
+        " where d1 or d2 is the best static.\n",
+        table(pts) + note, "", goal_line(pts), middle_line(pts), scatter_line(pts)])
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("depth_report.py: give interleave.py's CSVs (usage: depth_report.py FILE.csv [FILE.csv ...])",
+              file=sys.stderr)
+        return 2
+    try:
+        groups, model = files_by_backend(argv)
+    except Refused as exc:
+        print(f"depth_report.py: {exc}", file=sys.stderr)
+        return 2
+    print("\n\n".join(report(b, model, read(files)) for b, files in sorted(groups.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
