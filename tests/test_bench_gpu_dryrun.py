@@ -206,9 +206,20 @@ def test_depthsweep_then_depthauto_measure_and_use_the_cost_table(sock_dir: Path
     costs = read_costs(run.out / "depth-costs-measured-triton.json")  # as the plugin reads SPECCTL_DEPTH_COSTS
     assert costs.buckets == (4,) and costs.depths == (0, 1, 2, 3)
     assert re.search(r"^c=4: d0 [\d.]+ ms  d1 ", run.log, re.M)
-    assert {r["mode"] for r in rows if r["label"] == "depthauto-triton"} == {"auto", "d3", "off"}
+    assert {r["mode"] for r in rows if r["label"] == "depthauto-triton"} == {"auto", "d1", "d2", "d3", "off"}
     assert '"candidates": [0, 1, 2, 3], "depth_model": true' in run.log  # depthauto's server chooses among them
     assert "## triton, llama8b: auto against every static depth" in run.log  # depth_report.py's table at the end
+
+
+def test_depthauto_alone_runs_on_the_committed_table_beside_every_static_depth(sock_dir: Path) -> None:
+    # the next sitting's call: no depthsweep first, the table from the repository named by a relative path
+    run = dry_run(sock_dir, "depthauto", DEPTHS="0,1,2,3",
+                  DEPTH_COSTS="bench/gpu/results/depth/triton-costs-measured.json")
+    assert_clean(run, "depthauto")
+    rows = [r for r in run.windows() if r["label"] == "depthauto-triton"]
+    assert {r["mode"] for r in rows} == {"auto", "d1", "d2", "d3", "off"}
+    assert '"depth_model": true' in run.log
+    assert "- On auto's own server (beside d1, d2, d3, off;" in run.log
 
 
 def test_an_installs_pth_files_and_bench_env_reach_every_process_it_starts(sock_dir: Path) -> None:

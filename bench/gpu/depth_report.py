@@ -7,8 +7,9 @@ Reads the rows of three servers, as run_fast_off.sh's phases label them:
 ``nospec-BACKEND`` (nospec2: no speculation, mode ``-``), ``depth-BACKEND``
 (depthsweep: one specctl server, each depth pinned, modes d1 d2 d3 off) and
 ``depthauto-BACKEND`` (depthauto: another specctl server in auto with the
-measured cost table, beside its own d3 and off; its ``steps`` column is the
-mean depth the server ran in the window). A label may end in a model tag
+measured cost table, beside its own statics: d1, d2, d3 and off since
+2026-12-02's first sitting, which ran d3 and off only; its ``steps`` column
+is the mean depth the server ran in the window). A label may end in a model tag
 (``depth-triton-qwen3moe``); rows of other labels are left alone, so
 run_fast_off.sh's one CSV of every phase can be given as it is.
 
@@ -20,9 +21,10 @@ off (off standing in for none) and the table marks it. Each cell is the mean
 over the windows (rounds), with their range where there are several; each
 ratio is of the means, with the range single windows allow (report.py's).
 
-The statics and auto ran on different servers, so auto / best static
+The sweep's statics and auto ran on different servers, so auto / best static
 carries the scatter from one server start to the next; the summary
-quantifies it with the modes both specctl servers ran (d3 and off).
+quantifies it with the modes both specctl servers ran, and puts auto against
+the statics its own server ran beside it, which that scatter does not enter.
 
 Standard library only.
 """
@@ -46,8 +48,9 @@ STATICS = ("none", "d1", "d2", "d3")  # issue 22's set of static configurations
 MIDDLE = ("d1", "d2")
 # column name -> (report.read's kind, mode): the sweep's statics, then auto's server
 SOURCES = {"none": ("nospec", "-"), "d1": ("depth", "d1"), "d2": ("depth", "d2"), "d3": ("depth", "d3"),
-           "off": ("depth", "off"), "auto": ("depthauto", "auto"), "auto d3": ("depthauto", "d3"),
-           "auto off": ("depthauto", "off")}
+           "off": ("depth", "off"), "auto": ("depthauto", "auto"), "auto d1": ("depthauto", "d1"),
+           "auto d2": ("depthauto", "d2"), "auto d3": ("depthauto", "d3"), "auto off": ("depthauto", "off")}
+OWN = ("auto d1", "auto d2", "auto d3", "auto off")  # the statics auto's own server ran beside it
 Windows = list[dict[str, float]]
 
 
@@ -154,6 +157,12 @@ def over(top: Windows | None, bottom: Windows | None) -> float | None:
     return mean(top) / mean(bottom) if top and bottom else None
 
 
+def own_best(p: Point) -> Windows | None:
+    """The best static auto's own server ran (of d1-d3 and off): the comparison no server start's scatter enters."""
+    present = [w for n in OWN if (w := p.cols[n])]
+    return max(present, key=mean) if present else None
+
+
 def middle_win(p: Point) -> Windows | None:
     """max(d1, d2)'s windows where a middle depth is the best static, else None."""
     return best_of(p.cols["d1"], p.cols["d2"]) if p.best and p.best[0] in MIDDLE else None
@@ -186,13 +195,13 @@ def row(p: Point) -> str:
     best = "-" if not p.best else f"{p.best[0]}{'' if p.has_none else '*'} {fmt(p.best[1])}"
     cells = [str(p.c), *(fmt(cols[n]) for n in ("none", "d1", "d2", "d3", "off")), best, fmt(cols["auto"]),
              fmt(cols["auto"], "steps", 2, 2), fmt_ratio(cols["auto"], p.best[1] if p.best else None),
-             fmt_ratio(cols["auto"], best_of(cols["auto d3"], cols["auto off"])),
+             fmt_ratio(cols["auto"], own_best(p)),
              fmt_ratio(middle_win(p), p.binary)]
     return "| " + " | ".join(cells) + " |"
 
 
 HEADER = ["c", "none", "d1", "d2", "d3", "off", "best static", "auto", "auto's depth", "auto / best static",
-          "auto / max(d3, off), auto's server", "middle / binary"]
+          "auto / best static, auto's server", "middle / binary"]
 
 
 def table(pts: list[Point]) -> str:
@@ -209,6 +218,21 @@ def goal_line(pts: list[Point]) -> str:
         return f"- auto / best static >= {GOAL} (issue 22's goal) at all {len(rated)} concurrencies with both measured."
     return (f"- auto / best static < {GOAL} (issue 22's goal: >= {GOAL}) at {len(missed)} of {len(rated)}"
             f" concurrencies: {', '.join(missed)}.")
+
+
+def own_line(pts: list[Point]) -> str:
+    """The first goal on auto's own server, where it ran beside the statics (off standing in for none)."""
+    rated = [(p, r) for p in pts if (r := over(p.cols["auto"], own_best(p))) is not None]
+    if not rated:
+        return "- auto's server ran no static beside it."
+    ran = sorted({n.split()[1] for p, _ in rated for n in OWN if p.cols[n]})
+    missed = [f"c={p.c} {r:.3f}" for p, r in rated if r < GOAL]
+    verdict = f">= {GOAL} at all {len(rated)} concurrencies" if not missed else \
+        f"< {GOAL} at {len(missed)} of {len(rated)} concurrencies: {', '.join(missed)}"
+    return (f"- On auto's own server (beside {', '.join(ran)}; off stands in for none there, the off state's"
+            f" cost being no speculation's): auto / the best of them {verdict}"
+            + ("." if set(ran) >= {"d1", "d2", "d3", "off"} else
+               " (not every static ran there: this is not issue 22's set)."))
 
 
 def middle_line(pts: list[Point]) -> str:
@@ -251,7 +275,7 @@ def report(backend: str, model: str, cells: Cells) -> str:
         "Output tok/s, mean over the windows (their range); ratios of the means (range over single windows);"
         " auto's depth = the mean of its windows' steps column; middle / binary = max(d1, d2) / max(none, d3)"
         " where d1 or d2 is the best static.\n",
-        table(pts) + note, "", goal_line(pts), middle_line(pts), scatter_line(pts)])
+        table(pts) + note, "", goal_line(pts), own_line(pts), middle_line(pts), scatter_line(pts)])
 
 
 def main(argv: list[str]) -> int:

@@ -74,9 +74,10 @@
 #                  CONCS3 with every static depth (d1 d2 d3) and off taking turns under one load, then
 #                  depth_table.py turns those windows into the measured cost table
 #                  ($WORK/depth-costs-measured.json, kept in $OUT)
-#   depthauto      a fresh specctl server with the measured table (or DEPTH_COSTS): auto over DEPTHS
-#                  against d3 and off in the same load (CONCS3), its depth per window in the CSV; the
-#                  no-spec reference is nospec2's CSV (same IL_* load)
+#   depthauto      a fresh specctl server with the measured table (or DEPTH_COSTS, e.g. the committed
+#                  bench/gpu/results/depth/triton-costs-measured.json): auto over DEPTHS beside every static
+#                  depth and off on the same server, taking turns (CONCS3; auto's depth per window in the CSV),
+#                  then depth_report.py's goal table; the no-spec reference is nospec2's CSV (same IL_* load)
 #                  CAVEAT for depthsweep/depthauto: SGLang's simulated acceptance (match-expected) accepts
 #                  ACC_LEN-1 drafts whatever the depth (clamped to it): at 2.8 depth 2 yields what depth 3
 #                  does, at 2.0 depth 1 yields what any does, so a middle depth "wins" by construction.
@@ -957,18 +958,20 @@ phase_depthsweep() {  # every static depth and off under one load; their windows
   stop_server
 }
 
-phase_depthauto() {  # auto over the depths with the measured table, against d3 and off in the same load
+phase_depthauto() {  # auto over the depths with the measured table, beside every static depth and off, one server
   DEPTHS=${DEPTHS:-0,1,2,3}
-  local costs=${DEPTH_COSTS:-$WORK/depth-costs-measured.json}
+  local costs=${DEPTH_COSTS:-$WORK/depth-costs-measured.json} modes="auto" d
   [ -f "$costs" ] || { log "no cost table: run depthsweep first or set DEPTH_COSTS"; return 1; }
+  costs=$(realpath "$costs")   # a path in the repository (the committed table) read by a server started elsewhere
+  for d in ${DEPTHS//,/ }; do [ "$d" = 0 ] || modes="$modes d$d"; done
   DEPTH_COSTS=$costs start_server depthauto specctl 1 || return 1
   python3 "$HERE/ctl.py" "$URL" state | cut -c1-400
-  interleave "depthauto-$ATTN" "$ROUNDS" "$CONCS3" "auto d$STEPS off" "$(depth_switch)"
+  interleave "depthauto-$ATTN" "$ROUNDS" "$CONCS3" "$modes off" "$(depth_switch)"
   python3 "$HERE/ctl.py" "$URL" state | cut -c1-600
   python3 "$HERE/rank_switches.py" "$WORK/server-depthauto.log"
   server_facts depthauto
   stop_server
-  if grep -q "^depth-$ATTN$MTAG," "$CSV2" 2>/dev/null; then python3 "$HERE/depth_report.py" "$CSV2" || log "depth_report failed"; fi
+  python3 "$HERE/depth_report.py" "$CSV2" || log "depth_report failed"
 }
 
 trace_run() {  # trace_run "CONFIGS" PROMPT-SEED SWITCH-COMMAND NAME: trace_load.py on the server up now
