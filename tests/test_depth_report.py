@@ -265,3 +265,43 @@ def test_auto_beside_part_of_the_statics_says_it_is_not_the_issues_set(tmp_path:
                 "auto": 1850.0, "auto d3": 1800.0, "auto off": 1200.0}}
     line = summary(depth_report(*three_servers(tmp_path, grid)).stdout, "- On auto's own server")
     assert "beside d3, off" in line and ">= 0.97 at all 1 concurrencies" in line and "not issue 22's set" in line
+
+
+def test_the_traces_ceiling_prices_its_phases_at_each_statics_rate(tmp_path: Path) -> None:
+    # bench/gpu/trace_schedule.py's seed-0 trace of 30 s: its phases' concurrencies and lengths, read the same way
+    sys.path.insert(0, str(GPU))
+    from trace_schedule import trace_levels
+
+    phases = trace_levels(0, 30.0)
+    spent: dict[int, float] = {}
+    start = 0.0
+    for until, c in phases:
+        spent[c] = spent.get(c, 0.0) + until - start
+        start = until
+    # d3 twice as fast as none at the first phase's load, none twice d3's elsewhere: an oracle gains over both
+    first = phases[0][1]
+    grid = {c: {"none": 100.0 if c == first else 200.0, "d1": 10.0, "d2": 10.0,
+                "d3": 200.0 if c == first else 100.0, "off": 100.0, "auto": 150.0} for c in spent}
+    done = depth_report("--trace-s", "30", *three_servers(tmp_path, grid))
+    assert done.returncode == 0, done.stderr
+    totals = {"none": sum(t * grid[c]["none"] for c, t in spent.items()),
+              "d3": sum(t * grid[c]["d3"] for c, t in spent.items())}
+    oracle = sum(t * 200.0 for t in spent.values())
+    best = max(totals, key=totals.__getitem__)
+    line = summary(done.stdout, "- The trace's ceiling from these windows (30 s, seed 0,")
+    assert f"gives {oracle / totals[best]:.3f} x the best single static ({best})" in line
+    assert f"between none and d3 {oracle / totals[best]:.3f} x" in line  # the middle depths never win here
+
+
+def test_the_traces_ceiling_needs_every_load_the_trace_visits(tmp_path: Path) -> None:
+    grid = {4: {"none": 700.0, "d1": 900.0, "d2": 1300.0, "d3": 1200.0, "off": 700.0, "auto": 1250.0}}
+    line = summary(depth_report("--trace-s", "120", *three_servers(tmp_path, grid)).stdout, "- The trace's ceiling")
+    assert "no windows of every static at c=" in line
+
+
+def test_trace_options_are_refused_in_one_line() -> None:
+    for argv in (["--trace-s", "x", str(REAL[0])], ["--trace-seed", "1", str(REAL[0])], ["--trace-s"],
+                 ["--trace-s", "0", str(REAL[0])], ["--trace-s", "60"]):
+        done = depth_report(*argv)
+        assert done.returncode == 2 and done.stdout == "", argv
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, argv

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Issue 22's goal table from interleave.py's depth CSVs: auto against every static depth.
 
-    depth_report.py FILE.csv [FILE.csv ...]
+    depth_report.py [--trace-s S [--trace-seed N]] FILE.csv [FILE.csv ...]
 
 Reads the rows of three servers, as run_fast_off.sh's phases label them:
 ``nospec-BACKEND`` (nospec2: no speculation, mode ``-``), ``depth-BACKEND``
@@ -26,6 +26,14 @@ carries the scatter from one server start to the next; the summary
 quantifies it with the modes both specctl servers ran, and puts auto against
 the statics its own server ran beside it, which that scatter does not enter.
 
+With ``--trace-s`` it adds the changing-load trace's ceiling from these
+windows: the trace's phases (bench/gpu/trace_schedule.py, the schedule the
+GPU's depthtrace and the simulator run) priced at each static's measured
+tok/s, the best static of every phase against the best single static. A
+policy that runs one state per load level cannot beat that ratio (it takes
+every switch as free and instant), so it says whether issue 22's trace goal
+(1.05) is within reach before a device call is spent on the trace.
+
 Standard library only.
 """
 from __future__ import annotations
@@ -40,6 +48,7 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Cells, best_of, mean, models_in, ratio, read
+from trace_schedule import trace_levels
 
 KINDS = ("nospec", "depth", "depthauto")  # the three servers' label prefixes
 NEEDED = ("label", "concurrency", "mode", "tok_s", "steps")
@@ -264,8 +273,40 @@ def scatter_line(pts: list[Point]) -> str:
             f"  - off auto-server / off sweep-server: {per_c('auto off', 'off')}")
 
 
-def report(backend: str, model: str, cells: Cells) -> str:
-    """One backend's heading, table and summary."""
+def phase_seconds(trace_s: float, seed: int) -> dict[int, float]:
+    """Seconds the trace spends at each concurrency (its last phase whole, as trace_load.py runs it)."""
+    spent: dict[int, float] = defaultdict(float)
+    start = 0.0
+    for until, c in trace_levels(seed, trace_s):
+        spent[c] += until - start
+        start = until
+    return dict(spent)
+
+
+def ceiling_line(pts: list[Point], trace_s: float, seed: int) -> str:
+    """The trace's ceiling: every phase at its best static, against the best single static over the whole trace."""
+    spent = phase_seconds(trace_s, seed)
+    at = {p.c: p for p in pts}
+    names = STATICS if all(at.get(c) and at[c].has_none for c in spent) else ("d1", "d2", "d3", "off")
+    lacking = sorted(c for c in spent if c not in at or any(not at[c].cols[n] for n in names))
+    if lacking:
+        return (f"- The trace's ceiling ({trace_s:g} s, seed {seed}): no windows of every static at"
+                f" c={', '.join(map(str, lacking))}, which the trace visits.")
+    rate = {(c, n): mean(at[c].cols[n]) for c in spent for n in names}  # type: ignore[arg-type]
+    total = {n: sum(t * rate[c, n] for c, t in spent.items()) for n in names}
+    best = max(total, key=total.__getitem__)
+    oracle = sum(t * max(rate[c, n] for n in names) for c, t in spent.items())
+    low = names[0] if names[0] == "none" else "off"
+    binary = sum(t * max(rate[c, low], rate[c, "d3"]) for c, t in spent.items())
+    return (f"- The trace's ceiling from these windows ({trace_s:g} s, seed {seed}, "
+            f"{', '.join(f'c={c} {t:.0f} s' for c, t in sorted(spent.items()))}): the best static in every phase"
+            f" gives {oracle / total[best]:.3f} x the best single static ({best}), choosing only between {low}"
+            f" and d3 {binary / total[best]:.3f} x. A policy that runs one state per load level cannot exceed"
+            f" it (it takes every switch as free and instant); issue 22's trace goal is {MIDDLE_GOAL}.")
+
+
+def report(backend: str, model: str, cells: Cells, trace: tuple[float, int] | None = None) -> str:
+    """One backend's heading, table and summary (and the trace's ceiling where asked)."""
     pts = points(cells)
     no_none = [f"c={p.c}" for p in pts if not p.has_none]
     note = "" if not no_none else (f"\n\n(*) no none row at {', '.join(no_none)}: the best static there is over"
@@ -275,7 +316,30 @@ def report(backend: str, model: str, cells: Cells) -> str:
         "Output tok/s, mean over the windows (their range); ratios of the means (range over single windows);"
         " auto's depth = the mean of its windows' steps column; middle / binary = max(d1, d2) / max(none, d3)"
         " where d1 or d2 is the best static.\n",
-        table(pts) + note, "", goal_line(pts), own_line(pts), middle_line(pts), scatter_line(pts)])
+        table(pts) + note, "", goal_line(pts), own_line(pts), middle_line(pts), scatter_line(pts),
+        *([ceiling_line(pts, *trace)] if trace else [])])
+
+
+def trace_option(argv: list[str]) -> tuple[tuple[float, int] | None, list[str]]:
+    """(--trace-s, --trace-seed) taken out of argv, and the files left; Refused on a bad value."""
+    rest, found = list(argv), {}
+    for flag in ("--trace-s", "--trace-seed"):
+        if flag in rest:
+            i = rest.index(flag)
+            if i + 1 >= len(rest):
+                raise Refused(f"{flag} needs a value")
+            try:
+                found[flag] = float(rest[i + 1]) if flag == "--trace-s" else int(rest[i + 1])
+            except ValueError:
+                raise Refused(f"{flag}: not a number: {rest[i + 1]!r}") from None
+            del rest[i:i + 2]
+    if "--trace-seed" in found and "--trace-s" not in found:
+        raise Refused("--trace-seed needs --trace-s")
+    if "--trace-s" not in found:
+        return None, rest
+    if not 0 < found["--trace-s"] <= 3600:
+        raise Refused(f"--trace-s: between 0 and 3600 seconds, got {found['--trace-s']:g}")
+    return (found["--trace-s"], int(found.get("--trace-seed", 0))), rest
 
 
 def main(argv: list[str]) -> int:
@@ -284,11 +348,15 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     try:
-        groups, model = files_by_backend(argv)
+        trace, files = trace_option(argv)
+        if not files:
+            raise Refused("give interleave.py's CSVs (usage: depth_report.py [--trace-s S [--trace-seed N]]"
+                          " FILE.csv [FILE.csv ...])")
+        groups, model = files_by_backend(files)
     except Refused as exc:
         print(f"depth_report.py: {exc}", file=sys.stderr)
         return 2
-    print("\n\n".join(report(b, model, read(files)) for b, files in sorted(groups.items())))
+    print("\n\n".join(report(b, model, read(paths), trace) for b, paths in sorted(groups.items())))
     return 0
 
 
