@@ -46,7 +46,14 @@ from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
 from specctl.runtime.sim.rows import supervised_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
-from trace_schedule import TRACE_LEVELS, TRACE_S, trace_levels  # shared with gpu/trace_load.py
+from trace_schedule import (  # shared with gpu/trace_load.py
+    TRACE_LEVELS,
+    TRACE_S,
+    phase_seconds,
+    tokens,
+    tokens_at_best,
+    trace_levels,
+)
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GOAL = 0.95
@@ -197,8 +204,25 @@ def run_trace(preset: Preset, server: Server, settings: dict[str, Any] | None, l
     return tok_s, statistics.median(tpots) * 1e3, switches
 
 
+def ceiling_line(rows: list[tuple[int, dict[str, PointResult]]], depths: tuple[int, ...], trace_s: float) -> str:
+    """The trace's ceiling from the sweep's steady points: every phase at its best static (one-state-per-load bound)."""
+    spent = phase_seconds(0, trace_s)
+    by_c = dict(rows)
+    missing = sorted(set(spent) - set(by_c))
+    if missing:
+        return f"ceiling: the sweep has no point at c = {', '.join(map(str, missing))}, which the trace visits"
+    statics = ["none", *[str(d) for d in depths if d]]
+    rates = {k: {c: by_c[c][k].tok_s for c in spent} for k in statics}
+    total = tokens(spent, rates)
+    best = max(total, key=total.__getitem__)
+    binary = {k: rates[k] for k in ("none", str(max(depths)))}
+    return (f"ceiling (every phase at the sweep's best static for its load, switches free): "
+            f"{tokens_at_best(spent, rates) / total[best]:.3f} x the best single static ({best}); "
+            f"none or {max(depths)} only: {tokens_at_best(spent, binary) / total[best]:.3f}")
+
+
 def render_trace(preset: Preset, settings: dict[str, Any], depths: tuple[int, ...], law: AcceptLaw | None,
-                 trace_s: float = TRACE_S) -> str:
+                 trace_s: float = TRACE_S, rows: list[tuple[int, dict[str, PointResult]]] | None = None) -> str:
     configs: list[tuple[str, Server, dict[str, Any] | None]] = [("none", "nospec", None)]
     configs += [(f"static {d}", "on", static_settings(d, depths)) for d in depths if d]
     configs.append((f"auto on/off (0, {max(depths)})", "auto", {**settings, "steps": max(depths)}))
@@ -213,6 +237,8 @@ def render_trace(preset: Preset, settings: dict[str, Any], depths: tuple[int, ..
     lines += [f"| {n} | {r[0]:.0f} | {r[1]:.2f} | {r[2]} |" for n, r in results.items()]
     lines.append(f"auto / best single static ({best}): tok/s {auto[0] / results[best][0]:.3f} "
                  f"(goal >= {MIDDLE_GOAL}), p50 TPOT {auto[1] / results[best][1]:.3f} (goal <= 1)")
+    if rows:
+        lines.append(ceiling_line(rows, depths, trace_s))
     return "\n".join(lines)
 
 
@@ -278,11 +304,11 @@ def main(argv: list[str] | None = None) -> int:
                     variant = dataclasses.replace(preset, accept_len=accept_len)
                     law = match_expected_law(accept_len) if ns.sglang_law else \
                         law_for(accept_len, preset.steps, ns.decline)
-                    print(render_depths(variant, ns.depths, sweep_depths(variant, chosen_settings, ns.depths, law),
-                                        law))
+                    rows = sweep_depths(variant, chosen_settings, ns.depths, law)
+                    print(render_depths(variant, ns.depths, rows, law))
                     if not ns.no_trace:
                         print()
-                        print(render_trace(variant, chosen_settings, ns.depths, law, ns.trace_s))
+                        print(render_trace(variant, chosen_settings, ns.depths, law, ns.trace_s, rows))
                 except (ValueError, SettingsError) as exc:
                     ap.error(str(exc))
                 print()

@@ -92,6 +92,30 @@ def test_the_gpu_trace_is_the_first_phases_of_the_simulators() -> None:
     assert done.stdout.split()[:len(short)] == [f"{u:.1f}:{lvl}" for u, lvl in short]
 
 
+def test_the_traces_ceiling_prices_each_phase_at_the_sweeps_best_static() -> None:
+    """policy_envelope's ceiling: the seconds at each level (trace_schedule.phase_seconds) times the best rate there."""
+    spec = importlib.util.spec_from_file_location("policy_envelope", REPO / "bench" / "policy_envelope.py")
+    assert spec is not None and spec.loader is not None
+    envelope = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(envelope)
+    from specctl.runtime.sim.offline import PointResult
+
+    spent = envelope.phase_seconds(0, 120.0)
+    assert sum(spent.values()) == pytest.approx(trace_levels(0, 120.0)[-1][0])  # every phase, the last whole
+    # none 100 tok/s everywhere; depth 2 300 at the levels below 32, 10 above; depth 3 50 everywhere
+    rows = [(c, {"none": PointResult(c, 100.0, 1.0, None, None),
+                 "2": PointResult(c, 300.0 if c < 32 else 10.0, 2.8, 1.0, 0),
+                 "3": PointResult(c, 50.0, 2.8, 1.0, 0)}) for c in envelope.DEPTH_CONCURRENCIES]
+    low = sum(t for c, t in spent.items() if c < 32)
+    totals = {"none": 100.0 * sum(spent.values()), "2": 300.0 * low + 10.0 * (sum(spent.values()) - low)}
+    best = max(totals, key=totals.__getitem__)
+    top = (300.0 * low + 100.0 * (sum(spent.values()) - low)) / totals[best]
+    line = envelope.ceiling_line(rows, (0, 2, 3), 120.0)
+    assert line == (f"ceiling (every phase at the sweep's best static for its load, switches free): {top:.3f} x the"
+                    f" best single static ({best}); none or 3 only: {100.0 * sum(spent.values()) / totals[best]:.3f}")
+    assert "no point at c = 4" in envelope.ceiling_line([r for r in rows if r[0] != 4], (0, 2, 3), 120.0)
+
+
 def test_each_configuration_runs_the_seeded_schedule_with_its_own_prompts(depth_sim: str, tmp_path: Path) -> None:
     out, prompts = tmp_path / "trace.csv", tmp_path / "prompts.txt"
     done = tool("--url", depth_sim, "--configs", "d1", "off", "auto", "--switch", depth_switch(tmp_path, depth_sim),

@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Cells, best_of, mean, models_in, ratio, read
-from trace_schedule import trace_levels
+from trace_schedule import phase_seconds, tokens, tokens_at_best
 
 KINDS = ("nospec", "depth", "depthauto")  # the three servers' label prefixes
 NEEDED = ("label", "concurrency", "mode", "tok_s", "steps")
@@ -273,35 +273,25 @@ def scatter_line(pts: list[Point]) -> str:
             f"  - off auto-server / off sweep-server: {per_c('auto off', 'off')}")
 
 
-def phase_seconds(trace_s: float, seed: int) -> dict[int, float]:
-    """Seconds the trace spends at each concurrency (its last phase whole, as trace_load.py runs it)."""
-    spent: dict[int, float] = defaultdict(float)
-    start = 0.0
-    for until, c in trace_levels(seed, trace_s):
-        spent[c] += until - start
-        start = until
-    return dict(spent)
-
-
 def ceiling_line(pts: list[Point], trace_s: float, seed: int) -> str:
     """The trace's ceiling: every phase at its best static, against the best single static over the whole trace."""
-    spent = phase_seconds(trace_s, seed)
+    spent = phase_seconds(seed, trace_s)
     at = {p.c: p for p in pts}
     names = STATICS if all(at.get(c) and at[c].has_none for c in spent) else ("d1", "d2", "d3", "off")
     lacking = sorted(c for c in spent if c not in at or any(not at[c].cols[n] for n in names))
     if lacking:
         return (f"- The trace's ceiling ({trace_s:g} s, seed {seed}): no windows of every static at"
                 f" c={', '.join(map(str, lacking))}, which the trace visits.")
-    rate = {(c, n): mean(at[c].cols[n]) for c in spent for n in names}  # type: ignore[arg-type]
-    total = {n: sum(t * rate[c, n] for c, t in spent.items()) for n in names}
+    rates = {n: {c: mean(at[c].cols[n]) for c in spent} for n in names}  # type: ignore[arg-type]
+    total = tokens(spent, rates)
     best = max(total, key=total.__getitem__)
-    oracle = sum(t * max(rate[c, n] for n in names) for c, t in spent.items())
     low = names[0] if names[0] == "none" else "off"
-    binary = sum(t * max(rate[c, low], rate[c, "d3"]) for c, t in spent.items())
+    top = tokens_at_best(spent, rates) / total[best]
+    binary = tokens_at_best(spent, {n: rates[n] for n in (low, "d3")}) / total[best]
     return (f"- The trace's ceiling from these windows ({trace_s:g} s, seed {seed}, "
             f"{', '.join(f'c={c} {t:.0f} s' for c, t in sorted(spent.items()))}): the best static in every phase"
-            f" gives {oracle / total[best]:.3f} x the best single static ({best}), choosing only between {low}"
-            f" and d3 {binary / total[best]:.3f} x. A policy that runs one state per load level cannot exceed"
+            f" gives {top:.3f} x the best single static ({best}), choosing only between {low}"
+            f" and d3 {binary:.3f} x. A policy that runs one state per load level cannot exceed"
             f" it (it takes every switch as free and instant); issue 22's trace goal is {MIDDLE_GOAL}.")
 
 

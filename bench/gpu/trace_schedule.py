@@ -29,3 +29,33 @@ def trace_levels(seed: int, total_s: float = TRACE_S,
         t += rng.uniform(*PHASE_S)
         phases.append((t, rng.choice(levels)))
     return phases
+
+
+def phase_seconds(seed: int, total_s: float = TRACE_S) -> dict[int, float]:
+    """Seconds the trace spends at each concurrency, its last phase whole (as both runners run it).
+
+    What a trace's ceiling needs: price each level's seconds at a configuration's
+    steady tok/s there (bench/gpu/depth_report.py from the GPU's windows,
+    bench/policy_envelope.py from the simulator's).
+    """
+    spent: dict[int, float] = {}
+    start = 0.0
+    for until, c in trace_levels(seed, total_s):
+        spent[c] = spent.get(c, 0.0) + until - start
+        start = until
+    return spent
+
+
+def tokens(spent: dict[int, float], rates: dict[str, dict[int, float]]) -> dict[str, float]:
+    """Tokens each configuration yields over the trace; ``rates``: configuration -> {concurrency: tok/s}."""
+    return {name: sum(t * by_c[c] for c, t in spent.items()) for name, by_c in rates.items()}
+
+
+def tokens_at_best(spent: dict[int, float], rates: dict[str, dict[int, float]]) -> float:
+    """Tokens over the trace with every level at its best configuration of ``rates``.
+
+    Over the best single configuration's tokens this is the trace's ceiling: a
+    policy that runs one configuration per load level cannot beat it (it takes
+    every switch as free and instant).
+    """
+    return sum(t * max(by_c[c] for by_c in rates.values()) for c, t in spent.items())
