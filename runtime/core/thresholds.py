@@ -86,6 +86,8 @@ BY_BACKEND: dict[str, dict[str, float]] = {  # dense targets (MEASURED_WITH)
 # (bench/policy_envelope.py's closed loop, 10 s + 30 s; SGLang's law and the geometric one) auto
 # >= 0.96 x max(static, off) at c = 1-256 and accept lengths 1.5, 2.0, 2.8 and 3.3: lowest 0.96
 # at one request and 2.0, where a dip under the floor costs probe_after steps off and on pays 4 %.
+# On the GPU (second MoE sitting, 2026-12-02): on at 1 and 4, off from 8, the better state at all
+# nine loads 1-256 (auto / max(static, off) 0.95-1.21; 1.00 at 16, where the defaults lost 0.67x).
 MOE_BY_BACKEND: dict[str, dict[str, float]] = {
     "triton": {"off_at": 12, "on_at": 8, "min_accept": 0.75, "accept_slope": 0.13},
 }
