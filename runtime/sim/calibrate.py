@@ -28,10 +28,8 @@ a sweep re-run is checked without editing a preset.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import math
-import re
 import statistics
 import sys
 from collections.abc import Iterable
@@ -40,12 +38,12 @@ from typing import Any
 from specctl.runtime.sim.depth import match_expected_law
 from specctl.runtime.sim.offline import Server, run_point, static_settings
 from specctl.runtime.sim.presets import PRESETS, Preset
+from specctl.runtime.sim.sweep_csv import DepthCsvError, Measured, read_windows
 
 SERIES_SERVER: dict[str, Server] = {"nospec": "nospec", "eagle3": "on"}
 FIT_FACTORS = (1.4, 1 / 1.4, 1.1, 1 / 1.1, 1.03, 1 / 1.03)
 
 
-Measured = dict[str, dict[int, float]]
 Row = tuple[str, int, float, float]  # series, concurrency, measured, simulated
 
 
@@ -165,67 +163,6 @@ def fit(preset: Preset, keys: Iterable[str], rounds: int = 6) -> Preset:
 
 
 NOISY_FROM = 48  # from here one short window of a state reads up to 15-20 % apart on two servers
-CSV_COLUMNS = ("label", "concurrency", "mode", "tok_s")
-
-
-class DepthCsvError(ValueError):
-    """A sweep CSV that cannot be read as windows of static depths; the message says where."""
-
-
-def series_of(mode: str) -> str | None:
-    """A window's mode as a series: 'd2' -> 'd2', 'off' -> 'off', '-' (no-spec server) -> 'nospec'; auto -> None."""
-    if re.fullmatch(r"d([1-9]|1[0-6])", mode) or mode == "off":
-        return mode
-    if mode == "-":
-        return "nospec"
-    if mode == "auto":
-        return None  # the GPU's auto priced with the measured table, not the simulator's: not comparable
-    raise ValueError(f"mode {mode!r} is none of dN, off, - or auto")
-
-
-def read_windows(path: str) -> dict[str, Measured]:
-    """label -> series -> concurrency -> tok/s (the mean where a state has several windows)."""
-    cells: dict[str, dict[str, dict[int, list[float]]]] = {}
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise DepthCsvError(f"{path}: not a sweep CSV (no {', '.join(missing)} column)")
-            for row in reader:
-                try:
-                    series = series_of(row["mode"] or "")
-                    c, tok_s = _number(int, row, "concurrency"), _number(float, row, "tok_s")
-                except ValueError as exc:
-                    raise DepthCsvError(f"{path} line {reader.line_num}: {exc}") from None
-                if series is None:
-                    continue
-                if c < 1 or not tok_s > 0:
-                    raise DepthCsvError(f"{path} line {reader.line_num}: concurrency {c}, tok_s {tok_s:g}")
-                cells.setdefault(row["label"] or "", {}).setdefault(series, {}).setdefault(c, []).append(tok_s)
-    except OSError as exc:
-        raise DepthCsvError(f"{path}: {exc.strerror or exc}") from None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise DepthCsvError(f"{path}: not a sweep CSV ({exc})") from None
-    if not cells:
-        raise DepthCsvError(f"{path}: no windows of a dN, off or - mode")
-    return {label: {series: {c: statistics.fmean(v) for c, v in sorted(by_c.items())}
-                    for series, by_c in sorted(by_series.items(), key=lambda kv: _series_order(kv[0]))}
-            for label, by_series in cells.items()}
-
-
-def _number(kind: type[int] | type[float], row: dict[str, str | None], column: str) -> Any:
-    text = row.get(column) or ""
-    try:
-        return kind(text)
-    except ValueError:
-        raise ValueError(f"{column} {text!r} is not {'a whole number' if kind is int else 'a number'}") from None
-
-
-def _series_order(series: str) -> tuple[int, int]:
-    return (0, int(series[1:])) if series.startswith("d") else (1, 0 if series == "off" else 1)
-
-
 def depth_run(series: str, depths: Iterable[int], steps: int) -> tuple[Server, dict[str, Any] | None]:
     """How a window of ``series`` runs: the server kind and its policy settings.
 
