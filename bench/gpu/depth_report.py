@@ -141,6 +141,7 @@ class Point(NamedTuple):
     best: tuple[str, Windows] | None  # the best static's name and windows
     binary: Windows | None  # max(none, d3), or max(off, d3) without none
     has_none: bool
+    own_statics: bool  # the static columns are auto's own server's: no sweep server ran them
 
 
 def best_static(cols: dict[str, Windows | None]) -> tuple[str, Windows] | None:
@@ -156,8 +157,11 @@ def points(cells: Cells) -> list[Point]:
     out = []
     for c in concs:
         cols = {name: cells.get((kind, mode, c)) for name, (kind, mode) in SOURCES.items()}
+        own = not any(cols[n] for n in ("d1", "d2", "d3", "off"))
+        if own:  # depthauto alone, beside every static depth: its own statics are the ones to judge it by
+            cols.update({n: cols[f"auto {n}"] for n in ("d1", "d2", "d3", "off")})
         low = cols["none"] or cols["off"]
-        out.append(Point(c, cols, best_static(cols), best_of(low, cols["d3"]), bool(cols["none"])))
+        out.append(Point(c, cols, best_static(cols), best_of(low, cols["d3"]), bool(cols["none"]), own))
     return out
 
 
@@ -223,6 +227,8 @@ def goal_line(pts: list[Point]) -> str:
     """The points where auto misses 0.97 x the best static, the issue's first goal."""
     rated = [(p, r) for p in pts if p.best and (r := over(p.cols["auto"], p.best[1])) is not None]
     missed = [f"c={p.c} {r:.3f} (best {p.best[0]})" for p, r in rated if p.best and r < GOAL]
+    if not rated:
+        return "- No concurrency has auto and a static both measured."
     if not missed:
         return f"- auto / best static >= {GOAL} (issue 22's goal) at all {len(rated)} concurrencies with both measured."
     return (f"- auto / best static < {GOAL} (issue 22's goal: >= {GOAL}) at {len(missed)} of {len(rated)}"
@@ -260,6 +266,9 @@ def middle_line(pts: list[Point]) -> str:
 
 def scatter_line(pts: list[Point]) -> str:
     """The same modes on the two specctl servers: how far one server start reads from the other."""
+    if all(p.own_statics for p in pts):
+        return ("- One specctl server ran auto and every static depth beside it, so no specctl server start's"
+                " scatter enters auto / best static (none's server, where there is one, is another start).")
     def per_c(a: str, b: str) -> str:
         found = [(p.c, r) for p in pts if (r := over(p.cols[a], p.cols[b])) is not None]
         if not found:
@@ -301,6 +310,10 @@ def report(backend: str, model: str, cells: Cells, trace: tuple[float, int] | No
     no_none = [f"c={p.c}" for p in pts if not p.has_none]
     note = "" if not no_none else (f"\n\n(*) no none row at {', '.join(no_none)}: the best static there is over"
                                    " d1, d2, d3 and off, and the binary choice max(off, d3).")
+    own = [f"c={p.c}" for p in pts if p.own_statics]
+    if own:
+        note += (f"\n\nd1-d3 and off at {', '.join(own)} are auto's own server's (no sweep server ran them), so"
+                 " there the two auto / best static columns read the same windows.")
     return "\n".join([
         f"## {backend}, {model}: auto against every static depth (issue 22)\n",
         "Output tok/s, mean over the windows (their range); ratios of the means (range over single windows);"
