@@ -26,6 +26,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
@@ -36,8 +37,8 @@ from specctl.runtime.supervisor.depth_fit import (
     Fit,
     built_depths,
     fit,
-    read_samples,
 )
+from specctl.runtime.supervisor.journal import read_records
 
 PROG = "specctl depth-costs"
 
@@ -96,6 +97,11 @@ def run(args: argparse.Namespace) -> int:
         return _refuse(f"--out {args.out}: {exc.strerror or exc}")
     print(f"wrote {args.out}: give it to the next start with --depth-costs {args.out}")
     return EXIT_OK
+
+
+def read_samples(path: str) -> list[dict[str, Any]]:
+    """A journal's samples in the order written (OSError when it cannot be read; bad lines are skipped)."""
+    return [dict(r) for r in read_records(path) if r["kind"] == "sample"]
 
 
 def coverage(result: Fit, with_prior: bool) -> list[str]:

@@ -12,8 +12,8 @@ depths with the same table, or the ranks choose different depths and their
 collectives hang. A rank's own step clock differs from its peers'; a table
 measured here, in the supervisor's CLI, from one journal, is one file that
 every rank reads at the next start. Everything here is a pure function of the
-journal's records (no clock, no randomness, no I/O but :func:`read_samples`),
-so the same journals always give the same table.
+journal's records (no clock, no randomness, no I/O: the CLI reads the
+journals with journal.read_records), so the same journals always give the same table.
 
 The rule (docs/depth.md, "Cost model"): an *interval* is two consecutive
 samples of one journal, of the same server start (same pid and restart count,
@@ -31,14 +31,12 @@ in :data:`MIN_INTERVALS` intervals.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from specctl.runtime.core.depth_model import DepthCosts
 from specctl.runtime.core.records import whole
-from specctl.runtime.supervisor.journal import read_records
 
 #: The batch buckets of a measured table when no prior names its own.
 DEFAULT_BUCKETS: tuple[int, ...] = (1, 4, 8, 16, 24, 32, 48, 64, 128, 256)
@@ -101,11 +99,6 @@ class Fit:
             raise ValueError(f"cells without a value: {self.missing}")
         rows = tuple(tuple(self.step_s[(b, d)] for d in self.depths) for b in self.buckets)
         return DepthCosts(self.buckets, self.depths, rows, source)
-
-
-def read_samples(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """A journal's samples in the order written (OSError when it cannot be read; bad lines are skipped)."""
-    return [dict(r) for r in read_records(path) if r["kind"] == "sample"]
 
 
 def built_depths(samples: Iterable[Mapping[str, Any]]) -> tuple[int, ...]:
