@@ -3,7 +3,8 @@
 The policy prices each candidate depth with a table given at start
 (``--depth-costs``, :mod:`specctl.runtime.core.depth_model`). This module
 measures that table on the operator's own server, offline, from the samples
-the supervisor journals about every 250 ms (``specctl depth-costs``), instead
+the supervisor journals every ``--interval`` (0.5 s by default; ``specctl
+depth-costs``), instead
 of predicting it (the simulator's model) or sweeping dummy weights on a GPU
 (bench/gpu/depth_table.py).
 
@@ -40,8 +41,8 @@ from specctl.runtime.core.records import whole
 
 #: The batch buckets of a measured table when no prior names its own.
 DEFAULT_BUCKETS: tuple[int, ...] = (1, 4, 8, 16, 24, 32, 48, 64, 128, 256)
-#: Samples further apart than this do not make an interval: the supervisor polls every 0.25-0.5 s, so a
-#: longer gap is a stall (the server unreachable, the supervisor suspended) whose steps are not steady.
+#: Samples further apart than this do not make an interval: the supervisor samples every --interval (0.5 s by
+#: default), so a longer gap is a stall (the server unreachable, the supervisor suspended) whose steps are not steady.
 MAX_GAP_S = 2.0
 #: Samples closer than this do not either: the supervisor polls at once after a command, and over a few
 #: milliseconds the step counter's read latency, not the steps, sets the ratio.
