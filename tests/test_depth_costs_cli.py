@@ -198,6 +198,11 @@ def test_a_prior_fills_what_the_journal_did_not_measure_and_its_cell_is_replaced
     assert table.buckets == (1, 8) and table.depths == (0, 1, 2, 3)
     assert [[round(v * 1e3, 6) for v in row] for row in table.step_s] == [[4, 5, 6, 7], [10, 9, 9, 9]]
 
+    short = _journal(tmp_path / "short.jsonl", _steady(3))  # 2 intervals: no cell measured, the prior's own table
+    out = specctl("depth-costs", str(short), "--prior", str(prior), "--out", str(tmp_path / "S.json"))
+    assert out.returncode == 1 and not (tmp_path / "S.json").exists() and "Traceback" not in out.stderr
+    assert "no cell has enough evidence" in out.stderr and "prior [50/2]" in out.stdout, (out.stdout, out.stderr)
+
     narrow = tmp_path / "narrow.json"  # a prior without a column for built depths 1 and 2: those stay empty
     narrow.write_text(json.dumps({"buckets": [1, 8], "depths": [0, 3], "step_ms": [[4, 7], [8, 9]]}))
     out = specctl("depth-costs", str(good), "--prior", str(narrow), "--out", str(tmp_path / "N.json"))

@@ -15,7 +15,8 @@ that also caught the coverage). Bad input (a journal that cannot be read or
 holds no server built with several depths, a prior that is not a table, an
 ``--out`` that cannot be written) is refused in one line, exit 2; cells with
 neither enough evidence nor a prior are refused, exit 1, naming them and how to
-measure them; nothing is written on either refusal.
+measure them, and so is a journal in which no cell has enough (the table would
+be the prior's); nothing is written on any refusal.
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
     buckets = prior.buckets if prior is not None else DEFAULT_BUCKETS
     result = fit(journals, depths, buckets, prior)
     print("\n".join(coverage(result, prior is not None)))
+    if not result.measured:
+        print(f"{PROG}: no cell has enough evidence, so the table would be --prior's own; pin each depth at the "
+              "loads you serve for a minute (specctl force-on --steps D; specctl force-off for depth 0) and read "
+              "that journal; nothing written", file=sys.stderr)
+        return EXIT_REFUSED
     if result.missing:
         print(f"{PROG}: no value for {len(result.missing)} cells ({_cells(result)}); measure them by running the "
               "server at that batch with each depth pinned for a minute (specctl force-on --steps D; "
