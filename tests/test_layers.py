@@ -12,7 +12,7 @@ HEADLESS = [
     "specctl.runtime.core.policy", "specctl.runtime.supervisor.lifecycle", "specctl.runtime.control.server",
     "specctl.runtime.control.client", "specctl.runtime.sim.server", "specctl.console.cli.main",
     "specctl.console.cli.headless", "specctl.console.cli.verbs", "specctl.runtime.supervisor.launcher",
-    "specctl.runtime.sglang_plugin.plugin",
+    "specctl.runtime.sglang_plugin.plugin", "specctl.console.cli.depth_costs",
 ]
 
 

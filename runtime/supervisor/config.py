@@ -249,7 +249,8 @@ def check_depth_costs(path: Path, settings: PolicySettings) -> None:
         raise ConfigError(f"--depth-costs {path}: no column for depth {', '.join(map(str, missing))} "
                           f"(it prices {', '.join(map(str, table.depths))}; the candidates are {wanted}); "
                           f"write one with `python -m specctl.runtime.sim.depth --preset NAME --depths {wanted} "
-                          f"--out FILE` or bench/gpu/depth_table.py")
+                          f"--out FILE`, `specctl depth-costs JOURNAL --out FILE` (measured on your server) "
+                          f"or bench/gpu/depth_table.py")
 
 
 def launch_depth_problem(launch: int, candidates: tuple[int, ...], steps: int, flag: str, told: str) -> str | None:
