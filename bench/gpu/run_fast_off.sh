@@ -974,6 +974,89 @@ phase_depthauto() {  # auto over the depths with the measured table, beside ever
   python3 "$HERE/depth_report.py" "$CSV2" || log "depth_report failed"
 }
 
+JOURNAL_CONCS=${JOURNAL_CONCS:-"4 16 64"}   # depthjournal's concurrencies
+depthjournal_switch() {  # depthjournal_switch SOCKET: a switch command that pins through the specctl CLI
+  # (the supervisor's socket, as an operator pins): dN forced on at depth N with the floor 0 in the same
+  # command (a depth-1 pin under a floor it cannot reach is refused), off forced off
+  cat > "$WORK/depthjournal.sh" <<SHEOF
+case \$1 in
+  d*) "$SITE/bin/specctl" set mode=on steps=\${1#d} min_accept=0 --socket "$1" ;;
+  off) "$SITE/bin/specctl" force-off --socket "$1" ;;
+  *) echo "depthjournal.sh: unknown mode \$1" >&2; exit 2 ;;
+esac
+SHEOF
+  echo "bash $WORK/depthjournal.sh {mode}"
+}
+
+depthjournal_compare() {  # depthjournal_compare TABLE PRIOR: each measured cell beside the prior's (stdlib)
+  python3 - "$1" "$2" <<'PYEOF'
+import json, statistics, sys
+got, prior = (json.load(open(p, encoding="utf-8")) for p in sys.argv[1:3])
+ratios = []
+print("journal vs sweep (ms per step; ratio = journal / sweep), measured cells only:")
+for i, b in enumerate(got["buckets"]):
+    for j, d in enumerate(got["depths"]):
+        ev = got["evidence"][i][j]
+        if ev is None:
+            continue
+        mine = got["step_ms"][i][j]
+        try:
+            theirs = prior["step_ms"][prior["buckets"].index(b)][prior["depths"].index(d)]
+        except (ValueError, IndexError):
+            print(f"  compare batch {b:>3} d{d}: journal {mine:8.3f}  sweep -        (no prior cell)")
+            continue
+        ratios.append(mine / theirs)
+        print(f"  compare batch {b:>3} d{d}: journal {mine:8.3f}  sweep {theirs:8.3f}  ratio {mine / theirs:5.2f}"
+              f"  ({ev[0]} steps / {ev[1]} intervals)")
+if ratios:
+    print(f"  compare: {len(ratios)} cells, ratio median {statistics.median(ratios):.2f} "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+else:
+    print("  compare: no measured cell")
+PYEOF
+}
+
+phase_depthjournal() {  # specctl depth-costs on a real journal, against depthsweep's table (step = running x
+  # accept length / tok/s): the supervisor journals, the CLI pins each depth and off under a steady load
+  DEPTHS=${DEPTHS:-0,1,2,3}
+  local sock=$WORK/specctl.sock journal=$WORK/journal-depthjournal-$TAG.jsonl slog=$WORK/supervisor-depthjournal-$TAG.log
+  local prior=$REPO/bench/gpu/results/depth/triton-costs-measured.json table=$OUT/depth-costs-journal-$TAG.json
+  local modes="" d rc
+  for d in ${DEPTHS//,/ }; do [ "$d" = 0 ] || modes="$modes d$d"; done
+  [ -f "$prior" ] || { log "no prior at $prior"; return 1; }
+  write_models
+  rm -f "$sock" "$journal" "$table"
+  log "starting depthjournal through specctl run --headless (DEPTHS=$DEPTHS, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN)"
+  if [ "${DRY_RUN:-}" = sim ]; then
+    env -u SPECCTL_SIM_ADMIN_KEY setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --sim-preset "$SIM_PRESET" \
+      --sim-gpus "$TP" --sim-load idle --speculative-candidate-steps "$DEPTHS" --set min_accept=0 --port "$PORT" \
+      --socket "$sock" --log "$journal" --interval 0.5 > "$slog" 2>&1 &
+  else SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
+    setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --model "$TARGET" --draft "$DRAFT" --tp "$TP" \
+      --speculative-candidate-steps "$DEPTHS" --set min_accept=0 --port "$PORT" --socket "$sock" --log "$journal" \
+      --interval 0.5 -- --attention-backend "$ATTN" --speculative-draft-load-format dummy "${COMMON[@]}" \
+      > "$slog" 2>&1 &
+  fi
+  SPID=$!
+  if ! wait_up depthjournal; then
+    log "depthjournal did NOT come up"; tail -n 40 "$slog"
+    journal_log "$journal" "$WORK/server-depthjournal.log"; grep -v "Capturing batches" "$WORK/server-depthjournal.log" | tail -n 60
+    stop_server; return 1
+  fi
+  sleep 3   # the supervisor applies the backend's thresholds when it sees the server ready
+  PATH=$SITE/bin:$PATH specctl status --socket "$sock" | head -n 12
+  grep -h '"backend_thresholds' "$journal" | cut -c1-400
+  interleave "depthjournal-$ATTN" "$ROUNDS" "$JOURNAL_CONCS" "$modes off" "$(depthjournal_switch "$sock")"
+  journal_log "$journal" "$WORK/server-depthjournal.log"
+  server_facts depthjournal
+  stop_server
+  log "journal: $(wc -l < "$journal") lines; depth-costs against $prior"
+  PATH=$SITE/bin:$PATH specctl depth-costs "$journal" --prior "$prior" --out "$table" | tee "$WORK/depthjournal-$TAG.txt"
+  rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] && [ -f "$table" ] || { log "depth-costs wrote no table (exit $rc)"; return 1; }
+  depthjournal_compare "$table" "$prior" | tee -a "$WORK/depthjournal-$TAG.txt"
+}
+
 trace_run() {  # trace_run "CONFIGS" PROMPT-SEED SWITCH-COMMAND NAME: trace_load.py on the server up now
   "${LOAD_PIN[@]}" python3 "$HERE/trace_load.py" --url "$URL" --label "depthtrace-$ATTN$MTAG" --configs $1 \
     --switch "${3:-}" --trace-s "$TRACE_S" --trace-seed "$TRACE_SEED" --order-shift "$TRACE_SEED" \
@@ -1150,6 +1233,7 @@ run_phase() {  # run_phase PHASE: one phase; its status says whether it did its 
     depthcheck) phase_depthcheck ;;
     depthsweep) phase_depthsweep ;;
     depthauto) phase_depthauto ;;
+    depthjournal) phase_depthjournal ;;
     depthtrace) phase_depthtrace ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
