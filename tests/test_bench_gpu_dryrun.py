@@ -222,6 +222,34 @@ def test_depthauto_alone_runs_on_the_committed_table_beside_every_static_depth(s
     assert "- On auto's own server (beside d1, d2, d3, off;" in run.log
 
 
+def test_depthjournal_measures_the_cost_table_from_the_supervisors_journal_beside_the_sweeps(sock_dir: Path) -> None:
+    from specctl.runtime.core.depth_model import read_costs
+
+    # windows of 2 s: a cell needs 3 journal intervals of 0.5 s at one depth (TINY's 1 s gives a pin too few)
+    run = dry_run(sock_dir, "depthjournal", DEPTHS="0,1,2,3", JOURNAL_CONCS="4 16", WINDOW="2")
+    assert_clean(run, "depthjournal")
+    rows = [r for r in run.windows() if r["label"] == "depthjournal-triton"]
+    modes = ("d1", "d2", "d3", "off")
+    assert {(r["concurrency"], r["mode"]) for r in rows} == {(c, m) for c in ("4", "16") for m in modes}
+    assert all(r["switch_rc"] == "0" for r in rows), rows  # every pin went through the specctl CLI
+    assert {r["mode"]: round(float(r["steps"])) for r in rows if r["concurrency"] == "16"} == \
+        {"d1": 1, "d2": 2, "d3": 3, "off": 0}
+    for batch in (4, 16):  # depth-costs' coverage table: every depth measured at the concurrencies run
+        line = re.search(rf"^ +{batch}  (.*)$", run.log, re.M)
+        assert line and len(re.findall(r"[\d.]+ ms \(\d+/\d+\)", line.group(1))) == 4, line
+    assert re.search(r"^ +64  prior +prior +prior +prior$", run.log, re.M)  # not run: the prior's cells
+    costs = read_costs(run.out / "depth-costs-journal-triton.json")  # as the plugin reads SPECCTL_DEPTH_COSTS
+    prior = read_costs(REPO / "bench" / "gpu" / "results" / "depth" / "triton-costs-measured.json")
+    assert costs.buckets == prior.buckets and costs.depths == (0, 1, 2, 3)
+    assert costs.step_s[prior.buckets.index(64)] == pytest.approx(prior.step_s[prior.buckets.index(64)])
+    compared = re.findall(r"^  compare batch +(\d+) d(\d): journal +([\d.]+) +sweep +([\d.]+) +ratio +([\d.]+)",
+                          run.log, re.M)
+    assert {(b, d) for b, d, *_ in compared} == {(b, d) for b in ("4", "16") for d in "0123"}
+    for _, _, mine, theirs, ratio in compared:
+        assert float(ratio) == pytest.approx(float(mine) / float(theirs), abs=0.01)
+    assert "  compare: 8 cells, ratio median " in run.log
+
+
 def test_an_installs_pth_files_and_bench_env_reach_every_process_it_starts(sock_dir: Path) -> None:
     # SGLang 0.5.23 found cutlass only through a .pth file (PYTHONPATH skips those) and started only with
     # the settings install_0523.sh writes to SITE/bench.env: both must reach the servers the script starts.

@@ -83,6 +83,16 @@
 #                  does, at 2.0 depth 1 yields what any does, so a middle depth "wins" by construction.
 #                  It still tests auto against the statics under one law; the simulator's prediction of
 #                  it is `bench/policy_envelope.py --depths 0,1,2,3 --sglang-law` (docs/depth.md)
+#   depthjournal   `specctl depth-costs` on a real server's journal: specctl's supervisor (`specctl run --headless
+#                  --speculative-candidate-steps DEPTHS --set min_accept=0 --log JOURNAL --interval 0.5`, simulated
+#                  acceptance ACC_LEN, as sweep2) while interleave.py pins every static depth (d1 d2 d3) and off
+#                  through the specctl CLI on the socket (`specctl set mode=on steps=N min_accept=0`, `force-off`),
+#                  ROUNDS windows each at JOURNAL_CONCS (default "4 16 64"); then, the supervisor stopped, `specctl
+#                  depth-costs JOURNAL --prior bench/gpu/results/depth/triton-costs-measured.json --out
+#                  $OUT/depth-costs-journal-TAG.json` (its coverage table) and each measured cell beside the
+#                  committed table's (ratio journal / sweep): does the journal's `running` gauge and step counters
+#                  on SGLang give the step times depthsweep measured from tok/s? About 100-160 s of start-up + 24
+#                  windows of ~6.4 s (3 concurrencies x 4 modes x ROUNDS 2) + warm-ups: 5-6 minutes, one call
 #   depthtrace     issue 22's trace goal: a specctl server built with DEPTHS, simulated acceptance (ACC_LEN), the
 #                  measured cost table ($WORK/depth-costs-measured.json from depthsweep, or DEPTH_COSTS; refused
 #                  without one); trace_load.py runs the changing-load trace (bench/gpu/trace_schedule.py, the
@@ -124,6 +134,7 @@
 #   SITE (default BENCH_ROOT/site: where install: and project install and what PYTHONPATH names; /root/site523
 #   for SGLang 0.5.23 from bench/gpu/install_0523.sh, with SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 on path D)
 #   ACCEPT_PERIOD (depthcheck's seconds per depth for depth_accept.py, default 4)
+#   JOURNAL_CONCS (depthjournal's concurrencies, default "4 16 64")
 #   TRACE_S TRACE_SEED TRACE_CONFIGS TRACE_NOSPEC (depthtrace: trace length, schedule seed, configurations,
 #   1|0|only for the server without speculation)
 set -uo pipefail
@@ -1024,6 +1035,7 @@ phase_depthjournal() {  # specctl depth-costs on a real journal, against depthsw
   local modes="" d rc
   for d in ${DEPTHS//,/ }; do [ "$d" = 0 ] || modes="$modes d$d"; done
   [ -f "$prior" ] || { log "no prior at $prior"; return 1; }
+  [ "$ATTN" = triton ] || log "depthjournal: the prior and the comparison are Triton's table, not $ATTN's"
   write_models
   rm -f "$sock" "$journal" "$table"
   log "starting depthjournal through specctl run --headless (DEPTHS=$DEPTHS, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN)"
