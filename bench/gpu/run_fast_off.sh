@@ -547,6 +547,17 @@ sys.exit(0 if any(r.get("event") == "backend_thresholds_skipped" and "target is 
   return 1
 }
 
+supervisor_up() {  # supervisor_up NAME SUPERVISOR-LOG JOURNAL SOCKET: wait for the server specctl run started
+  # (false, with its logs shown and everything stopped, if it did not come up), then its status once
+  if ! wait_up "$1"; then
+    log "$1 did NOT come up"; tail -n 40 "$2"
+    journal_log "$3" "$WORK/server-$1.log"; grep -v "Capturing batches" "$WORK/server-$1.log" | tail -n 60
+    stop_server; return 1
+  fi
+  sleep 3   # the supervisor applies the backend's thresholds when it sees the server ready
+  PATH=$SITE/bin:$PATH specctl status --socket "$4" | head -n 12
+}
+
 phase_sweep2() {  # the specctl server as an operator runs it: launched and steered by specctl itself
   local sock=$WORK/specctl.sock journal=$WORK/journal-sweep2-$TAG.jsonl
   write_models
@@ -560,13 +571,7 @@ phase_sweep2() {  # the specctl server as an operator runs it: launched and stee
       > "$WORK/supervisor-sweep2-$TAG.log" 2>&1 &
   fi
   SPID=$!
-  if ! wait_up sweep2; then
-    log "sweep2 did NOT come up"; tail -n 40 "$WORK/supervisor-sweep2-$TAG.log"
-    journal_log "$journal" "$WORK/server-sweep2.log"; grep -v "Capturing batches" "$WORK/server-sweep2.log" | tail -n 60
-    stop_server; return 1
-  fi
-  sleep 3   # the supervisor applies the backend's thresholds when it sees the server ready
-  PATH=$SITE/bin:$PATH specctl status --socket "$sock" | head -n 12
+  supervisor_up sweep2 "$WORK/supervisor-sweep2-$TAG.log" "$journal" "$sock" || return 1
   if ! sweep2_thresholds "$journal"; then stop_server; return 1; fi
   python3 "$HERE/ctl.py" "$URL" state | cut -c1-400
   interleave "specctl-$ATTN" "$ROUNDS" "$CONCS2" "$SWEEP_MODES" "$SITE/bin/specctl {verb} --socket $sock"
@@ -1050,13 +1055,7 @@ phase_depthjournal() {  # specctl depth-costs on a real journal, against depthsw
       > "$slog" 2>&1 &
   fi
   SPID=$!
-  if ! wait_up depthjournal; then
-    log "depthjournal did NOT come up"; tail -n 40 "$slog"
-    journal_log "$journal" "$WORK/server-depthjournal.log"; grep -v "Capturing batches" "$WORK/server-depthjournal.log" | tail -n 60
-    stop_server; return 1
-  fi
-  sleep 3   # the supervisor applies the backend's thresholds when it sees the server ready
-  PATH=$SITE/bin:$PATH specctl status --socket "$sock" | head -n 12
+  supervisor_up depthjournal "$slog" "$journal" "$sock" || return 1
   grep -h '"backend_thresholds' "$journal" | cut -c1-400
   interleave "depthjournal-$ATTN" "$ROUNDS" "$JOURNAL_CONCS" "$modes off" "$(depthjournal_switch "$sock")"
   journal_log "$journal" "$WORK/server-depthjournal.log"
