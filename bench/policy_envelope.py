@@ -46,14 +46,7 @@ from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
 from specctl.runtime.sim.rows import supervised_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
-from trace_schedule import (  # shared with gpu/trace_load.py
-    TRACE_LEVELS,
-    TRACE_S,
-    phase_seconds,
-    tokens,
-    tokens_at_best,
-    trace_levels,
-)
+from trace_schedule import TRACE_LEVELS, TRACE_S, ceiling, phase_seconds, trace_levels  # shared with gpu/trace_load.py
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GOAL = 0.95
@@ -213,12 +206,9 @@ def ceiling_line(rows: list[tuple[int, dict[str, PointResult]]], depths: tuple[i
         return f"ceiling: the sweep has no point at c = {', '.join(map(str, missing))}, which the trace visits"
     statics = ["none", *[str(d) for d in depths if d]]
     rates = {k: {c: by_c[c][k].tok_s for c in spent} for k in statics}
-    total = tokens(spent, rates)
-    best = max(total, key=total.__getitem__)
-    binary = {k: rates[k] for k in ("none", str(max(depths)))}
+    best, top, binary = ceiling(spent, rates, ("none", str(max(depths))))
     return (f"ceiling (every phase at the sweep's best static for its load, switches free): "
-            f"{tokens_at_best(spent, rates) / total[best]:.3f} x the best single static ({best}); "
-            f"none or {max(depths)} only: {tokens_at_best(spent, binary) / total[best]:.3f}")
+            f"{top:.3f} x the best single static ({best}); none or {max(depths)} only: {binary:.3f}")
 
 
 def render_trace(preset: Preset, settings: dict[str, Any], depths: tuple[int, ...], law: AcceptLaw | None,

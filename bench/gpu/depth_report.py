@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Cells, best_of, mean, models_in, ratio, read
-from trace_schedule import phase_seconds, tokens, tokens_at_best
+from trace_schedule import ceiling, phase_seconds
 
 KINDS = ("nospec", "depth", "depthauto")  # the three servers' label prefixes
 NEEDED = ("label", "concurrency", "mode", "tok_s", "steps")
@@ -292,11 +292,8 @@ def ceiling_line(pts: list[Point], trace_s: float, seed: int) -> str:
         return (f"- The trace's ceiling ({trace_s:g} s, seed {seed}): no windows of every static at"
                 f" c={', '.join(map(str, lacking))}, which the trace visits.")
     rates = {n: {c: mean(at[c].cols[n]) for c in spent} for n in names}  # type: ignore[arg-type]
-    total = tokens(spent, rates)
-    best = max(total, key=total.__getitem__)
     low = names[0] if names[0] == "none" else "off"
-    top = tokens_at_best(spent, rates) / total[best]
-    binary = tokens_at_best(spent, {n: rates[n] for n in (low, "d3")}) / total[best]
+    best, top, binary = ceiling(spent, rates, (low, "d3"))
     return (f"- The trace's ceiling from these windows ({trace_s:g} s, seed {seed}, "
             f"{', '.join(f'c={c} {t:.0f} s' for c, t in sorted(spent.items()))}): the best static in every phase"
             f" gives {top:.3f} x the best single static ({best}), choosing only between {low}"

@@ -9,6 +9,7 @@ Standard library only, so that it runs on the GPU machine as it is.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 
 TRACE_S = 600.0  # the simulator's trace length in seconds
 TRACE_LEVELS = (1, 4, 8, 16, 24, 32, 48, 64, 128, 256)  # the concurrencies a phase draws from
@@ -34,9 +35,9 @@ def trace_levels(seed: int, total_s: float = TRACE_S,
 def phase_seconds(seed: int, total_s: float = TRACE_S) -> dict[int, float]:
     """Seconds the trace spends at each concurrency, its last phase whole (as both runners run it).
 
-    What a trace's ceiling needs: price each level's seconds at a configuration's
-    steady tok/s there (bench/gpu/depth_report.py from the GPU's windows,
-    bench/policy_envelope.py from the simulator's).
+    What a trace's ceiling needs (``ceiling``): each level's seconds priced at a
+    configuration's steady tok/s there (bench/gpu/depth_report.py from the GPU's
+    windows, bench/policy_envelope.py from the simulator's).
     """
     spent: dict[int, float] = {}
     start = 0.0
@@ -46,16 +47,19 @@ def phase_seconds(seed: int, total_s: float = TRACE_S) -> dict[int, float]:
     return spent
 
 
-def tokens(spent: dict[int, float], rates: dict[str, dict[int, float]]) -> dict[str, float]:
-    """Tokens each configuration yields over the trace; ``rates``: configuration -> {concurrency: tok/s}."""
-    return {name: sum(t * by_c[c] for c, t in spent.items()) for name, by_c in rates.items()}
+def ceiling(spent: dict[int, float], rates: dict[str, dict[int, float]],
+            pair: tuple[str, str]) -> tuple[str, float, float]:
+    """(the best single configuration, every level at its best / it, every level at the better of ``pair`` / it).
 
-
-def tokens_at_best(spent: dict[int, float], rates: dict[str, dict[int, float]]) -> float:
-    """Tokens over the trace with every level at its best configuration of ``rates``.
-
-    Over the best single configuration's tokens this is the trace's ceiling: a
-    policy that runs one configuration per load level cannot beat it (it takes
-    every switch as free and instant).
+    ``rates``: configuration -> {concurrency: tok/s}; ``spent``: phase_seconds.
+    The second figure is the trace's ceiling: a policy that runs one
+    configuration per load level cannot beat it (it takes every switch as free
+    and instant); the third is the same for a policy that only chooses within
+    ``pair`` (on/off: none and the deepest depth).
     """
-    return sum(t * max(by_c[c] for by_c in rates.values()) for c, t in spent.items())
+    def at_best(names: Iterable[str]) -> float:
+        return sum(t * max(rates[n][c] for n in names) for c, t in spent.items())
+
+    total = {name: sum(t * by_c[c] for c, t in spent.items()) for name, by_c in rates.items()}
+    best = max(total, key=total.__getitem__)
+    return best, at_best(rates) / total[best], at_best(pair) / total[best]
