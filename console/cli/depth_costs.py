@@ -25,11 +25,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from specctl.runtime.core.atomic_file import write_atomic
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
 from specctl.runtime.supervisor.depth_fit import (
     DEFAULT_BUCKETS,
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
               "next start")
         return EXIT_OK
     try:
-        _write(args.out, _document(result, args.journals, prior))
+        write_atomic(args.out, json.dumps(_document(result, args.journals, prior)) + "\n", mode=0o644)
     except OSError as exc:
         return _refuse(f"--out {args.out}: {exc.strerror or exc}")
     print(f"wrote {args.out}: give it to the next start with --depth-costs {args.out}")
@@ -166,19 +166,6 @@ def _unwritable(path: Path) -> str | None:
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         return "permission denied"
     return None
-
-
-def _write(path: Path, doc: dict[str, object]) -> None:
-    """Whole or not at all: a temporary file beside it, renamed over it."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _refuse(message: str) -> int:

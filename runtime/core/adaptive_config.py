@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from specctl.runtime.core.atomic_file import write_atomic
 
 # Bucket keys: SGLang routes a batch to the largest key <= its (padded) size,
 # so "1" alone would cover everything; one key per power of two up to the
@@ -64,16 +65,7 @@ def write_config(path: str | os.PathLike[str], steps: int, buckets: Iterable[int
     """Write the config atomically (a half-written file would fail SGLang's start-up)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(build_config(steps, buckets, candidates)) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic(target, json.dumps(build_config(steps, buckets, candidates)) + "\n")
 
 
 def candidate_steps(config: dict[str, Any]) -> list[int]:
