@@ -21,6 +21,7 @@
 #                  forced off and auto, switched through /set_internal_state (one server)
 #   nospec2        server without speculation: greedy + logprob reference, then interleave.py over
 #                  CONCS2 (ROUNDS windows of WINDOW s per concurrency, one unbroken load)
+#   nospecref      nospec2's greedy + logprob reference alone, no load (for depthcheck/fixcheck after it)
 #   sweep2         specctl's own supervisor launches the specctl server (`specctl run --headless
 #                  --model ...`, so the per-backend thresholds apply), simulated acceptance;
 #                  interleave.py switches forced on / forced off / auto through the specctl CLI
@@ -491,6 +492,13 @@ phase_nospec2() {
   server_facts nospec
   python3 "$HERE/correctness.py" run "$URL" "nospec-$ATTN" "$WORK/corr-nospec.json" --logprobs
   interleave "nospec-$ATTN" "$ROUNDS" "$CONCS2" -
+  server_facts nospec
+  stop_server
+}
+
+phase_nospecref() {  # the no-spec greedy + logprob reference alone (no load), for the checks after it
+  start_server nospec nospec 0 || return 1
+  python3 "$HERE/correctness.py" run "$URL" "nospec-$ATTN" "$WORK/corr-nospec.json" --logprobs
   server_facts nospec
   stop_server
 }
@@ -1230,6 +1238,7 @@ run_phase() {  # run_phase PHASE: one phase; its status says whether it did its 
     offcheck) phase_offcheck ;;
     sweep) phase_sweep ;;
     nospec2) phase_nospec2 ;;
+    nospecref) phase_nospecref ;;
     sweep2) phase_sweep2 ;;
     adaptive) phase_adaptive ;;
     resume) phase_resume ;;
