@@ -231,6 +231,24 @@ def test_off_at_stays_a_ceiling_over_the_table() -> None:
     assert decisions[-1] == 0 and p.recent_switches()[-1].reason == "load"
 
 
+def test_off_at_the_ceiling_stays_off_until_on_at() -> None:
+    """The GPU's first one-server sitting: a batch hovering at 31-32 under off_at 32 flapped
+    off (load) and on (quiet) every dwell, 32 switches in 5 s, since the table said drafting
+    pays at 31; the operator's band under the ceiling holds in the depth choice as in on/off."""
+    p = SpecPolicy(DEPTHS.with_changes({"off_at": 32, "on_at": 24, "dwell": 8}), TABLE)
+    assert best_depth(31, 0.7) > 0, "the table must favour drafting just under the ceiling"
+    run(p, [8] * 300)
+    before = p.state()["switches"]
+    rng = random.Random(5)
+    hovering = run(p, [rng.choice([30, 31, 32]) for _ in range(3000)], seed=1)
+    first_off = hovering.index(0)
+    assert set(hovering[first_off:]) == {0}, "off at the ceiling, never back on above on_at"
+    assert p.state()["switches"] == before + 1
+    assert p.recent_switches()[-1].reason == "load"
+    assert run(p, [20] * 100)[-1] > 0, "at on_at or below the table decides again"
+    assert p.recent_switches()[-1].reason == "quiet"
+
+
 def test_forced_on_pins_the_depth_steps_names() -> None:
     p = SpecPolicy(DEPTHS, TABLE)
     run(p, [48] * 300)

@@ -81,6 +81,7 @@ class SpecPolicy:
         self._last_switch_step: int | None = None
         self._low_accept_since: int | None = None  # step of the low_accept switch, while off for it
         self._low_accept_mean = 0.0  # the acceptance mean that made that switch
+        self._held_off = False  # off at the ceiling off_at, until the batch falls to on_at (the depth choice)
         self._accepts: deque[float] = deque(maxlen=self._settings.accept_window)
         self._accept_sum = 0.0
         self._stats = AcceptStats(self._settings.accept_window)
@@ -228,7 +229,12 @@ class SpecPolicy:
             return
         if bs >= s.off_at:  # the operator's ceiling holds whatever the table says
             self._to(0, "load", bs)
+            self._held_off = True
             return
+        if self._held_off:  # and so does the band under it: off at the ceiling stays off down to on_at
+            if self._depth == 0 and bs > s.on_at:
+                return
+            self._held_off = False
         if self._depth == 0 and self._low_accept_since is not None:
             if self._step - self._low_accept_since >= s.probe_after:
                 self._stats.reset()  # measure afresh: the on/off rules run at steps until evidence is in
@@ -288,6 +294,8 @@ class SpecPolicy:
         self._last_switch_step = self._step
         self._switch_count += 1
         on = depth > 0
+        if on:
+            self._held_off = False
         if on or reason != "low_accept":
             self._low_accept_since = None
         if on and not before:  # a fresh window after every resume, so old acceptance cannot switch it off again
