@@ -16,6 +16,7 @@ from specctl.runtime.core.depth_model import (
     DepthCostsError,
     costs_from_dict,
     expected_from_rates,
+    pool_rising,
     read_costs,
 )
 from specctl.runtime.core.policy import REASONS, SpecPolicy
@@ -113,6 +114,26 @@ def test_cost_table_interpolates_between_buckets_and_extrapolates_above() -> Non
     assert TABLE.row(32)[0] == pytest.approx(11e-3)  # halfway between 16 and 48
     assert TABLE.row(192)[0] == pytest.approx(32e-3)  # the 48-96 slope continued
     assert TABLE.row(0) == TABLE.row(1)
+
+
+@given(st.lists(st.floats(min_value=1e-4, max_value=1.0), min_size=1, max_size=17))
+def test_pooled_rows_rise_keep_the_mean_and_leave_rising_rows_alone(row: list[float]) -> None:
+    pooled = pool_rising(row)
+    assert len(pooled) == len(row)
+    assert all(a <= b * (1 + 1e-12) for a, b in zip(pooled, pooled[1:]))
+    assert sum(pooled) == pytest.approx(sum(row))
+    ascending = sorted(row)
+    assert pool_rising(ascending) == pytest.approx(ascending)
+
+
+def test_a_deeper_draft_is_never_priced_cheaper_but_the_file_keeps_the_measurement(tmp_path: Path) -> None:
+    """The GPU sweep's batch-8 row: depths 1, 2, 3 read 10.84, 10.35, 10.26 ms (noise)."""
+    measured = DepthCosts(buckets=(8,), depths=(0, 1, 2, 3), step_s=((6.25e-3, 10.84e-3, 10.3509e-3, 10.2601e-3),))
+    row = measured.row(8)
+    assert row[0] < row[1] and row[2] == row[3] == pytest.approx((10.84e-3 + 10.3509e-3 + 10.2601e-3) / 3)
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(measured.as_dict()))
+    assert read_costs(path).step_s == measured.step_s, "the table reads back as measured"
 
 
 def test_cost_table_reads_from_json(tmp_path: Path) -> None:

@@ -48,6 +48,15 @@ class DepthCosts:
     ``depths[j]``. Between buckets the time is interpolated linearly; above the
     largest it is extrapolated from the last two (a decode step's cost is close
     to linear in the batch there).
+
+    The policy prices depths with each bucket's row made non-decreasing in
+    depth (:func:`pool_rising`): a deeper draft runs one more draft forward and
+    verifies one more token a request, so where a measured row says otherwise
+    it is noise (the GPU sweep's row at 8 requests read depth 1 the dearest and
+    depth 3 the cheapest, within 6 %), and the depth with the more acceptance
+    should not also look cheaper for it. Pooled depths cost the same, and
+    acceptance alone tells them apart. ``step_s`` and :meth:`as_dict` keep the
+    table as measured.
     """
 
     buckets: tuple[int, ...]
@@ -55,9 +64,11 @@ class DepthCosts:
     step_s: tuple[tuple[float, ...], ...]
     source: str = ""
     _rows: list[list[float]] = field(default_factory=list, repr=False, compare=False)
+    _priced: list[list[float]] = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_table(self.buckets, self.depths, self.step_s)
+        self._priced.extend(pool_rising(row) for row in self.step_s)
         top = self.buckets[-1]
         width = max(self.depths) + 1
         rows = self._rows
@@ -79,7 +90,7 @@ class DepthCosts:
         return row
 
     def _interpolate(self, bs: int, j: int) -> float:
-        b, t = self.buckets, self.step_s
+        b, t = self.buckets, self._priced
         if len(b) == 1:
             return t[0][j]
         i = 1
@@ -95,6 +106,25 @@ class DepthCosts:
         """The JSON form :func:`costs_from_dict` reads (milliseconds, as people read step times)."""
         return {"source": self.source, "buckets": list(self.buckets), "depths": list(self.depths),
                 "step_ms": [[round(s * 1e3, 6) for s in row] for row in self.step_s]}
+
+
+def pool_rising(values: Sequence[float]) -> list[float]:
+    """The closest non-decreasing sequence in least squares (pool adjacent violators).
+
+    A run that falls is replaced by its mean, as often as it takes: [6, 8.02, 7.96]
+    becomes [6, 7.99, 7.99]. A row that already rises comes back unchanged.
+    """
+    blocks: list[list[float]] = []  # [sum, count] of each pooled run
+    for value in values:
+        blocks.append([float(value), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    out: list[float] = []
+    for total, count in blocks:
+        out.extend([total / count] * int(count))
+    return out
 
 
 def _check_table(buckets: Sequence[int], depths: Sequence[int], step_s: Sequence[Sequence[float]]) -> None:
