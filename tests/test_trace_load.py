@@ -225,3 +225,13 @@ def test_depthtrace_runs_each_configuration_then_none_and_prints_the_goals(sock_
         assert float(summaries[config]["tok_s"]) > 0
     table = (run.out / "trace-table-triton.txt").read_text()
     assert "auto / best single static" in table and "| none |" in table and "goal >= 1.05" in table
+
+
+def test_the_table_says_how_far_the_same_state_read_apart_in_the_gpus_trace() -> None:
+    """The GPU's first trace (committed): at 48 and 128 requests auto and off both ran off."""
+    gpu = Path(__file__).resolve().parents[1] / "bench/gpu/results/depth/triton-trace.csv"
+    done = tool("--table", str(gpu))
+    assert done.returncode == 0, done.stderr
+    assert "auto / best single static (off, of off): tok/s 1.051" in done.stdout
+    assert "phases where auto ran off's own state throughout (level: auto / off; the traces' noise, not a choice): " \
+        "48: 0.925, 128: 0.970" in done.stdout
