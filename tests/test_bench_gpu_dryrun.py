@@ -185,10 +185,12 @@ def test_proof_fixcheck_then_pack_on_fa3(sock_dir: Path) -> None:
 
 
 def test_depthcheck_runs_every_depth_and_reads_acceptance_after_each_change(sock_dir: Path) -> None:
-    run = dry_run(sock_dir, "depthcheck", DEPTHS="0,1,2,3")
-    assert_clean(run, "depthcheck")
+    run = dry_run(sock_dir, "nospecref", "depthcheck", DEPTHS="0,1,2,3")
+    assert_clean(run, "nospecref", "depthcheck")
     for label in ("dc-d2", "dc-d3", "dc-off", "dc-cycle", "dc-auto"):
         assert f"[compare] {label}-triton vs dc-d1-triton: 8/8 identical" in run.log
+    for label in ("dc-d1", "dc-d2", "dc-d3", "dc-off", "dc-cycle", "dc-auto"):  # nospecref's reference
+        assert f"[compare] {label}-triton vs nospec-triton: 8/8 identical" in run.log
     assert "| depth | right after (first 8 verifies) |" in run.log  # depth_accept.py's table
     assert len(list(csv.DictReader((run.out / "depth-accept-triton.csv").open()))) > 0
     assert (run.out / "depthcheck-triton.txt").read_text().count('"num_used_tokens": [0]') == 2
