@@ -194,6 +194,9 @@ def test_a_prior_fills_what_the_journal_did_not_measure_and_its_cell_is_replaced
     out = specctl("depth-costs", str(good), "--prior", str(prior), "--out", str(tmp_path / "T.json"))
     assert out.returncode == 0, out.stderr
     assert "10.000 ms (475/19)" in out.stdout, out.stdout
+    # measured d0 10 ms beside the prior's 9 ms for d1-d3: a deeper draft reads cheaper, the policy pools the row
+    pooled = [line for line in out.stdout.splitlines() if "the policy prices these depths alike" in line]
+    assert pooled and pooled[0].endswith(": batch 8: d0-d3 at 9.250 ms"), out.stdout  # batch 1's row rises
     table = read_costs(tmp_path / "T.json")
     assert table.buckets == (1, 8) and table.depths == (0, 1, 2, 3)
     assert [[round(v * 1e3, 6) for v in row] for row in table.step_s] == [[4, 5, 6, 7], [10, 9, 9, 9]]
@@ -202,6 +205,7 @@ def test_a_prior_fills_what_the_journal_did_not_measure_and_its_cell_is_replaced
     out = specctl("depth-costs", str(short), "--prior", str(prior), "--out", str(tmp_path / "S.json"))
     assert out.returncode == 1 and not (tmp_path / "S.json").exists() and "Traceback" not in out.stderr
     assert "no cell has enough evidence" in out.stderr and "prior [50/2]" in out.stdout, (out.stdout, out.stderr)
+    assert "prices these depths alike" not in out.stdout, "the prior's 9, 9, 9 are equal, not pooled"
 
     narrow = tmp_path / "narrow.json"  # a prior without a column for built depths 1 and 2: those stay empty
     narrow.write_text(json.dumps({"buckets": [1, 8], "depths": [0, 3], "step_ms": [[4, 7], [8, 9]]}))

@@ -30,7 +30,7 @@ from typing import Any
 
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from specctl.runtime.core.atomic_file import write_atomic
-from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
+from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, pool_rising, read_costs
 from specctl.runtime.supervisor.depth_fit import (
     DEFAULT_BUCKETS,
     MIN_INTERVALS,
@@ -134,7 +134,34 @@ def coverage(result: Fit, with_prior: bool) -> list[str]:
     lines.append(f"{len(result.measured)} of {cells} cells measured: ms (decode steps/intervals); a cell needs "
                  f"{MIN_STEPS} decode steps in {MIN_INTERVALS} intervals, [steps/intervals] had too few; "
                  + ("prior = --prior's value" if with_prior else "- = no value (no --prior)"))
+    if pooled := pooled_runs(result):
+        lines.append("a deeper draft reads cheaper here (noise, or a prior from another server), so the policy "
+                     "prices these depths alike: " + "; ".join(pooled))
     return lines
+
+
+def pooled_runs(result: Fit) -> list[str]:
+    """'batch B: dI-dJ at X ms' for each run of depths the policy prices alike (DepthCosts' pool_rising).
+
+    Why: the file keeps what was measured, and an operator reading it would
+    otherwise expect the policy to prefer the cheaper-looking deeper draft.
+    """
+    runs = []
+    for b in result.buckets:
+        row = [result.step_s.get((b, d)) for d in result.depths]
+        if any(v is None for v in row):
+            continue
+        measured = [v for v in row if v is not None]
+        priced = pool_rising(measured)
+        start = 0
+        for end in range(1, len(priced) + 1):
+            if end < len(priced) and priced[end] == priced[start]:
+                continue
+            if any(measured[k] != priced[start] for k in range(start, end)):  # pooled, not merely equal
+                runs.append(f"batch {b}: d{result.depths[start]}-d{result.depths[end - 1]} at "
+                            f"{priced[start] * 1e3:.3f} ms")
+            start = end
+    return runs
 
 
 def _cells(result: Fit) -> str:
