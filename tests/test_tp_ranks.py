@@ -149,6 +149,8 @@ def depth_stream(seed: int, steps: int) -> list[tuple[Any, ...]]:
         if i % 500 == 0:
             rate = rng.choice([0.1, 0.5, 0.7, 0.9])
         bs = rng.choice([1, 2, 8, 16, 24, 48, 64, 96, 200])
+        if i % 97 < 6:  # now and then between on_at and off_at: the band the ceiling holds off in
+            bs = 120
         accepted = []
         for _ in range(bs):
             n = 0
