@@ -234,7 +234,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
             last[str(row["config"])] = row
     if not last:
         return "[trace] no summary rows"
-    phases = [r for r in rows if str(r.get("phase")) != SUMMARY and str(r.get("config")) == next(iter(last))]
+    phases = phases_of(rows, next(iter(last)))
     some = next(iter(last.values()))
     lines = [f"trace: {len(phases)} phases, {number(some['until_s']) or 0:g} s, trace seed {some['trace_seed']}, "
              f"label {some['label']}",
@@ -272,9 +272,10 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def phases_of(rows: list[dict[str, Any]], config: str, count: int) -> list[dict[str, Any]]:
-    """A configuration's per-phase rows, its latest trace's."""
-    return [r for r in rows if str(r.get("config")) == config and str(r.get("phase")) != SUMMARY][-count:]
+def phases_of(rows: list[dict[str, Any]], config: str, count: int = 0) -> list[dict[str, Any]]:
+    """A configuration's per-phase rows: the last ``count`` (its latest trace's), or all with 0."""
+    found = [r for r in rows if str(r.get("config")) == config and str(r.get("phase")) != SUMMARY]
+    return found[-count:] if count else found
 
 
 def same_state(rows: list[dict[str, Any]], static: str, count: int) -> str:

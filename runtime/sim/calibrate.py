@@ -163,6 +163,8 @@ def fit(preset: Preset, keys: Iterable[str], rounds: int = 6) -> Preset:
 
 
 NOISY_FROM = 48  # from here one short window of a state reads up to 15-20 % apart on two servers
+
+
 def depth_run(series: str, depths: Iterable[int], steps: int) -> tuple[Server, dict[str, Any] | None]:
     """How a window of ``series`` runs: the server kind and its policy settings.
 
@@ -271,16 +273,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--depth-csv needs one --preset (the server the sweep measured) and no --predict")
     if ns.acc_len is not None and not ns.depth_csv:
         ap.error("--acc-len goes with --depth-csv")
-    checks = []
-    for path in ns.depth_csv or []:
-        try:
-            read_windows(path)  # every file readable before any simulation runs
+    checks = ns.depth_csv or []
+    try:  # every file readable, and the accept length usable, before any simulation runs
+        for path in checks:
+            read_windows(path)
+        if checks:
             match_expected_law(PRESETS[ns.preset[0]].accept_len if ns.acc_len is None else ns.acc_len)
-        except (DepthCsvError, ValueError) as exc:  # one line, no traceback: the user's file or number
-            option = "--depth-csv" if isinstance(exc, DepthCsvError) else "--acc-len"
-            print(f"calibrate: {option}: {exc}", file=sys.stderr)
-            return 2
-        checks.append(path)
+    except (DepthCsvError, ValueError) as exc:  # one line, no traceback: the user's file or number
+        option = "--depth-csv" if isinstance(exc, DepthCsvError) else "--acc-len"
+        print(f"calibrate: {option}: {exc}", file=sys.stderr)
+        return 2
     for name in ns.preset or sorted(PRESETS):
         preset = PRESETS[name]
         if ns.predict:
