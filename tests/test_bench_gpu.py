@@ -87,6 +87,28 @@ def test_interleave_rotates_which_mode_takes_the_first_window(sim: str, tmp_path
     assert {r["mode"]: r["steps"] for r in rows if r["concurrency"] == "8"} == {"on": "3.0", "off": "0.0"}
 
 
+@pytest.mark.parametrize("n", range(1, 8))
+def test_the_turn_order_balances_first_windows_and_predecessors(n: int) -> None:
+    # a plain rotation kept auto right after off in every depthauto round (2026-12-02); over the design's rows
+    # every mode takes the first window equally often and follows every other mode equally often
+    sys.path.insert(0, str(GPU))
+    from interleave import turn_order
+
+    modes = [f"m{i}" for i in range(n)]
+    rows = [turn_order(modes, k) for k in range(n if n % 2 == 0 else 2 * n)]
+    assert all(sorted(r) == modes for r in rows)
+    firsts = {m: sum(r[0] == m for r in rows) for m in modes}
+    assert len(set(firsts.values())) == 1, firsts
+    follows = {(a, b): 0 for a in modes for b in modes if a != b}
+    for r in rows:
+        for a, b in zip(r, r[1:]):
+            follows[(a, b)] += 1
+    assert len(set(follows.values())) <= 1, follows
+    assert turn_order(modes, len(rows)) == rows[0]  # the design repeats
+    if n in (2, 3):  # there its first rows are the rotation the earlier sittings ran
+        assert rows[1] == modes[1:] + modes[:1]
+
+
 def test_interleave_refuses_modes_without_a_switch_command(tmp_path: Path) -> None:
     done = tool(str(GPU / "interleave.py"), "--modes", "on", "off")
     assert done.returncode == 2 and "need --switch" in done.stderr

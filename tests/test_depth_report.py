@@ -320,3 +320,21 @@ def test_depthauto_alone_is_judged_by_its_own_servers_statics(tmp_path: Path) ->
     assert "are auto's own server's (no sweep server ran them)" in done.stdout
     assert summary(done.stdout, "- One specctl server ran auto and every static depth beside it")
     assert "at 1 of 1 concurrencies: c=4 0.960 (best d2)." in summary(done.stdout, "- auto / best static")
+
+
+def test_where_auto_ran_the_best_statics_own_state_the_summary_names_it_as_noise() -> None:
+    # the third sitting at 2.8: auto ran off (steps 0) in every window from 32 up, as off did beside it, and read
+    # 0.899-1.004 of it; that spread is two reads of one state, and the summary says so
+    done = depth_report(DEPTH / "triton-depthauto3.csv")
+    assert done.returncode == 0, done.stderr
+    line = summary(done.stdout, "- Where auto ran its own server's best static's state in every window")
+    assert "c=32 off 0.932, c=48 off 0.968, c=64 off 1.004, c=128 off 0.899; median 0.950" in line
+    assert "c=8" not in line  # there auto ran d3 and d2 was best: a choice, not noise
+
+
+def test_no_same_state_line_where_auto_never_ran_the_best_statics_state(tmp_path: Path) -> None:
+    grid = {4: {"none": 700.0, "auto": 1200.0, "auto d1": 900.0, "auto d2": 1150.0, "auto d3": 1250.0,
+                "auto off": 690.0}}  # three_servers writes auto's windows at depth 2 while d3 is best
+    done = depth_report(*(f for f in three_servers(tmp_path, grid) if f.stem != "depth"))
+    assert done.returncode == 0, done.stderr
+    assert "state in every window" not in done.stdout

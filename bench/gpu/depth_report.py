@@ -60,6 +60,7 @@ SOURCES = {"none": ("nospec", "-"), "d1": ("depth", "d1"), "d2": ("depth", "d2")
            "off": ("depth", "off"), "auto": ("depthauto", "auto"), "auto d1": ("depthauto", "d1"),
            "auto d2": ("depthauto", "d2"), "auto d3": ("depthauto", "d3"), "auto off": ("depthauto", "off")}
 OWN = ("auto d1", "auto d2", "auto d3", "auto off")  # the statics auto's own server ran beside it
+OWN_DEPTH = {"auto d1": 1.0, "auto d2": 2.0, "auto d3": 3.0, "auto off": 0.0}  # each one's steps column
 Windows = list[dict[str, float]]
 
 
@@ -170,10 +171,16 @@ def over(top: Windows | None, bottom: Windows | None) -> float | None:
     return mean(top) / mean(bottom) if top and bottom else None
 
 
+def own_best_name(p: Point) -> str | None:
+    """The column of the best static auto's own server ran (of d1-d3 and off), None where it ran none."""
+    present = [n for n in OWN if p.cols[n]]
+    return max(present, key=lambda n: mean(p.cols[n])) if present else None  # type: ignore[arg-type]
+
+
 def own_best(p: Point) -> Windows | None:
     """The best static auto's own server ran (of d1-d3 and off): the comparison no server start's scatter enters."""
-    present = [w for n in OWN if (w := p.cols[n])]
-    return max(present, key=mean) if present else None
+    name = own_best_name(p)
+    return p.cols[name] if name else None
 
 
 def middle_win(p: Point) -> Windows | None:
@@ -264,6 +271,27 @@ def middle_line(pts: list[Point]) -> str:
             f" max(none, d3) (issue 22's goal for auto there: >= {MIDDLE_GOAL}): {'; '.join(wins)}.")
 
 
+def same_state_line(pts: list[Point]) -> str | None:
+    """Where auto ran its own server's best static's state in every window: one state read twice.
+
+    There auto / best static measures the windows' noise, not the policy's
+    choice, so a miss there says how far two windows of one state part, which
+    is what a single round can resolve. None where auto never did.
+    """
+    same: list[tuple[int, str, float]] = []
+    for p in pts:
+        name, auto = own_best_name(p), p.cols["auto"]
+        if auto and name and all(w["steps"] == OWN_DEPTH[name] for w in auto):
+            same.append((p.c, name.split()[1], mean(auto) / mean(p.cols[name])))  # type: ignore[arg-type]
+    if not same:
+        return None
+    ratios = [r for _, _, r in same]
+    return (f"- Where auto ran its own server's best static's state in every window, auto / best static reads"
+            f" one state twice (the windows' noise, not a choice): "
+            f"{', '.join(f'c={c} {n} {r:.3f}' for c, n, r in same)}; median {statistics.median(ratios):.3f},"
+            f" range {min(ratios):.3f}-{max(ratios):.3f}.")
+
+
 def scatter_line(pts: list[Point]) -> str:
     """The same modes on the two specctl servers: how far one server start reads from the other."""
     if all(p.own_statics for p in pts):
@@ -316,7 +344,8 @@ def report(backend: str, model: str, cells: Cells, trace: tuple[float, int] | No
         "Output tok/s, mean over the windows (their range); ratios of the means (range over single windows);"
         " auto's depth = the mean of its windows' steps column; middle / binary = max(d1, d2) / max(none, d3)"
         " where d1 or d2 is the best static.\n",
-        table(pts) + note, "", goal_line(pts), own_line(pts), middle_line(pts), scatter_line(pts),
+        table(pts) + note, "", goal_line(pts), own_line(pts),
+        *([same] if (same := same_state_line(pts)) else []), middle_line(pts), scatter_line(pts),
         *([ceiling_line(pts, *trace)] if trace else [])])
 
 

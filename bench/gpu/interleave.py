@@ -12,9 +12,10 @@ every mode alike instead of on whichever ran last.
     interleave.py --url URL --concs 1 4 16 --modes on off auto --rounds 2 \
         --switch "specctl {verb} --socket /tmp/s.sock" --label specctl-triton --csv out.csv
 
---rotate shifts the modes' order by one each round and each concurrency
-(on off auto, then off auto on, ...), so that no mode always takes the
-first window after the load grows. --modes '-' measures without switching
+--rotate changes the modes' order each round and each concurrency
+(on off auto, then off auto on, ...; a Williams design, turn_order), so that
+no mode always takes the first window after the load grows, nor always
+follows the same mode. --modes '-' measures without switching
 (a server without specctl). The
 switch command gets {mode} and, for on/off/auto, {verb} (force-on/force-off/
 auto, the specctl CLI verb); other mode names are passed through as they are.
@@ -240,11 +241,29 @@ def summary(rows: list[dict[str, Any]]) -> None:
 
 
 def turn_order(modes: list[str], shift: int) -> list[str]:
-    """The modes of one round, rotated left by ``shift`` (a Latin square over rounds)."""
-    if not modes:
+    """The modes of one round: row ``shift`` of a Williams design.
+
+    Why not a plain rotation: it keeps the cyclic order, so each mode always
+    follows the same one (2026-12-02: auto always right after off), and
+    whatever one window leaves the next lands on one pair. Here, over the
+    design's rows (n for an even number of modes, 2n for an odd, the second n
+    the first reversed), every mode takes the first window equally often and
+    follows every other mode equally often. With two or three modes the first
+    n rows are the rotation's.
+    """
+    n = len(modes)
+    if not n:
         return ["-"]
-    k = shift % len(modes)
-    return modes[k:] + modes[:k]
+    base, lo, hi = [0], 1, n - 1
+    while lo <= hi:  # 0, 1, n-1, 2, n-2, ...
+        base.append(lo)
+        lo += 1
+        if lo <= hi:
+            base.append(hi)
+            hi -= 1
+    k = shift % (n if n % 2 == 0 else 2 * n)
+    row = [modes[(b + k) % n] for b in base]
+    return row[::-1] if k >= n else row
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -286,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--switch", default="", help="shell command; {mode} and {verb} are filled in")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--rotate", action="store_true",
-                   help="shift the modes' order by one each round and each concurrency")
+                   help="change the modes' order each round and each concurrency (a Williams design)")
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--settle", type=float, default=1.0, help="seconds after a switch, not measured")
     p.add_argument("--warmup", type=float, default=6.0, help="seconds after the load grows, not measured")

@@ -24,8 +24,9 @@ ignore_eos. Each configuration draws its prompts from its own seed (prompt
 seed + its position in --configs): SGLang's radix cache would otherwise serve a
 later configuration's prefills and flatter it by 10-25 %.
 
-The configurations run in --configs' order rotated left by --order-shift
-(run_fast_off.sh passes the trace seed): no configuration is always the first
+The configurations run in the order interleave.py's turn_order gives for
+--order-shift (run_fast_off.sh passes the trace seed; below the number of
+configurations, --configs rotated left by it): no configuration is always the first
 trace after the server started, nor always the last as the machine drifts; two
 seeds give two orders.
 
@@ -346,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the concurrencies a phase draws from (default the simulator's)")
     p.add_argument("--prompt-seed", type=int, default=0,
                    help="the first configuration's prompt seed; the k-th in --configs uses this + k")
-    p.add_argument("--order-shift", type=int, default=0, help="rotate --configs left by this many")
+    p.add_argument("--order-shift", type=int, default=0,
+                   help="the row of interleave.py's turn_order (below the number of --configs: rotated left by it)")
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--len-jitter", type=float, default=0.5)
