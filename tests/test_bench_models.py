@@ -97,35 +97,8 @@ def test_models_py_refuses_a_model_it_does_not_know(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(GPU / "models.py"), "mixtral", str(tmp_path / "t"),
                            str(tmp_path / "d")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr == "usage: models.py {llama8b|qwen3moe|llama8b-echo} TARGET_DIR DRAFT_DIR\n"
+    assert done.stderr == "usage: models.py {llama8b|qwen3moe} TARGET_DIR DRAFT_DIR\n"
     assert not (tmp_path / "t").exists()
-
-
-def test_the_echo_head_differs_from_llama8bs_in_its_vocabulary_and_one_auxiliary_layer(tmp_path: Path) -> None:
-    target, draft = write_configs(tmp_path / "echo", "llama8b-echo")
-    plain_target, plain_draft = write_configs(tmp_path / "plain", "llama8b")
-    assert target == plain_target, "the same target: its outputs are every other run's"
-    changed = {k for k in draft.keys() | plain_draft.keys() if draft.get(k) != plain_draft.get(k)}
-    assert changed == {"draft_vocab_size", "eagle_config"}
-    assert draft["draft_vocab_size"] == target["vocab_size"]
-    assert draft["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [target["num_hidden_layers"] - 2]}
-
-
-def test_the_echo_heads_premises_hold_in_sglangs_source(sglang_source: SglangSource) -> None:
-    """What models.llama8b_echo relies on, read from the release's own code."""
-    loader = sglang_source.text("sglang/srt/model_loader/weight_utils.py")
-    dummy = loader[loader.index("def initialize_dummy_weights"):]
-    dummy = dummy[:dummy.index("\ndef ")]
-    # one seed for every parameter: equal sizes and dtypes get equal values (LM head = embedding, norms alike)
-    loop = dummy.index("in model.state_dict()")  # 0.5.17: .values(); 0.5.23: .items()
-    assert loop < dummy.index("generator.manual_seed(seed)"), "the seed is set again for each parameter"
-    eagle3 = sglang_source.text("sglang/srt/models/llama_eagle3.py")
-    assert "if hidden_states.shape[-1] != embeds.shape[-1]:" in eagle3, "one auxiliary state skips fc"
-    assert 'eagle_config.get("eagle_aux_hidden_state_layer_ids")' in eagle3
-    llama = sglang_source.text("sglang/srt/models/llama.py")
-    # layer id L is captured at layer L + 1's input: L must be below the last layer (30 of 32)
-    assert "self.model.layers_to_capture = [val + 1 for val in layer_ids]" in llama
-    assert "if i in self.layers_to_capture" in llama
 
 
 def test_qwen3moe_target_has_every_field_sglangs_qwen3moe_reads(tmp_path: Path,
@@ -263,7 +236,7 @@ def test_run_fast_off_refuses_a_model_it_does_not_know(tmp_path: Path) -> None:
     done = subprocess.run(["bash", str(GPU / "run_fast_off.sh"), "nospec"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr == "MODEL must be llama8b, qwen3moe or llama8b-echo, got 'mixtral'\n" and done.stdout == ""
+    assert done.stderr == "MODEL must be llama8b or qwen3moe, got 'mixtral'\n" and done.stdout == ""
     assert not (tmp_path / "out").exists(), "nothing made before the refusal"
 
 

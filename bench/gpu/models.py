@@ -10,9 +10,6 @@ writes ``TARGET_DIR/config.json`` and ``DRAFT_DIR/config.json`` for MODEL:
   run_fast_off.sh wrote before MODEL existed).
 - ``qwen3moe``: Qwen3-30B-A3B's shapes (a mixture of experts: 128 experts, 8 a
   token) and an EAGLE-3 head shaped for it (docs/results/moe.md).
-- ``llama8b-echo``: llama8b's target and a head whose random weights predict
-  the target's next token (``llama8b_echo``): real acceptance of the first
-  draft, for ``depthcheck``'s acceptance right after a depth change.
 
 Why config files only: the device reaches no model hub, and random weights are
 all a throughput run needs (acceptance is simulated, docs/results/README.md);
@@ -121,37 +118,7 @@ def qwen3moe() -> tuple[Config, Config]:
     return target, draft
 
 
-def llama8b_echo() -> tuple[Config, Config]:
-    """llama8b's target with an EAGLE-3 head whose random weights predict the target's next token.
-
-    Why: acceptance right after a depth change (issue 22) needs drafts the
-    target accepts, and a dummy head accepts none (SGLang's simulated
-    acceptance overwrites the drafts, so it cannot stand in). SGLang's dummy
-    weights are drawn with one seed a parameter, so two parameters of the same
-    size and dtype hold the same values (weight_utils.initialize_dummy_weights):
-    the target's LM head equals its embedding and every norm equals every
-    other. With values of +-1e-3 each layer adds about 1e-6 to a residual
-    stream of about 6e-4, so the target's next token is nearly a function of
-    its hidden state at any late layer. This head
-    - takes one auxiliary hidden state, from layer 30 of 32 (no ``fc``: one
-      state is already the draft's width, llama_eagle3.py), which its one
-      layer carries as the residual to its norm;
-    - has a draft vocabulary of the target's size, so its LM head is the
-      target's LM head, value for value, and no token mapping.
-    So its first draft is about the target's own next token. Its later drafts
-    repeat the first (each step starts from the last hidden state, which the
-    draft's tiny layer hardly moves), so expect about one accepted draft a
-    verify at every depth: position 1 is the measurement. It checks the
-    hidden-state hand-over after a change, not the draft's KV cache (the
-    draft's attention adds next to nothing here). Prediction, not yet run.
-    """
-    target, draft = llama8b()
-    draft = dict(draft, draft_vocab_size=target["vocab_size"],
-                 eagle_config={"eagle_aux_hidden_state_layer_ids": [target["num_hidden_layers"] - 2]})
-    return target, draft
-
-
-MODELS = {"llama8b": llama8b, "qwen3moe": qwen3moe, "llama8b-echo": llama8b_echo}
+MODELS = {"llama8b": llama8b, "qwen3moe": qwen3moe}
 
 
 def write(model: str, target_dir: Path, draft_dir: Path) -> None:

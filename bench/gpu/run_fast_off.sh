@@ -117,9 +117,8 @@
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
 #   MODEL (the target's shapes, random weights: llama8b = Llama-3.1-8B, the default; qwen3moe = Qwen3-30B-A3B,
 #   a mixture of experts, docs/results/moe.md; bench/gpu/models.py writes the configs and has the memory
-#   arithmetic; llama8b-echo = llama8b with a draft that predicts the target's next token, for depthcheck's
-#   acceptance after a change. Any MODEL but llama8b adds a tag to TAG, so to WORK and every file, and to every
-#   CSV label: -qwen3moe, -echo)
+#   arithmetic. Any MODEL but llama8b adds a tag to TAG, so to WORK and every file, and to every CSV label:
+#   -qwen3moe)
 #   BUDGET_S OUT TAG MEM_FRAC MAX_TOKENS (--max-total-tokens for every server; empty = SGLang's own pool)
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) EARLY_PUBLISH (SPECCTL_EARLY_PUBLISH for
 #   the specctl servers: 1|decode|0|auto; unset = the plugin's default, auto: on where the scheduler waits on the host, FlashInfer) EARLY_CHECK (SPECCTL_EARLY_PUBLISH_CHECK) CONCS2 ROUNDS WINDOW IL_WARMUP
@@ -147,12 +146,10 @@ HERE=$REPO/bench/gpu
 OUT=${OUT:-$REPO/gpu-out}
 ATTN=${ATTN:-triton}
 MODEL=${MODEL:-llama8b}
-DRAFT_NAME=""
 case $MODEL in  # MTAG: what MODEL adds to TAG and to the CSV labels, so that no model's rows mix with another's
   llama8b) MTAG="" TARGET_NAME=llama3-8b-shape ;;
   qwen3moe) MTAG=-qwen3moe TARGET_NAME=qwen3-30b-a3b-shape ;;
-  llama8b-echo) MTAG=-echo TARGET_NAME=llama3-8b-shape DRAFT_NAME=eagle3-echo-llama3-8b-shape ;;
-  *) echo "MODEL must be llama8b, qwen3moe or llama8b-echo, got '$MODEL'" >&2; exit 2 ;;
+  *) echo "MODEL must be llama8b or qwen3moe, got '$MODEL'" >&2; exit 2 ;;
 esac
 TAG=${TAG:-$ATTN}$MTAG
 ROOT=${BENCH_ROOT:-/root}        # where the machine keeps work, models, the install; a dry run's own folder
@@ -170,7 +167,7 @@ site.addsitedir(s); print(":".join([s] + [p for p in sys.path if p not in before
 BENCH_ENV=""
 if [ -f "$SITE/bench.env" ]; then set -a; . "$SITE/bench.env"; set +a; BENCH_ENV=$(grep -v '^#' "$SITE/bench.env" | tr '\n' ' '); fi
 MODELS=$ROOT/models
-TARGET=$MODELS/$TARGET_NAME DRAFT=$MODELS/${DRAFT_NAME:-eagle3-$TARGET_NAME}   # MODEL's configs (write_models)
+TARGET=$MODELS/$TARGET_NAME DRAFT=$MODELS/eagle3-$TARGET_NAME   # MODEL's configs (write_models)
 PORT=${BENCH_PORT:-30000}       # the server's port (offpair's second server: PORT+1)
 URL=http://127.0.0.1:$PORT
 CONCS=${CONCS:-"1 16 64 256"}
