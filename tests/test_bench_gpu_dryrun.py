@@ -196,6 +196,16 @@ def test_depthcheck_runs_every_depth_and_reads_acceptance_after_each_change(sock
     assert (run.out / "depthcheck-triton.txt").read_text().count('"num_used_tokens": [0]') == 2
 
 
+def test_the_table_head_model_replays_the_check_prompts_in_depthcheck(sock_dir: Path) -> None:
+    # MODEL=llama8b-table: the head covers only the tokens of the check prompts' outputs, so the acceptance
+    # reading must send those prompts; the tag keeps its files apart from the dummy head's
+    run = dry_run(sock_dir, "nospecref", "depthcheck", DEPTHS="0,1,2,3", MODEL="llama8b-table")
+    assert_clean(run, "nospecref", "depthcheck")
+    report = (run.out / "depthcheck-triton-table.txt").read_text()
+    assert "load: correctness.py's eight check prompts in turn" in report
+    assert "| depth | right after (first 8 verifies) |" in report
+
+
 def test_depthsweep_then_depthauto_measure_and_use_the_cost_table(sock_dir: Path) -> None:
     from specctl.runtime.core.depth_model import read_costs
 

@@ -97,8 +97,29 @@ def test_models_py_refuses_a_model_it_does_not_know(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(GPU / "models.py"), "mixtral", str(tmp_path / "t"),
                            str(tmp_path / "d")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr == "usage: models.py {llama8b|qwen3moe} TARGET_DIR DRAFT_DIR\n"
+    assert done.stderr == "usage: models.py {llama8b|qwen3moe|llama8b-table} TARGET_DIR DRAFT_DIR\n"
     assert not (tmp_path / "t").exists()
+
+
+def test_the_table_head_is_llama8bs_with_the_targets_lm_head(tmp_path: Path) -> None:
+    target, draft = write_configs(tmp_path / "table", "llama8b-table")
+    plain_target, plain_draft = write_configs(tmp_path / "plain", "llama8b")
+    assert target == plain_target, "the same target: its outputs are every other run's"
+    assert {k: v for k, v in plain_draft.items() if k != "draft_vocab_size"} == draft
+    assert "eagle_config" not in draft  # three auxiliary states, as SGLang's default, so fc (zero) applies
+
+
+def test_sglang_gives_a_head_without_a_draft_vocabulary_the_targets_lm_head(sglang_source: SglangSource) -> None:
+    """What table_head.py relies on, read from the release's own code."""
+    eagle3 = sglang_source.text("sglang/srt/models/llama_eagle3.py")
+    assert "if config.draft_vocab_size is None:\n                self.load_lm_head_from_target = True" in eagle3
+    assert '"midlayer": "layers.0"' in eagle3  # the checkpoint names table_head.py writes
+    worker = sglang_source.text("sglang/srt/speculative/eagle_worker_v2.py")
+    assert "self.draft_runner.model.set_embed_and_head(embed, head)" in worker
+    loader = sglang_source.text("sglang/srt/model_loader/weight_utils.py")
+    dummy = loader[loader.index("def initialize_dummy_weights"):]
+    assert "seed: int = 1234" in dummy[:300]  # table_head.SEED: the target's rows are drawn again, not read
+    assert "generator = torch.Generator(device=param.data.device)" in dummy
 
 
 def test_qwen3moe_target_has_every_field_sglangs_qwen3moe_reads(tmp_path: Path,
@@ -236,7 +257,7 @@ def test_run_fast_off_refuses_a_model_it_does_not_know(tmp_path: Path) -> None:
     done = subprocess.run(["bash", str(GPU / "run_fast_off.sh"), "nospec"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr == "MODEL must be llama8b or qwen3moe, got 'mixtral'\n" and done.stdout == ""
+    assert done.stderr == "MODEL must be llama8b, qwen3moe or llama8b-table, got 'mixtral'\n" and done.stdout == ""
     assert not (tmp_path / "out").exists(), "nothing made before the refusal"
 
 

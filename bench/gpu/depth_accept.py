@@ -16,7 +16,7 @@ cache at once (ratio about 1.00); a ratio well under 1 means the new state
 starts cold.
 
     depth_accept.py URL [--depths 1,3,2,0,3] [--period 4] [--concurrency 16]
-                        [--first 8] [--window 4] [--csv FILE]
+                        [--first 8] [--window 4] [--csv FILE] [--replay-check-prompts]
 """
 from __future__ import annotations
 
@@ -30,14 +30,25 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+import correctness
 import ctl
 
 
-def client(url: str, seed: int, stop: threading.Event, output_len: int) -> None:
-    """One closed-loop client: a fresh random prompt whenever the last one is done."""
+def client(url: str, seed: int, stop: threading.Event, output_len: int, replay: bool = False) -> None:
+    """One closed-loop client: a fresh random prompt whenever the last one is done.
+
+    ``replay``: correctness.py's check prompts in turn instead, the ones whose
+    outputs table_head.py's head was written from (run_fast_off.sh's
+    MODEL=llama8b-table); the radix cache serves their prefills, which this
+    measurement does not time.
+    """
     rng = random.Random(seed)
+    checks = [p["input_ids"] for p in correctness.prompts(8, 1)] if replay else []
+    turn = seed
     while not stop.is_set():
-        body = {"input_ids": [rng.randrange(1000, 30000) for _ in range(256)],
+        ids = checks[turn % len(checks)] if checks else [rng.randrange(1000, 30000) for _ in range(256)]
+        turn += 1
+        body = {"input_ids": ids,
                 "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True}}
         try:
             ctl.http(url, "/generate", body, timeout=120)
@@ -105,11 +116,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--first", type=int, default=8)
     p.add_argument("--window", type=int, default=4)
     p.add_argument("--csv")
+    p.add_argument("--replay-check-prompts", action="store_true",
+                   help="send correctness.py's eight check prompts in turn, not random ones")
     args = p.parse_args(argv)
     before = ctl.specctl_state(args.url) or {}
     ctl.set_server_args(args.url, {"specctl_accept_window": args.window})
     stop = threading.Event()
-    clients = [threading.Thread(target=client, args=(args.url, i, stop, args.output_len), daemon=True)
+    clients = [threading.Thread(target=client, args=(args.url, i, stop, args.output_len, args.replay_check_prompts),
+                                daemon=True)
                for i in range(args.concurrency)]
     for c in clients:
         c.start()
@@ -129,6 +143,8 @@ def main(argv: list[str]) -> int:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
+    if args.replay_check_prompts:
+        print("load: correctness.py's eight check prompts in turn (the table head's tokens)")
     print("\n".join(summarise(rows, args.first)))
     return 0
 

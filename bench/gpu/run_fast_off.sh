@@ -117,8 +117,9 @@
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
 #   MODEL (the target's shapes, random weights: llama8b = Llama-3.1-8B, the default; qwen3moe = Qwen3-30B-A3B,
 #   a mixture of experts, docs/results/moe.md; bench/gpu/models.py writes the configs and has the memory
-#   arithmetic. Any MODEL but llama8b adds a tag to TAG, so to WORK and every file, and to every CSV label:
-#   -qwen3moe)
+#   arithmetic; llama8b-table = llama8b with a head whose weights bench/gpu/table_head.py writes from the
+#   nospecref phase's outputs, so that depthcheck measures real acceptance after a depth change. Any MODEL
+#   but llama8b adds a tag to TAG, so to WORK and every file, and to every CSV label: -qwen3moe, -table)
 #   BUDGET_S OUT TAG MEM_FRAC MAX_TOKENS (--max-total-tokens for every server; empty = SGLang's own pool)
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) EARLY_PUBLISH (SPECCTL_EARLY_PUBLISH for
 #   the specctl servers: 1|decode|0|auto; unset = the plugin's default, auto: on where the scheduler waits on the host, FlashInfer) EARLY_CHECK (SPECCTL_EARLY_PUBLISH_CHECK) CONCS2 ROUNDS WINDOW IL_WARMUP
@@ -146,10 +147,12 @@ HERE=$REPO/bench/gpu
 OUT=${OUT:-$REPO/gpu-out}
 ATTN=${ATTN:-triton}
 MODEL=${MODEL:-llama8b}
+DRAFT_NAME=""
 case $MODEL in  # MTAG: what MODEL adds to TAG and to the CSV labels, so that no model's rows mix with another's
   llama8b) MTAG="" TARGET_NAME=llama3-8b-shape ;;
   qwen3moe) MTAG=-qwen3moe TARGET_NAME=qwen3-30b-a3b-shape ;;
-  *) echo "MODEL must be llama8b or qwen3moe, got '$MODEL'" >&2; exit 2 ;;
+  llama8b-table) MTAG=-table TARGET_NAME=llama3-8b-shape DRAFT_NAME=eagle3-table-llama3-8b-shape ;;
+  *) echo "MODEL must be llama8b, qwen3moe or llama8b-table, got '$MODEL'" >&2; exit 2 ;;
 esac
 TAG=${TAG:-$ATTN}$MTAG
 ROOT=${BENCH_ROOT:-/root}        # where the machine keeps work, models, the install; a dry run's own folder
@@ -167,7 +170,7 @@ site.addsitedir(s); print(":".join([s] + [p for p in sys.path if p not in before
 BENCH_ENV=""
 if [ -f "$SITE/bench.env" ]; then set -a; . "$SITE/bench.env"; set +a; BENCH_ENV=$(grep -v '^#' "$SITE/bench.env" | tr '\n' ' '); fi
 MODELS=$ROOT/models
-TARGET=$MODELS/$TARGET_NAME DRAFT=$MODELS/eagle3-$TARGET_NAME   # MODEL's configs (write_models)
+TARGET=$MODELS/$TARGET_NAME DRAFT=$MODELS/${DRAFT_NAME:-eagle3-$TARGET_NAME}   # MODEL's configs (write_models)
 PORT=${BENCH_PORT:-30000}       # the server's port (offpair's second server: PORT+1)
 URL=http://127.0.0.1:$PORT
 CONCS=${CONCS:-"1 16 64 256"}
@@ -392,7 +395,12 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
     while IFS= read -r line; do
       case $line in ENV\ *) envs+=("${line#ENV }") ;; *) args+=("$line") ;; esac
     done < <(specctl_cmd)
-    args+=(--speculative-draft-load-format dummy)
+    if [ "$MODEL" = llama8b-table ]; then  # real weights for the head, written from no spec's outputs
+      python3 "$HERE/table_head.py" "$WORK/corr-nospec.json" "$DRAFT" || { log "table head: run nospecref first"; return 1; }
+      args+=(--speculative-draft-load-format auto)
+    else
+      args+=(--speculative-draft-load-format dummy)
+    fi
     envs+=("SPECCTL_FAST_OFF=$FAST_OFF")
     [ -n "${EARLY_PUBLISH:-}" ] && envs+=("SPECCTL_EARLY_PUBLISH=$EARLY_PUBLISH")
     [ -n "${EARLY_CHECK:-}" ] && envs+=("SPECCTL_EARLY_PUBLISH_CHECK=$EARLY_CHECK")
@@ -961,6 +969,7 @@ phase_depthcheck() {  # correctness first: every depth's greedy outputs, switchi
   { echo "== KV used after"; python3 "$HERE/ctl.py" "$URL" used; echo "== state"; python3 "$HERE/ctl.py" "$URL" state; } >> "$P" 2>&1
   echo "== acceptance right after a depth change (draft not simulated)" >> "$P"
   python3 "$HERE/depth_accept.py" "$URL" --depths 1,3,2,0,3,1,2,3 --period "${ACCEPT_PERIOD:-4}" --concurrency 16 \
+    $([ "$MODEL" = llama8b-table ] && echo --replay-check-prompts) \
     --csv "$OUT/depth-accept-$TAG.csv" >> "$P" 2>&1 || log "depth_accept failed"
   python3 "$HERE/rank_switches.py" "$WORK/server-depthcheck.log" >> "$P" 2>&1
   cat "$P" | cut -c1-300

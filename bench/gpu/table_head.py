@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""An EAGLE-3 head whose weights are written, not trained: it drafts what the dummy target says.
+
+    table_head.py CORR_NOSPEC.json DRAFT_DIR
+
+Why: issue 22 asks for acceptance right after a depth change, and a head with
+dummy weights accepts nothing (nor did a head that echoed the target's hidden
+state: docs/results/depth.md, third sitting). The device reaches no model hub,
+so this writes one. SGLang's dummy target (``--load-format dummy``) greedily
+loops over two tokens, A B A B (2026-12-02: every one of the eight check
+prompts), so after token t+1 comes token t+2 = next(t+1), a function of one
+token that a no-spec run's outputs (correctness.py's JSON) give as a table.
+
+The head, for run_fast_off.sh's ``MODEL=llama8b-table`` (weights in bf16):
+
+- ``fc`` is zero, so the draft's residual starts at zero: the target's hidden
+  state does not enter.
+- Its one layer attends with one head (q head 0, kv head 0, the rest zero) from
+  the token embedding half of its input to the positions that hold the same
+  table token. Each table token gets its own coordinate in RoPE's slowest
+  pairs, where a few thousand positions turn the angle by under 0.25 rad. The
+  coordinates come from the pseudo-inverse of the tokens' normalised
+  embeddings, so they are one-hot for table tokens and near zero for others.
+- Value and output write ``C`` times the target's LM-head row of next(t+1)
+  from that one-hot. With the final norm's weight at 1 and the LM head the
+  target's (the config has no ``draft_vocab_size``), the row's product with
+  itself outscores every other by about sqrt(hidden).
+- The MLP is zero.
+
+The target's embedding and LM head are reproduced here, not read:
+``initialize_dummy_weights`` seeds a generator with 1234 for every parameter,
+so a CUDA tensor of their shape and dtype drawn the same way holds the same
+values. That needs the device's torch and GPU, the ones SGLang draws them with.
+
+Prediction: the first draft of every verify is accepted at every depth. Later
+drafts carry the previous drafts' rows in the residual, so about half are, giving
+about 1.0, 1.5 and 2.0 accepted drafts at depths 1, 2 and 3, as much right after
+a change as settled. Only the tables' tokens are covered, so depth_accept.py
+replays the check prompts (``--replay-check-prompts``).
+
+Needs torch and safetensors (the device's SGLang install) only for writing;
+the table itself is standard library.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SEED = 1234  # sglang.srt.model_loader.weight_utils.initialize_dummy_weights' default
+DUMMY_LOW, DUMMY_HIGH = -1e-3, 1e-3
+SCORE = 40.0  # attention logit between two positions of one table token (after 1/sqrt(head_dim))
+GAIN = 100.0  # the output row's scale, against a residual of zero
+SLOW_PAIRS = 16  # RoPE's slowest frequency pairs used for the table's coordinates (2 dims each)
+
+
+class Refused(Exception):
+    """Input this tool will not build from; its message is the one line the user sees."""
+
+
+def next_token_table(outputs: list[list[int]]) -> dict[int, int]:
+    """token -> the token that followed it in every output where it was followed.
+
+    A token followed by two different tokens is left out (its next token depends
+    on more than itself), as is one never followed.
+    """
+    seen: dict[int, set[int]] = {}
+    for ids in outputs:
+        for a, b in zip(ids, ids[1:]):
+            seen.setdefault(a, set()).add(b)
+    return {a: next(iter(bs)) for a, bs in sorted(seen.items()) if len(bs) == 1}
+
+
+def read_outputs(path: str) -> list[list[int]]:
+    """The output token ids of correctness.py's JSON (a no-spec run)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise Refused(f"{path}: cannot read it ({exc.__class__.__name__}: {exc})") from None
+    outs = data.get("outputs") if isinstance(data, dict) else None
+    ids = [o.get("ids") for o in outs or [] if isinstance(o, dict)]
+    if not ids or not all(isinstance(x, list) and len(x) > 1 for x in ids):
+        raise Refused(f"{path}: not correctness.py's output of a run (outputs[].ids)")
+    return ids
+
+
+def slots(n: int, head_dim: int) -> list[int]:
+    """n head dimensions in RoPE's slowest pairs (neox layout: pair i is dims i and i + head_dim / 2)."""
+    half = head_dim // 2
+    pairs = range(half - SLOW_PAIRS, half)
+    dims = [*pairs, *(p + half for p in pairs)]
+    if n > len(dims):
+        raise Refused(f"{n} table tokens; the head has room for {len(dims)} (SLOW_PAIRS)")
+    return dims[:n]
+
+
+def target_rows(cfg: dict[str, Any], dev: str = "cuda") -> Any:
+    """The dummy target's embedding (= its LM head), drawn as initialize_dummy_weights draws it."""
+    import torch
+
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(SEED)
+    lm = torch.empty((cfg["vocab_size"], cfg["hidden_size"]), dtype=torch.bfloat16, device=dev)
+    return lm.uniform_(DUMMY_LOW, DUMMY_HIGH, generator=gen)
+
+
+def draft_weights(table: dict[int, int], cfg: dict[str, Any], dev: str = "cuda") -> dict[str, Any]:
+    """The head's tensors by checkpoint name; see the module doc. ``dev``: where the target's rows are drawn."""
+    import torch
+
+    hidden, head_dim = cfg["hidden_size"], cfg["head_dim"]
+    heads, kv_heads, inter = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["intermediate_size"]
+    eps = cfg["rms_norm_eps"]
+    lm = target_rows(cfg, dev)
+    keys = sorted(table)
+    e = lm[keys].float()
+    normed = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + eps)  # input_layernorm, weight 1
+    coords = torch.linalg.pinv(normed)  # (hidden, n): normed @ coords = I
+    dims = torch.tensor(slots(len(keys), head_dim), device=dev)
+    scale = (SCORE * head_dim ** 0.5) ** 0.5
+    z = dict(device=dev, dtype=torch.float32)
+    q = torch.zeros(heads * head_dim, 2 * hidden, **z)
+    k = torch.zeros(kv_heads * head_dim, 2 * hidden, **z)
+    v = torch.zeros(kv_heads * head_dim, 2 * hidden, **z)
+    o = torch.zeros(hidden, heads * head_dim, **z)
+    q[dims, :hidden] = scale * coords.T  # q head 0 and kv head 0; the embedding half of the input
+    k[dims, :hidden] = scale * coords.T
+    v[:len(keys), :hidden] = coords.T  # the one-hot, unrotated
+    rows = lm[[table[t] for t in keys]].float()
+    o[:, :len(keys)] = GAIN * rows.T / rows.pow(2).mean(-1).sqrt()  # q head 0's output -> next(t)'s row
+    ones = torch.ones(hidden, **z)
+    tensors = {
+        "midlayer.self_attn.q_proj.weight": q, "midlayer.self_attn.k_proj.weight": k,
+        "midlayer.self_attn.v_proj.weight": v, "midlayer.self_attn.o_proj.weight": o,
+        "midlayer.mlp.gate_proj.weight": torch.zeros(inter, hidden, **z),
+        "midlayer.mlp.up_proj.weight": torch.zeros(inter, hidden, **z),
+        "midlayer.mlp.down_proj.weight": torch.zeros(hidden, inter, **z),
+        "midlayer.input_layernorm.weight": ones, "midlayer.hidden_norm.weight": ones,
+        "midlayer.post_attention_layernorm.weight": ones, "norm.weight": ones,
+        "fc.weight": torch.zeros(hidden, 3 * hidden, **z),
+    }
+    return {name: t.to(torch.bfloat16).contiguous().cpu() for name, t in tensors.items()}
+
+
+def self_check(table: dict[int, int], weights: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """Each table token through the head's value, output and the target's LM head, at no rotation.
+
+    What SGLang's kernels add (RoPE, softmax over the real context) the GPU's
+    depth_accept.py measures; this checks the tensors as written.
+    """
+    import torch
+
+    lm = target_rows(cfg)
+    keys = sorted(table)
+    e = lm[keys].float()
+    normed = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"])
+    hidden = cfg["hidden_size"]
+    v = weights["midlayer.self_attn.v_proj.weight"].cuda().float()[:, :hidden]
+    o = weights["midlayer.self_attn.o_proj.weight"].cuda().float()
+    out = (normed @ v.T)[:, :cfg["head_dim"]]  # kv head 0's value, as q head 0 reads it
+    out = out @ o[:, :cfg["head_dim"]].T
+    logits = (out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True))) @ lm.float().T
+    hits = sum(int(i) == table[t] for t, i in zip(keys, logits.argmax(-1).tolist()))
+    return f"self-check: {hits}/{len(keys)} table tokens draft their next token"
+
+
+def write(corr: str, draft_dir: str) -> str:
+    """Build the head into ``draft_dir`` (beside its config.json, which models.py writes)."""
+    cfg_path = Path(draft_dir) / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise Refused(f"{cfg_path}: cannot read it ({exc.__class__.__name__})") from None
+    if cfg.get("draft_vocab_size") not in (None, cfg.get("vocab_size")):
+        raise Refused(f"{cfg_path}: the head needs the target's LM head (no draft_vocab_size)")
+    table = next_token_table(read_outputs(corr))
+    if not table:
+        raise Refused(f"{corr}: no token is followed by one token only")
+    slots(len(table), cfg["head_dim"])
+    from safetensors.torch import save_file
+
+    weights = draft_weights(table, cfg)
+    save_file(weights, str(Path(draft_dir) / "model.safetensors"))
+    return f"table head: {len(table)} tokens -> {draft_dir}/model.safetensors; " + self_check(table, weights, cfg)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: table_head.py CORR_NOSPEC.json DRAFT_DIR", file=sys.stderr)
+        return 2
+    try:
+        print(write(*argv))
+    except Refused as exc:
+        print(f"table_head.py: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

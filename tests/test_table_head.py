@@ -1,0 +1,83 @@
+"""bench/gpu/table_head.py: the head written from no spec's outputs, in the parts that run without a GPU.
+
+The tensors need the device's torch and GPU (the target's dummy rows are
+drawn again there); what decides which tokens the head covers, and every
+refusal, runs here, on the GPU's own outputs and on small ones.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GPU = Path(__file__).resolve().parent.parent / "bench" / "gpu"
+OUTPUTS = GPU / "results" / "depth" / "triton-nospec-outputs.json"
+sys.path.insert(0, str(GPU))
+import table_head  # noqa: E402  (bench/gpu is not a package)
+
+
+def tool(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(GPU / "table_head.py"), *argv], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_gpus_outputs_loop_over_two_tokens_and_the_table_covers_every_one() -> None:
+    # the premise: the dummy target's greedy outputs settle into A B A B, so the next token is a function of one
+    outputs = table_head.read_outputs(str(OUTPUTS))
+    assert len(outputs) == 8
+    for ids in outputs:
+        tail = ids[2:]
+        assert all(a == b for a, b in zip(tail, tail[2:])), ids[:8]
+    table = table_head.next_token_table(outputs)
+    assert len(table) == 18
+    loop = {t for ids in outputs for t in ids[2:]}
+    assert all(table[table[t]] == t for t in loop)  # the loops' pairs answer each other (A -> B -> A)
+    assert {b for ids in outputs for b in ids[1:]} <= set(table.values())  # every drafted position is covered
+    dims = table_head.slots(len(table), 128)
+    assert len(set(dims)) == 18 and all(48 <= d < 64 or 112 <= d < 128 for d in dims)  # RoPE's slowest pairs
+
+
+def test_a_token_followed_by_two_tokens_is_left_out() -> None:
+    table = table_head.next_token_table([[5, 6, 5, 6], [7, 6, 9], [5, 6]])
+    assert table == {5: 6, 7: 6}  # 6 was followed by 5 and by 9; 9 by nothing
+
+
+def test_more_tokens_than_the_slow_pairs_hold_are_refused() -> None:
+    with pytest.raises(table_head.Refused, match="33 table tokens; the head has room for 32"):
+        table_head.slots(33, 128)
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (None, "cannot read it"),
+    ("{not json", "cannot read it"),
+    (json.dumps({"outputs": [{"error": "timeout"}]}), "not correctness.py's output of a run"),
+    (json.dumps({"outputs": [{"ids": [1]}]}), "not correctness.py's output of a run"),
+])
+def test_outputs_it_cannot_build_from_are_one_line(tmp_path: Path, content: str | None, said: str) -> None:
+    corr = tmp_path / "corr.json"
+    if content is not None:
+        corr.write_text(content)
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({"vocab_size": 128256, "head_dim": 128}))
+    done = tool(str(corr), str(draft))
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and list(draft.iterdir()) == [draft / "config.json"]
+
+
+def test_a_head_with_its_own_vocabulary_is_refused(tmp_path: Path) -> None:
+    # models.py's llama8b head maps 32,000 draft ids; the rows written here are the target's LM head's
+    draft = tmp_path / "draft"
+    subprocess.run([sys.executable, str(GPU / "models.py"), "llama8b", str(tmp_path / "t"), str(draft)], check=True)
+    done = tool(str(OUTPUTS), str(draft))
+    assert done.returncode == 2 and "needs the target's LM head (no draft_vocab_size)" in done.stderr
+    assert not (draft / "model.safetensors").exists()
+
+
+def test_usage_is_one_line() -> None:
+    done = tool("only-one")
+    assert done.returncode == 2 and done.stderr == "usage: table_head.py CORR_NOSPEC.json DRAFT_DIR\n"
