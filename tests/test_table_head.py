@@ -62,11 +62,11 @@ def test_outputs_it_cannot_build_from_are_one_line(tmp_path: Path, content: str 
     if content is not None:
         corr.write_text(content)
     draft = tmp_path / "draft"
-    draft.mkdir()
-    (draft / "config.json").write_text(json.dumps({"vocab_size": 128256, "head_dim": 128}))
+    subprocess.run([sys.executable, str(GPU / "models.py"), "llama8b-table", str(tmp_path / "t"), str(draft)],
+                   check=True)
     done = tool(str(corr), str(draft))
     assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
-    assert done.stderr.count("\n") == 1 and list(draft.iterdir()) == [draft / "config.json"]
+    assert done.stderr.count("\n") == 1 and [p.name for p in draft.iterdir()] == ["config.json"]
 
 
 def test_a_head_with_its_own_vocabulary_is_refused(tmp_path: Path) -> None:
@@ -81,3 +81,12 @@ def test_a_head_with_its_own_vocabulary_is_refused(tmp_path: Path) -> None:
 def test_usage_is_one_line() -> None:
     done = tool("only-one")
     assert done.returncode == 2 and done.stderr == "usage: table_head.py CORR_NOSPEC.json DRAFT_DIR\n"
+
+
+def test_a_config_without_the_heads_shapes_is_refused(tmp_path: Path) -> None:
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({"vocab_size": 128256}))
+    done = tool(str(OUTPUTS), str(draft))
+    assert done.returncode == 2 and "not a Llama EAGLE-3 config (missing hidden_size, head_dim" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -172,6 +172,10 @@ def write(corr: str, draft_dir: str) -> str:
         cfg = json.loads(cfg_path.read_text())
     except (OSError, ValueError) as exc:
         raise Refused(f"{cfg_path}: cannot read it ({exc.__class__.__name__})") from None
+    needed = ("hidden_size", "head_dim", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+              "rms_norm_eps", "vocab_size")
+    if not isinstance(cfg, dict) or (missing := [k for k in needed if k not in cfg]):
+        raise Refused(f"{cfg_path}: not a Llama EAGLE-3 config (missing {', '.join(missing) if cfg else 'all'})")
     if cfg.get("draft_vocab_size") not in (None, cfg.get("vocab_size")):
         raise Refused(f"{cfg_path}: the head needs the target's LM head (no draft_vocab_size)")
     table = next_token_table(read_outputs(corr))
