@@ -396,7 +396,8 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
       case $line in ENV\ *) envs+=("${line#ENV }") ;; *) args+=("$line") ;; esac
     done < <(specctl_cmd)
     if [ "$MODEL" = llama8b-table ]; then  # real weights for the head, written from no spec's outputs
-      python3 "$HERE/table_head.py" "$WORK/corr-nospec.json" "$DRAFT" || { log "table head: run nospecref first"; return 1; }
+      python3 "$HERE/table_head.py" "$WORK/corr-nospec.json" "$DRAFT" \
+        || { log "table head not built (its tokens come from nospecref's $WORK/corr-nospec.json)"; return 1; }
       args+=(--speculative-draft-load-format auto)
     else
       args+=(--speculative-draft-load-format dummy)
