@@ -143,26 +143,50 @@ def draft_weights(table: dict[int, int], cfg: dict[str, Any], dev: str = "cuda")
     return {name: t.to(torch.bfloat16).contiguous().cpu() for name, t in tensors.items()}
 
 
-def self_check(table: dict[int, int], weights: dict[str, Any], cfg: dict[str, Any]) -> str:
-    """Each table token through the head's value, output and the target's LM head, at no rotation.
+def self_check(weights: dict[str, Any], cfg: dict[str, Any], runs: list[tuple[list[int], list[int]]],
+               dev: str = "cuda", every: int = 17) -> str:
+    """The head's forward, emulated: how often its first and second drafts are the target's next tokens.
 
-    What SGLang's kernels add (RoPE, softmax over the real context) the GPU's
-    depth_accept.py measures; this checks the tensors as written.
+    ``runs``: (prompt ids, no spec's output ids) pairs. At every ``every``-th
+    output position the head sees the prompt and the outputs so far (its KV),
+    attends from the last with neox RoPE and causal softmax, adds the residual
+    (zero, then its own last output), and reads the target's LM head. What
+    SGLang's kernels do differently, depth_accept.py measures on the server.
     """
     import torch
 
-    lm = target_rows(cfg)
-    keys = sorted(table)
-    e = lm[keys].float()
-    normed = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"])
-    hidden = cfg["hidden_size"]
-    v = weights["midlayer.self_attn.v_proj.weight"].cuda().float()[:, :hidden]
-    o = weights["midlayer.self_attn.o_proj.weight"].cuda().float()
-    out = (normed @ v.T)[:, :cfg["head_dim"]]  # kv head 0's value, as q head 0 reads it
-    out = out @ o[:, :cfg["head_dim"]].T
-    logits = (out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True))) @ lm.float().T
-    hits = sum(int(i) == table[t] for t, i in zip(keys, logits.argmax(-1).tolist()))
-    return f"self-check: {hits}/{len(keys)} table tokens draft their next token"
+    hidden, hd, heads = cfg["hidden_size"], cfg["head_dim"], cfg["num_attention_heads"]
+    eps = cfg["rms_norm_eps"]
+    lm = target_rows(cfg, dev).float()
+    w = {k: t.to(dev).float() for k, t in weights.items() if "self_attn" in k}
+    inv = cfg.get("rope_theta", 10000.0) ** (-torch.arange(0, hd, 2, device=dev).float() / hd)
+
+    def rms(x: Any) -> Any:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+    def rope(x: Any, n: int) -> Any:
+        ang = torch.arange(n, device=dev).float()[:, None] * inv[None]
+        c, s_ = torch.cos(ang), torch.sin(ang)
+        x1, x2 = x[:, :hd // 2], x[:, hd // 2:]
+        return torch.cat([x1 * c - x2 * s_, x2 * c + x1 * s_], -1)
+
+    def draft(tokens: list[int], residual: Any) -> tuple[int, Any]:
+        inp = torch.cat([rms(lm[tokens]), torch.zeros(len(tokens), hidden, device=dev)], -1)
+        q, k, v = ((inp @ w[f"midlayer.self_attn.{n}_proj.weight"].T)[:, :hd] for n in "qkv")
+        q, k = rope(q, len(tokens)), rope(k, len(tokens))
+        attn = torch.zeros(heads * hd, device=dev)
+        attn[:hd] = torch.softmax(q[-1] @ k.T / hd ** 0.5, -1) @ v
+        out = residual + attn @ w["midlayer.self_attn.o_proj.weight"].T
+        return int((rms(out) @ lm.T).argmax()), out
+
+    first = second = total = 0
+    for prompt, ids in runs:
+        for j in range(0, len(ids) - 2, every):
+            y, out = draft(prompt + ids[:j + 1], torch.zeros(hidden, device=dev))
+            y2, _ = draft(prompt + ids[:j + 1] + [y], out)
+            first, second, total = first + (y == ids[j + 1]), second + (y2 == ids[j + 2]), total + 1
+    return (f"self-check (emulated): first draft right at {first}/{total} positions, second at "
+            f"{second}/{total}")
 
 
 def write(corr: str, draft_dir: str) -> str:
@@ -178,7 +202,8 @@ def write(corr: str, draft_dir: str) -> str:
         raise Refused(f"{cfg_path}: not a Llama EAGLE-3 config (missing {', '.join(missing) if cfg else 'all'})")
     if cfg.get("draft_vocab_size") not in (None, cfg.get("vocab_size")):
         raise Refused(f"{cfg_path}: the head needs the target's LM head (no draft_vocab_size)")
-    table = next_token_table(read_outputs(corr))
+    outputs = read_outputs(corr)
+    table = next_token_table(outputs)
     if not table:
         raise Refused(f"{corr}: no token is followed by one token only")
     slots(len(table), cfg["head_dim"])
@@ -186,7 +211,11 @@ def write(corr: str, draft_dir: str) -> str:
 
     weights = draft_weights(table, cfg)
     save_file(weights, str(Path(draft_dir) / "model.safetensors"))
-    return f"table head: {len(table)} tokens -> {draft_dir}/model.safetensors; " + self_check(table, weights, cfg)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import correctness  # the prompts whose outputs these are (correctness.py's defaults: 8, seed 1)
+
+    runs = [(p["input_ids"], ids) for p, ids in zip(correctness.prompts(len(outputs), 1), outputs)]
+    return f"table head: {len(table)} tokens -> {draft_dir}/model.safetensors; " + self_check(weights, cfg, runs)
 
 
 def main(argv: list[str]) -> int:
