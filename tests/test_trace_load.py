@@ -235,3 +235,20 @@ def test_the_table_says_how_far_the_same_state_read_apart_in_the_gpus_trace() ->
     assert "auto / best single static (off, of off): tok/s 1.051" in done.stdout
     assert "phases where auto ran off's own state throughout (level: auto / off; the traces' noise, not a choice): " \
         "48: 0.925, 128: 0.970" in done.stdout
+
+
+def test_two_traces_of_the_same_configurations_get_a_table_each_and_their_mean() -> None:
+    """The GPU's two traces (second and third sittings): off and auto in both, d2 in the second only.
+
+    Before, the second trace's rows stood for both (and d2 joined the first);
+    each trace now has its own best static, and the goal reads over the two.
+    """
+    depth = Path(__file__).resolve().parents[1] / "bench/gpu/results/depth"
+    done = tool("--table", str(depth / "triton-trace.csv"), str(depth / "triton-trace2.csv"))
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.split("## trace 2 of 2")
+    assert "## trace 1 of 2" in first and "| d2 |" not in first and "| d2 |" in second
+    assert "auto / best single static (off, of off): tok/s 1.051" in first
+    assert "auto / best single static (off, of d2, off): tok/s 1.047" in second
+    assert "48: 0.925, 128: 0.970" in first and "128: 0.939" in second and "0.970" not in second
+    assert "tok/s mean 1.049 (1.051, 1.047; goal >= 1.05), p50 TPOT mean 0.940" in second

@@ -10,7 +10,8 @@ live server so that the two compare.
     trace_load.py --url URL --configs d1 d2 d3 off auto --switch "bash depth.sh {mode}" \
         --trace-s 120 --trace-seed 0 --prompt-seed 100 --label depthtrace-triton --csv trace.csv
     trace_load.py --url URL --configs none --prompt-seed 100 ...   (a server without speculation)
-    trace_load.py --table trace.csv [more.csv] [--label L]          (the table of CSVs' summary rows)
+    trace_load.py --table trace.csv [more.csv] [--label L]          (the table of CSVs' summary rows; a trace
+                                                                       a file, and the mean over several)
     trace_load.py --plan --trace-s 120                              (the schedule and its length)
 
 The schedule is trace_schedule.trace_levels(trace_seed, trace_s): the first
@@ -227,12 +228,95 @@ def tok_s(row: dict[str, Any]) -> float:
     return number(row.get("tok_s")) or number(row.get("completion_tok_s")) or 0.0
 
 
+def split_repeats(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """One file's rows split where a configuration's summary row comes again (its phase rows go with it)."""
+    groups: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for row in rows:
+        pending.append(row)
+        if str(row.get("phase")) != SUMMARY:
+            continue
+        if (name := str(row["config"])) in seen:
+            groups.append(current)
+            current, seen = [], set()
+        current += pending
+        pending = []
+        seen.add(name)
+    if current or pending:
+        groups.append(current + pending)
+    return groups
+
+
+def traces(files: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The CSVs' rows as traces: one a file, and a file that measured none of the last trace's
+    configurations joins it (a trace split over device calls, as depthtrace's FA3 commands split it).
+
+    A configuration measured twice (a second seed, a second sitting) is thus in
+    two traces, each with its own best static, never one row standing for both.
+    """
+    groups: list[list[dict[str, Any]]] = []
+    for rows in files:
+        for i, part in enumerate(split_repeats(rows)):
+            if i == 0 and groups and not set(summaries(part)) & set(summaries(groups[-1])):
+                groups[-1] = groups[-1] + part
+            else:
+                groups.append(part)
+    return groups
+
+
+def render_tables(files: list[list[dict[str, Any]]]) -> str:
+    """One table a trace, and where there are several, auto / best static over them (each its own best)."""
+    groups = traces(files)
+    if len(groups) == 1:
+        return render_table(groups[0])
+    ratios = [r for g in groups if (r := auto_over_best(g)) is not None]
+    out = [f"## trace {i} of {len(groups)}\n\n{render_table(g)}" for i, g in enumerate(groups, 1)]
+    if ratios:
+        tok = [t for t, _ in ratios]
+        tpot = [p for _, p in ratios if p is not None]
+        out.append(f"over the {len(ratios)} traces with auto and a static: auto / each trace's best single static, "
+                   f"tok/s mean {statistics.fmean(tok):.3f} ({', '.join(f'{t:.3f}' for t in tok)}; goal >= "
+                   f"{STATIC_GOAL})" + (f", p50 TPOT mean {statistics.fmean(tpot):.3f}" if tpot else ""))
+    return "\n\n".join(out)
+
+
+def summaries(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each configuration's whole-trace row (its last, within one trace there is one)."""
+    return {str(r["config"]): r for r in rows if str(r.get("phase")) == SUMMARY}
+
+
+def failed_of(last: dict[str, dict[str, Any]]) -> set[str]:
+    """The configurations whose switch the server refused: they ran in whatever mode it was left in."""
+    return {n for n, r in last.items() if str(r.get("switch_rc", "")) not in ("", "0")}
+
+
+def statics_of(last: dict[str, dict[str, Any]]) -> list[str]:
+    """The static configurations that ran as named and measured something."""
+    failed = failed_of(last)
+    return [n for n in last if n != "auto" and n not in failed and tok_s(last[n]) > 0]
+
+
+def best_static(last: dict[str, dict[str, Any]]) -> str | None:
+    """The static configuration with the highest tok/s; None without one, or where auto's switch failed."""
+    statics = statics_of(last)
+    return max(statics, key=lambda n: tok_s(last[n])) if statics and "auto" not in failed_of(last) else None
+
+
+def auto_over_best(rows: list[dict[str, Any]]) -> tuple[float, float | None] | None:
+    """(auto / best static in tok/s, in p50 TPOT) of one trace; None without auto or a static."""
+    last = summaries(rows)
+    best = best_static(last)
+    if "auto" not in last or best is None or not tok_s(last[best]):
+        return None
+    ta, tb = number(last["auto"].get("tpot_p50_ms")), number(last[best].get("tpot_p50_ms"))
+    return tok_s(last["auto"]) / tok_s(last[best]), (ta / tb if ta and tb else None)
+
+
 def render_table(rows: list[dict[str, Any]]) -> str:
     """Each configuration's whole-trace numbers, and auto against the best static (the goals)."""
-    last: dict[str, dict[str, Any]] = {}  # a configuration run twice: its latest row
-    for row in rows:
-        if str(row.get("phase")) == SUMMARY:
-            last[str(row["config"])] = row
+    last = summaries(rows)
     if not last:
         return "[trace] no summary rows"
     phases = phases_of(rows, next(iter(last)))
@@ -244,26 +328,24 @@ def render_table(rows: list[dict[str, Any]]) -> str:
              "| configuration | output tok/s | completion tok/s | p50 TPOT ms | requests | switches | mean depth | "
              "on share | prompt seed |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    failed = [n for n, r in last.items() if str(r.get("switch_rc", "")) not in ("", "0")]
+    failed = failed_of(last)
     for name, r in last.items():
         shown = f"{name} (SWITCH FAILED, rc {r['switch_rc']})" if name in failed else name
         lines.append(f"| {shown} | {r.get('tok_s', '')} | {r.get('completion_tok_s', '')} | {r.get('tpot_p50_ms', '')} "
                      f"| {r.get('reqs_done', '')} | {r.get('switches', '')} | {r.get('steps', '')} | "
                      f"{r.get('on_share', '')} | {r.get('prompt_seed', '')} |")
-    statics = [n for n in last if n != "auto" and n not in failed and tok_s(last[n]) > 0]
     if "auto" in failed:
         lines.append("auto's switch failed: it ran in whatever mode the server was left in; no ratio")
         return "\n".join(lines)
-    if "auto" not in last or not statics:
+    best, both = best_static(last), auto_over_best(rows)
+    if best is None or both is None:
         lines.append("auto / best static: needs auto and at least one static configuration")
         return "\n".join(lines)
-    best = max(statics, key=lambda n: tok_s(last[n]))
-    ratio = tok_s(last["auto"]) / tok_s(last[best])
-    ta, tb = number(last["auto"].get("tpot_p50_ms")), number(last[best].get("tpot_p50_ms"))
-    tpot = f"{ta / tb:.3f}" if ta and tb else "n/a"
-    lines.append(f"auto / best single static ({best}, of {', '.join(statics)}): tok/s {ratio:.3f} "
-                 f"(goal >= {STATIC_GOAL}: {'met' if ratio >= STATIC_GOAL else 'MISSED'}), p50 TPOT {tpot} "
-                 f"(goal <= {TPOT_GOAL:g}: {'met' if ta and tb and ta / tb <= TPOT_GOAL else 'MISSED'})")
+    ratio, tpot = both
+    lines.append(f"auto / best single static ({best}, of {', '.join(statics_of(last))}): tok/s {ratio:.3f} "
+                 f"(goal >= {STATIC_GOAL}: {'met' if ratio >= STATIC_GOAL else 'MISSED'}), p50 TPOT "
+                 f"{'n/a' if tpot is None else f'{tpot:.3f}'} "
+                 f"(goal <= {TPOT_GOAL:g}: {'met' if tpot is not None and tpot <= TPOT_GOAL else 'MISSED'})")
     auto_phases = phases_of(rows, "auto", len(phases))
     if auto_phases:
         lines.append("auto's depth per phase (level: mean steps): " + ", ".join(
@@ -371,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"a configuration is named twice in {args.configs}")
     if args.table:
         try:
-            print(render_table([row for path in args.table for row in read_rows(path, args.label)]))
+            print(render_tables([read_rows(path, args.label) for path in args.table]))
         except OSError as exc:
             p.error(f"cannot read {exc.filename}: {exc.strerror}")
         return 0
@@ -382,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = asyncio.run(run(args))
     if args.csv:
-        print(render_table(read_rows(args.csv, args.label)))
+        print(render_tables([read_rows(args.csv, args.label)]))
     return 0 if rows else 1
 
 
