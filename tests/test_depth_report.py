@@ -338,3 +338,13 @@ def test_no_same_state_line_where_auto_never_ran_the_best_statics_state(tmp_path
     done = depth_report(*(f for f in three_servers(tmp_path, grid) if f.stem != "depth"))
     assert done.returncode == 0, done.stderr
     assert "state in every window" not in done.stdout
+
+
+def test_cells_that_mix_two_files_are_named() -> None:
+    # the second and third sittings both ran auto's server at 8, 32 and 48: those cells average two server starts
+    done = depth_report(DEPTH / "triton-depthauto2.csv", DEPTH / "triton-depthauto3.csv")
+    assert done.returncode == 0, done.stderr
+    line = summary(done.stdout, "- Cells averaged over several files")
+    assert "(triton-depthauto2.csv, triton-depthauto3.csv: server starts apart): depthauto at c=8, 32, 48." in line
+    alone = depth_report(DEPTH / "triton-depthauto3.csv")
+    assert "Cells averaged over several files" not in alone.stdout
