@@ -329,30 +329,34 @@ def ceiling_line(pts: list[Point], trace_s: float, seed: int) -> str:
             f" it (it takes every switch as free and instant); issue 22's trace goal is {MIDDLE_GOAL}.")
 
 
-def merged_line(paths: list[str]) -> str | None:
-    """Where two files measured one server kind at one concurrency: their windows are averaged in each cell.
+def read_files(paths: list[str]) -> tuple[Cells, str | None]:
+    """Every file's windows in one set of cells, and a line naming the cells that mix files (None if none).
 
-    Two files are two server starts (two calls, or two sittings), so such a cell
-    carries the scatter between starts; both sides of a ratio do where both
-    files ran both modes. None where no cell mixes files.
+    Two files are two server starts (two calls, or two sittings), so a cell with
+    windows of both carries the scatter between starts; both sides of a ratio do
+    where both files ran both modes.
     """
+    cells: Cells = defaultdict(list)
     seen: dict[tuple[str, int], list[str]] = defaultdict(list)
     for path in paths:
-        for kind, c in {(k, c) for (k, _, c) in read([path]) if k in KINDS}:
+        own = read([path])
+        for (kind, mode, c), windows in own.items():
+            cells[(kind, mode, c)] += windows
+        for kind, c in {(k, c) for (k, _, c) in own if k in KINDS}:
             seen[(kind, c)].append(Path(path).name)
     mixed = {key: names for key, names in seen.items() if len(names) > 1}
     if not mixed:
-        return None
+        return cells, None
     by_kind: dict[str, list[int]] = defaultdict(list)
     for kind, c in sorted(mixed):
         by_kind[kind].append(c)
     files = sorted({n for names in mixed.values() for n in names})
-    return (f"- Cells averaged over several files ({', '.join(files)}: server starts apart): "
-            + "; ".join(f"{k} at c={', '.join(map(str, cs))}" for k, cs in by_kind.items()) + ".")
+    return cells, (f"- Cells averaged over several files ({', '.join(files)}: server starts apart): "
+                   + "; ".join(f"{k} at c={', '.join(map(str, cs))}" for k, cs in by_kind.items()) + ".")
 
 
-def report(backend: str, model: str, cells: Cells, trace: tuple[float, int] | None = None,
-           merged: str | None = None) -> str:
+def report(backend: str, model: str, cells: Cells, merged: str | None = None,
+           trace: tuple[float, int] | None = None) -> str:
     """One backend's heading, table and summary (and the trace's ceiling where asked)."""
     pts = points(cells)
     no_none = [f"c={p.c}" for p in pts if not p.has_none]
@@ -409,7 +413,7 @@ def main(argv: list[str]) -> int:
     except Refused as exc:
         print(f"depth_report.py: {exc}", file=sys.stderr)
         return 2
-    print("\n\n".join(report(b, model, read(paths), trace, merged_line(paths)) for b, paths in sorted(groups.items())))
+    print("\n\n".join(report(b, model, *read_files(paths), trace=trace) for b, paths in sorted(groups.items())))
     return 0
 
 

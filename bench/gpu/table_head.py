@@ -105,17 +105,23 @@ def target_rows(cfg: dict[str, Any], dev: str = "cuda") -> Any:
     return lm.uniform_(DUMMY_LOW, DUMMY_HIGH, generator=gen)
 
 
-def draft_weights(table: dict[int, int], cfg: dict[str, Any], dev: str = "cuda") -> dict[str, Any]:
-    """The head's tensors by checkpoint name; see the module doc. ``dev``: where the target's rows are drawn."""
+def rms_norm(x: Any, eps: float) -> Any:
+    """SGLang's RMSNorm with weight 1, in float32 (the head's norms are all 1)."""
+    import torch
+
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def draft_weights(table: dict[int, int], cfg: dict[str, Any], lm: Any) -> dict[str, Any]:
+    """The head's tensors by checkpoint name; see the module doc. ``lm``: the target's rows (target_rows)."""
     import torch
 
     hidden, head_dim = cfg["hidden_size"], cfg["head_dim"]
     heads, kv_heads, inter = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["intermediate_size"]
-    eps = cfg["rms_norm_eps"]
-    lm = target_rows(cfg, dev)
+    dev = lm.device
     keys = sorted(table)
-    e = lm[keys].float()
-    normed = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + eps)  # input_layernorm, weight 1
+    normed = rms_norm(lm[keys], cfg["rms_norm_eps"])  # input_layernorm
     coords = torch.linalg.pinv(normed)  # (hidden, n): normed @ coords = I
     dims = torch.tensor(slots(len(keys), head_dim), device=dev)
     scale = (SCORE * head_dim ** 0.5) ** 0.5
@@ -144,7 +150,7 @@ def draft_weights(table: dict[int, int], cfg: dict[str, Any], dev: str = "cuda")
 
 
 def self_check(weights: dict[str, Any], cfg: dict[str, Any], runs: list[tuple[list[int], list[int]]],
-               dev: str = "cuda", every: int = 17) -> str:
+               lm: Any, every: int = 17) -> str:
     """The head's forward, emulated: how often its first and second drafts are the target's next tokens.
 
     ``runs``: (prompt ids, no spec's output ids) pairs. At every ``every``-th
@@ -156,13 +162,10 @@ def self_check(weights: dict[str, Any], cfg: dict[str, Any], runs: list[tuple[li
     import torch
 
     hidden, hd, heads = cfg["hidden_size"], cfg["head_dim"], cfg["num_attention_heads"]
-    eps = cfg["rms_norm_eps"]
-    lm = target_rows(cfg, dev).float()
+    eps, dev = cfg["rms_norm_eps"], lm.device
+    lm = lm.float()
     w = {k: t.to(dev).float() for k, t in weights.items() if "self_attn" in k}
     inv = cfg.get("rope_theta", 10000.0) ** (-torch.arange(0, hd, 2, device=dev).float() / hd)
-
-    def rms(x: Any) -> Any:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
     def rope(x: Any, n: int) -> Any:
         ang = torch.arange(n, device=dev).float()[:, None] * inv[None]
@@ -171,13 +174,13 @@ def self_check(weights: dict[str, Any], cfg: dict[str, Any], runs: list[tuple[li
         return torch.cat([x1 * c - x2 * s_, x2 * c + x1 * s_], -1)
 
     def draft(tokens: list[int], residual: Any) -> tuple[int, Any]:
-        inp = torch.cat([rms(lm[tokens]), torch.zeros(len(tokens), hidden, device=dev)], -1)
+        inp = torch.cat([rms_norm(lm[tokens], eps), torch.zeros(len(tokens), hidden, device=dev)], -1)
         q, k, v = ((inp @ w[f"midlayer.self_attn.{n}_proj.weight"].T)[:, :hd] for n in "qkv")
         q, k = rope(q, len(tokens)), rope(k, len(tokens))
         attn = torch.zeros(heads * hd, device=dev)
         attn[:hd] = torch.softmax(q[-1] @ k.T / hd ** 0.5, -1) @ v
         out = residual + attn @ w["midlayer.self_attn.o_proj.weight"].T
-        return int((rms(out) @ lm.T).argmax()), out
+        return int((rms_norm(out, eps) @ lm.T).argmax()), out
 
     first = second = total = 0
     for prompt, ids in runs:
@@ -209,13 +212,14 @@ def write(corr: str, draft_dir: str) -> str:
     slots(len(table), cfg["head_dim"])
     from safetensors.torch import save_file
 
-    weights = draft_weights(table, cfg)
+    lm = target_rows(cfg)  # drawn once: 1 GB on the GPU, for the weights and the check alike
+    weights = draft_weights(table, cfg, lm)
     save_file(weights, str(Path(draft_dir) / "model.safetensors"))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import correctness  # the prompts whose outputs these are (correctness.py's defaults: 8, seed 1)
 
     runs = [(p["input_ids"], ids) for p, ids in zip(correctness.prompts(len(outputs), 1), outputs)]
-    return f"table head: {len(table)} tokens -> {draft_dir}/model.safetensors; " + self_check(weights, cfg, runs)
+    return f"table head: {len(table)} tokens -> {draft_dir}/model.safetensors; " + self_check(weights, cfg, runs, lm)
 
 
 def main(argv: list[str]) -> int:

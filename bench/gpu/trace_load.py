@@ -274,8 +274,8 @@ def render_tables(files: list[list[dict[str, Any]]]) -> str:
     ratios = [r for g in groups if (r := auto_over_best(g)) is not None]
     out = [f"## trace {i} of {len(groups)}\n\n{render_table(g)}" for i, g in enumerate(groups, 1)]
     if ratios:
-        tok = [t for t, _ in ratios]
-        tpot = [p for _, p in ratios if p is not None]
+        tok = [t for _, t, _ in ratios]
+        tpot = [p for _, _, p in ratios if p is not None]
         out.append(f"over the {len(ratios)} traces with auto and a static: auto / each trace's best single static, "
                    f"tok/s mean {statistics.fmean(tok):.3f} ({', '.join(f'{t:.3f}' for t in tok)}; goal >= "
                    f"{STATIC_GOAL})" + (f", p50 TPOT mean {statistics.fmean(tpot):.3f}" if tpot else ""))
@@ -304,14 +304,14 @@ def best_static(last: dict[str, dict[str, Any]]) -> str | None:
     return max(statics, key=lambda n: tok_s(last[n])) if statics and "auto" not in failed_of(last) else None
 
 
-def auto_over_best(rows: list[dict[str, Any]]) -> tuple[float, float | None] | None:
-    """(auto / best static in tok/s, in p50 TPOT) of one trace; None without auto or a static."""
+def auto_over_best(rows: list[dict[str, Any]]) -> tuple[str, float, float | None] | None:
+    """(the best static, auto / it in tok/s, in p50 TPOT) of one trace; None without auto or a static."""
     last = summaries(rows)
     best = best_static(last)
-    if "auto" not in last or best is None or not tok_s(last[best]):
+    if "auto" not in last or best is None:
         return None
     ta, tb = number(last["auto"].get("tpot_p50_ms")), number(last[best].get("tpot_p50_ms"))
-    return tok_s(last["auto"]) / tok_s(last[best]), (ta / tb if ta and tb else None)
+    return best, tok_s(last["auto"]) / tok_s(last[best]), (ta / tb if ta and tb else None)
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
@@ -337,31 +337,29 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     if "auto" in failed:
         lines.append("auto's switch failed: it ran in whatever mode the server was left in; no ratio")
         return "\n".join(lines)
-    best, both = best_static(last), auto_over_best(rows)
-    if best is None or both is None:
+    if (found := auto_over_best(rows)) is None:
         lines.append("auto / best static: needs auto and at least one static configuration")
         return "\n".join(lines)
-    ratio, tpot = both
+    best, ratio, tpot = found
     lines.append(f"auto / best single static ({best}, of {', '.join(statics_of(last))}): tok/s {ratio:.3f} "
                  f"(goal >= {STATIC_GOAL}: {'met' if ratio >= STATIC_GOAL else 'MISSED'}), p50 TPOT "
                  f"{'n/a' if tpot is None else f'{tpot:.3f}'} "
                  f"(goal <= {TPOT_GOAL:g}: {'met' if tpot is not None and tpot <= TPOT_GOAL else 'MISSED'})")
-    auto_phases = phases_of(rows, "auto", len(phases))
+    auto_phases = phases_of(rows, "auto")
     if auto_phases:
         lines.append("auto's depth per phase (level: mean steps): " + ", ".join(
             f"{r['level']}: {r.get('steps', '')}" for r in auto_phases))
-    if noise := same_state(rows, best, len(phases)):
+    if noise := same_state(rows, best):
         lines.append(noise)
     return "\n".join(lines)
 
 
-def phases_of(rows: list[dict[str, Any]], config: str, count: int = 0) -> list[dict[str, Any]]:
-    """A configuration's per-phase rows: the last ``count`` (its latest trace's), or all with 0."""
-    found = [r for r in rows if str(r.get("config")) == config and str(r.get("phase")) != SUMMARY]
-    return found[-count:] if count else found
+def phases_of(rows: list[dict[str, Any]], config: str) -> list[dict[str, Any]]:
+    """A configuration's per-phase rows in one trace (traces() keeps each trace's apart)."""
+    return [r for r in rows if str(r.get("config")) == config and str(r.get("phase")) != SUMMARY]
 
 
-def same_state(rows: list[dict[str, Any]], static: str, count: int) -> str:
+def same_state(rows: list[dict[str, Any]], static: str) -> str:
     """The phases where auto ran ``static``'s own state throughout, and auto / static in each.
 
     Why: the two ran the same state there, so the ratio is what two traces of
@@ -370,7 +368,7 @@ def same_state(rows: list[dict[str, Any]], static: str, count: int) -> str:
     reading).
     """
     pairs = []
-    for a, s in zip(phases_of(rows, "auto", count), phases_of(rows, static, count)):
+    for a, s in zip(phases_of(rows, "auto"), phases_of(rows, static)):
         da, ds, moved = number(a.get("steps")), number(s.get("steps")), number(a.get("switches"))
         if da is None or ds is None or abs(da - ds) > 0.05 or moved or not tok_s(s):
             continue

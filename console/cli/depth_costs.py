@@ -148,10 +148,9 @@ def pooled_runs(result: Fit) -> list[str]:
     """
     runs = []
     for b in result.buckets:
-        row = [result.step_s.get((b, d)) for d in result.depths]
-        if any(v is None for v in row):
+        if any((b, d) not in result.step_s for d in result.depths):
             continue
-        measured = [v for v in row if v is not None]
+        measured = [result.step_s[(b, d)] for d in result.depths]
         priced = pool_rising(measured)
         start = 0
         for end in range(1, len(priced) + 1):
