@@ -11,7 +11,7 @@ writes ``TARGET_DIR/config.json`` and ``DRAFT_DIR/config.json`` for MODEL:
 - ``qwen3moe``: Qwen3-30B-A3B's shapes (a mixture of experts: 128 experts, 8 a
   token) and an EAGLE-3 head shaped for it (docs/results/moe.md).
 - ``llama8b-table``: llama8b's target and its head with the target's LM head
-  (no ``draft_vocab_size``), for weights that table_head.py writes: a head
+  (``draft_vocab_size`` null), for weights that table_head.py writes: a head
   that drafts what the dummy target says, for acceptance after a depth change.
 
 Why config files only: the device reaches no model hub, and random weights are
@@ -122,9 +122,13 @@ def qwen3moe() -> tuple[Config, Config]:
 
 
 def llama8b_table() -> tuple[Config, Config]:
-    """llama8b with a head that shares the target's LM head, so table_head.py's rows are the target's."""
+    """llama8b with a head that shares the target's LM head, so table_head.py's rows are the target's.
+
+    ``draft_vocab_size`` is null rather than absent: SGLang's Eagle3 model reads the attribute, and
+    transformers 5 raises on a missing one (the first GPU start of this head failed so).
+    """
     target, draft = llama8b()
-    return target, {k: v for k, v in draft.items() if k != "draft_vocab_size"}
+    return target, {**draft, "draft_vocab_size": None}
 
 
 MODELS = {"llama8b": llama8b, "qwen3moe": qwen3moe, "llama8b-table": llama8b_table}
