@@ -553,6 +553,55 @@ def test_depth_accept_reads_acceptance_right_after_each_change(depth_sim: str, t
     assert state["settings"]["accept_window"] == 64 and state["settings"]["mode"] == "auto", "settings restored"
 
 
+def write_accept_rows(path: Path, periods: Sequence[tuple[int, Sequence[float]]]) -> None:
+    """depth_accept.py's --csv rows: per pinned period, one read per verify with its accept mean."""
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t", "turn", "pinned", "depth", "verifies", "since_change", "accept_mean"])
+        verifies = 0
+        for turn, (depth, means) in enumerate(periods):
+            for since, mean in enumerate(means):
+                w.writerow([turn, turn, depth, depth, verifies + since, since, mean])
+            verifies += len(means)
+
+
+def test_depth_accept_leaves_the_old_depths_verifies_out_of_right_after(tmp_path: Path) -> None:
+    # the plugin's accept mean covers its last 4 verifies: depth 1 accepts exactly 1.0 at every
+    # verify, but the reads 1-3 verifies after leaving depth 3 (2.5) still hold depth 3's
+    window = [2.5, 2.125, 1.75, 1.375]
+    out = tmp_path / "accept.csv"
+    write_accept_rows(out, [(3, [2.5] * 30), (1, window + [1.0] * 26)])
+    done = tool(str(GPU / "depth_accept.py"), str(out), "--summarise", "--window", "4", "--first", "8")
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| 1 |"))
+    assert row == "| 1 | 1.000 | 1.000 | 1.000 | 1 |"
+    # a new depth that starts cold reads under its settled level, from its own verifies alone
+    write_accept_rows(out, [(1, [1.0] * 30), (3, [1.0] * 4 + [1.5] * 5 + [2.5] * 21)])
+    done = tool(str(GPU / "depth_accept.py"), str(out), "--summarise")
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| 3 |"))
+    assert row == "| 3 | 1.500 | 2.500 | 0.600 | 1 |"
+
+
+def test_depth_accept_refuses_what_it_cannot_summarise(tmp_path: Path) -> None:
+    missing = tool(str(GPU / "depth_accept.py"), str(tmp_path / "none.csv"), "--summarise")
+    assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
+    other = tmp_path / "other.csv"
+    other.write_text("label,tok_s\nx,1\n")
+    wrong = tool(str(GPU / "depth_accept.py"), str(other), "--summarise")
+    assert wrong.returncode == 2 and "not a depth_accept.py --csv file" in wrong.stderr
+    narrow = tool(str(GPU / "depth_accept.py"), str(other), "--summarise", "--window", "9")
+    assert narrow.returncode == 2 and "--window 9 > --first 8" in narrow.stderr
+
+
+def test_the_table_heads_gpu_reads_depth_one_at_one_accepted_draft_right_after_a_change() -> None:
+    # the committed GPU file: a depth-1 draft is accepted at most once a verify, and right after
+    # a change from depth 3 it read 1.097 before the old verifies were left out
+    done = tool(str(GPU / "depth_accept.py"), str(GPU / "results" / "depth" / "triton-table-depth-accept.csv"),
+                "--summarise")
+    assert done.returncode == 0, done.stderr
+    assert "| 1 | 1.000 | 1.000 | 1.000 | 2 |" in done.stdout
+
+
 def test_correctness_cycles_depths_mid_generation(depth_sim: str, tmp_path: Path) -> None:
     out = tmp_path / "cycle.json"
     done = tool(str(GPU / "correctness.py"), "run", depth_sim, "cycle", str(out), "--toggle", "0.05",

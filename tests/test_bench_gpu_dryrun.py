@@ -191,7 +191,7 @@ def test_depthcheck_runs_every_depth_and_reads_acceptance_after_each_change(sock
         assert f"[compare] {label}-triton vs dc-d1-triton: 8/8 identical" in run.log
     for label in ("dc-d1", "dc-d2", "dc-d3", "dc-off", "dc-cycle", "dc-auto"):  # nospecref's reference
         assert f"[compare] {label}-triton vs nospec-triton: 8/8 identical" in run.log
-    assert "| depth | right after (first 8 verifies) |" in run.log  # depth_accept.py's table
+    assert "| depth | right after (verifies 1-8) |" in run.log  # depth_accept.py's table
     assert len(list(csv.DictReader((run.out / "depth-accept-triton.csv").open()))) > 0
     assert (run.out / "depthcheck-triton.txt").read_text().count('"num_used_tokens": [0]') == 2
 
@@ -203,7 +203,7 @@ def test_the_table_head_model_replays_the_check_prompts_in_depthcheck(sock_dir: 
     assert_clean(run, "nospecref", "depthcheck")
     report = (run.out / "depthcheck-triton-table.txt").read_text()
     assert "load: correctness.py's eight check prompts in turn" in report
-    assert "| depth | right after (first 8 verifies) |" in report
+    assert "| depth | right after (verifies 1-8) |" in report
 
 
 def test_depthsweep_then_depthauto_measure_and_use_the_cost_table(sock_dir: Path) -> None:

@@ -17,6 +17,7 @@ starts cold.
 
     depth_accept.py URL [--depths 1,3,2,0,3] [--period 4] [--concurrency 16]
                         [--first 8] [--window 4] [--csv FILE] [--replay-check-prompts]
+    depth_accept.py FILE.csv --summarise [--first 8] [--window 4]
 """
 from __future__ import annotations
 
@@ -86,28 +87,74 @@ def watch(url: str, depths: list[int], period: float, poll: float) -> list[dict[
     return rows
 
 
-def summarise(rows: list[dict[str, Any]], first: int) -> list[str]:
-    """Per pinned depth: accept mean right after a change (first verifies) and settled."""
-    lines = [f"| depth | right after (first {first} verifies) | settled | after / settled | reads |",
+def summarise(rows: list[dict[str, Any]], first: int, window: int) -> list[str]:
+    """Per pinned depth: accept mean right after a change (first verifies) and settled.
+
+    The plugin's accept mean covers its last ``window`` verifies, so a read taken
+    fewer than ``window`` verifies after a change still holds the old depth's: on
+    the GPU that lifted depth 1's "right after" to 1.097, above the 1.0 a depth-1
+    draft can reach. Right after therefore counts the reads from ``window`` to
+    ``first`` verifies in, which cover verifies 1..first of the new depth alone.
+    Each pinned period is compared with its own settled reads (the ratio is the
+    mean over periods): with real drafts acceptance follows the prompts in flight,
+    which differ from one period to the next.
+    """
+    lines = [f"| depth | right after (verifies 1-{first}) | settled | after / settled | periods |",
              "| ---: | ---: | ---: | ---: | ---: |"]
-    for depth in sorted({r["pinned"] for r in rows}):
+    for depth in sorted({int(r["pinned"]) for r in rows}):
         if depth == 0:
             continue
-        mine = [r for r in rows if r["pinned"] == depth and r["depth"] == depth
-                and r["since_change"] is not None and isinstance(r["accept_mean"], (int, float))]
-        early = [r["accept_mean"] for r in mine if 0 < r["since_change"] <= first]
-        late = [r["accept_mean"] for r in mine if r["since_change"] > first]
-        if not early or not late:
-            lines.append(f"| {depth} | - | - | - | {len(mine)} |")
+        pairs = [p for p in (_period(rows, turn, first, window) for turn in
+                             sorted({int(r["turn"]) for r in rows if int(r["pinned"]) == depth})) if p]
+        if not pairs:
+            lines.append(f"| {depth} | - | - | - | 0 |")
             continue
-        a, b = sum(early) / len(early), sum(late) / len(late)
-        lines.append(f"| {depth} | {a:.3f} | {b:.3f} | {a / b if b else float('nan'):.3f} | {len(mine)} |")
+        a = sum(e for e, _ in pairs) / len(pairs)
+        b = sum(s for _, s in pairs) / len(pairs)
+        ratios = [e / s for e, s in pairs if s]
+        ratio = f"{sum(ratios) / len(ratios):.3f}" if ratios else "-"
+        lines.append(f"| {depth} | {a:.3f} | {b:.3f} | {ratio} | {len(pairs)} |")
     return lines
+
+
+def _period(rows: list[dict[str, Any]], turn: int, first: int, window: int) -> tuple[float, float] | None:
+    """One pinned period's (right after, settled) means, or None where it lacks either."""
+    mine = [r for r in rows if int(r["turn"]) == turn and _int(r["depth"]) == int(r["pinned"])
+            and _int(r["since_change"]) is not None and _float(r["accept_mean"]) is not None]
+    early = [_float(r["accept_mean"]) for r in mine if window <= _int(r["since_change"]) <= first]
+    late = [_float(r["accept_mean"]) for r in mine if _int(r["since_change"]) > first]
+    if not early or not late:
+        return None
+    return sum(early) / len(early), sum(late) / len(late)
+
+
+def _int(v: Any) -> int | None:
+    """A CSV cell or a live read as an int; None where empty."""
+    return None if v in (None, "") else int(v)
+
+
+def _float(v: Any) -> float | None:
+    return None if v in (None, "") else float(v)
+
+
+def summarise_file(path: str, first: int, window: int) -> int:
+    """The table again from a committed CSV (the rows this tool wrote with --csv)."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        print(f"depth_accept.py: cannot read {path}: {e.strerror}", file=sys.stderr)
+        return 2
+    if not rows or not {"pinned", "depth", "since_change", "accept_mean"} <= set(rows[0]):
+        print(f"depth_accept.py: {path} is not a depth_accept.py --csv file", file=sys.stderr)
+        return 2
+    print("\n".join(summarise(rows, first, window)))
+    return 0
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("url")
+    p.add_argument("url", help="the server, or with --summarise a CSV this tool wrote")
     p.add_argument("--depths", default="1,3,2,0,3,1,2", type=lambda t: [int(x) for x in t.split(",")])
     p.add_argument("--period", type=float, default=4.0)
     p.add_argument("--poll", type=float, default=0.02)
@@ -118,7 +165,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--csv")
     p.add_argument("--replay-check-prompts", action="store_true",
                    help="send correctness.py's eight check prompts in turn, not random ones")
+    p.add_argument("--summarise", action="store_true",
+                   help="print the table from the CSV named in place of the URL (nothing is sent)")
     args = p.parse_args(argv)
+    if args.window > args.first:
+        p.error(f"--window {args.window} > --first {args.first}: "
+                "no read right after a change would hold the new depth alone")
+    if args.summarise:
+        return summarise_file(args.url, args.first, args.window)
     before = ctl.specctl_state(args.url) or {}
     ctl.set_server_args(args.url, {"specctl_accept_window": args.window})
     stop = threading.Event()
@@ -145,7 +199,7 @@ def main(argv: list[str]) -> int:
             w.writerows(rows)
     if args.replay_check_prompts:
         print("load: correctness.py's eight check prompts in turn (the table head's tokens)")
-    print("\n".join(summarise(rows, args.first)))
+    print("\n".join(summarise(rows, args.first, args.window)))
     return 0
 
 
