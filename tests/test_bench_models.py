@@ -313,3 +313,26 @@ def test_the_default_model_is_llama_as_before(tmp_path: Path) -> None:
             "--speculative-draft-model-path /root/models/eagle3-llama3-8b-shape") in starting(log, "fixcheck")
     assert [p.name for p in (out / "keep").iterdir()] == ["triton"]
     assert sorted(p.name for p in (out / "models").iterdir()) == ["eagle3-llama3-8b-shape", "llama3-8b-shape"]
+
+
+def test_which_releases_capture_the_draft_extend_graph_per_depth(sglang_source: SglangSource) -> None:
+    """docs/results/depth.md, fourth sitting: on 0.5.17 the built states 1 and 2 run the draft extend eagerly.
+
+    The runner sizes its graph from server_args (the launch's draft tokens, 4 at three steps),
+    which the adaptive override does not change, and refuses a batch of another width; 0.5.23
+    reads the overridden spec, so each built depth replays its own graph. The cost tables
+    measured on 0.5.17 price depths 1 and 2 with that handicap.
+    """
+    runner = sglang_source.text("sglang/srt/speculative/eagle_draft_extend_cuda_graph_runner.py")
+    assert "spec_info.num_tokens_per_req != self.captured_req_width" in runner  # else eager
+    worker = sglang_source.text("sglang/srt/speculative/eagle_worker_v2.py")
+    assert "num_tokens_per_req=self.speculative_num_draft_tokens," in worker  # the state's width
+    utils = sglang_source.text("sglang/srt/speculative/spec_utils.py")
+    draft_extend = utils[utils.index('if phase == "draft_extend":'):][:120]
+    if sglang_source.version == "0.5.17":
+        assert 'phase="draft_extend", server_args=model_runner.server_args' in runner
+        assert "return server_args.speculative_num_draft_tokens" in draft_extend
+    else:
+        assert 'resolve_num_tokens_per_req(phase="draft_extend")' in runner
+        assert "return spec.speculative_num_draft_tokens" in draft_extend
+        assert "spec = get_spec()" in utils

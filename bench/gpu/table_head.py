@@ -23,7 +23,7 @@ The head, for run_fast_off.sh's ``MODEL=llama8b-table`` (weights in bf16):
   embeddings, so they are one-hot for table tokens and near zero for others.
 - Value and output write ``C`` times the target's LM-head row of next(t+1)
   from that one-hot. With the final norm's weight at 1 and the LM head the
-  target's (the config has no ``draft_vocab_size``), the row's product with
+  target's (the config's ``draft_vocab_size`` is null), the row's product with
   itself outscores every other by about sqrt(hidden).
 - The MLP is zero.
 
@@ -32,10 +32,16 @@ The target's embedding and LM head are reproduced here, not read:
 so a CUDA tensor of their shape and dtype drawn the same way holds the same
 values. That needs the device's torch and GPU, the ones SGLang draws them with.
 
-Prediction: the first draft of every verify is accepted at every depth. Later
-drafts carry the previous drafts' rows in the residual, so about half are, giving
-about 1.0, 1.5 and 2.0 accepted drafts at depths 1, 2 and 3, as much right after
-a change as settled. Only the tables' tokens are covered, so depth_accept.py
+Predicted: about 1.0, 1.5 and 2.0 accepted drafts at depths 1, 2 and 3.
+Measured on the GPU (2026-12-02, docs/results/depth.md, fourth sitting): 1.000
+at depth 1, right after every change as settled; but 1.000 at depth 2 and 1.0,
+1.75 or 2.5 at depth 3 by which depth came before. The head has a parity trap:
+a later draft adds its row to the residual, which already holds the previous
+draft's, so the second draft is right only when the last committed token is
+the one of the pair with the larger row norm. A verify commits accepted + 1
+tokens, so at depth 2 every request falls into the wrong parity and stays
+there, and at depth 3 each keeps the parity it came with. Depth 1 is the
+clean reading. Only the tables' tokens are covered, so depth_accept.py
 replays the check prompts (``--replay-check-prompts``).
 
 Needs torch and safetensors (the device's SGLang install) only for writing;
