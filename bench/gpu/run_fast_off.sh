@@ -137,6 +137,8 @@
 #   SITE (default BENCH_ROOT/site: where install: and project install and what PYTHONPATH names; /root/site523
 #   for SGLang 0.5.23 from bench/gpu/install_0523.sh, with SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 on path D)
 #   ACCEPT_PERIOD (depthcheck's seconds per depth for depth_accept.py, default 4)
+#   STEPS (the specctl servers' launch depth, default 3; DEPTHS must hold it: STEPS=2 DEPTHS=0,1,2 makes
+#   depth 2 the launch state, whose draft extend SGLang 0.5.17 runs in a CUDA graph, as it does not for built ones)
 #   JOURNAL_CONCS (depthjournal's concurrencies, default "4 16 64")
 #   TRACE_S TRACE_SEED TRACE_CONFIGS TRACE_NOSPEC (depthtrace: trace length, schedule seed, configurations,
 #   1|0|only for the server without speculation)
@@ -229,7 +231,7 @@ LOAD_PIN=(); [ -n "$PIN_LOAD" ] && LOAD_PIN=(taskset -c "$PIN_LOAD")
 XARGS=()                        # extra server arguments for the next start_server (the last one wins)
 CSV2=$OUT/interleave-$TAG.csv
 XENV=()                         # extra environment for the next start_server
-STEPS=3
+STEPS=${STEPS:-3}                # the specctl servers' launch depth (--speculative-num-steps)
 CSV=$OUT/sweep-$TAG.csv
 export TRITON_CACHE_DIR="$ROOT"/jitcache/triton TVM_FFI_CACHE_DIR="$ROOT"/jitcache/tvm-ffi
 export PYTHONUNBUFFERED=1
