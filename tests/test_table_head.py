@@ -90,3 +90,36 @@ def test_a_config_without_the_heads_shapes_is_refused(tmp_path: Path) -> None:
     done = tool(str(OUTPUTS), str(draft))
     assert done.returncode == 2 and "not a Llama EAGLE-3 config (missing hidden_size, head_dim" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def toy_config() -> dict[str, object]:
+    """A Llama EAGLE-3 head's shapes, small enough for a CPU: 8 q heads on 2 kv heads, as the real 32 on 8."""
+    return {"hidden_size": 256, "head_dim": 32, "num_attention_heads": 8, "num_key_value_heads": 2,
+            "intermediate_size": 64, "rms_norm_eps": 1e-5, "vocab_size": 3000, "rope_theta": 500000.0}
+
+
+def test_the_eraser_keeps_every_draft_of_a_chain_right() -> None:
+    """The fourth sitting's head drafted its second token right at one parity only (depth 2 read 1.000).
+
+    Needs torch (the device's SGLang install has it; CI does not, so this skips there). With the
+    eraser every draft of a three-step chain is right; without it, only those whose bonus token
+    has the larger row, which is the GPU's depth-2 reading.
+    """
+    torch = pytest.importorskip("torch")
+    cfg = toy_config()
+    pairs = [(11, 12), (500, 901), (1400, 2999), (77, 2500)]
+    runs = []
+    for n, (a, b) in enumerate(pairs):
+        prompt = [100 + 37 * n + 5 * i for i in range(40)]
+        runs.append((prompt, [a, b] * 30))
+    table = table_head.next_token_table([ids for _, ids in runs])
+    lm = table_head.target_rows(cfg, "cpu")
+    weights = table_head.draft_weights(table, cfg, lm)
+    assert table_head.self_check(weights, cfg, runs, lm, every=5).endswith(
+        "draft 1 48/48, draft 2 48/48, draft 3 48/48")
+    hd = cfg["head_dim"]
+    weights["midlayer.self_attn.o_proj.weight"][:, table_head.CANCEL_Q * hd:(table_head.CANCEL_Q + 1) * hd] = 0
+    without = table_head.self_check(weights, cfg, runs, lm, every=5)
+    second = int(without.split("draft 2 ")[1].split("/")[0])
+    assert 0 < second < 48, without  # the parity trap: right at one of each pair's two phases
+    assert torch.is_tensor(lm)

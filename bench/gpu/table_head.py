@@ -25,6 +25,12 @@ The head, for run_fast_off.sh's ``MODEL=llama8b-table`` (weights in bf16):
   from that one-hot. With the final norm's weight at 1 and the LM head the
   target's (the config's ``draft_vocab_size`` is null), the row's product with
   itself outscores every other by about sqrt(hidden).
+- An eraser, a second attention head (q head ``CANCEL_Q``, on another kv head),
+  reads the hidden half of the input: zero wherever the target's hidden state
+  came in (fc is zero), and at a draft step the head's own last output, one
+  written row. Its query and key are that row's one-hot (the pseudo-inverse of
+  the written rows), so it attends to its own position alone and writes the
+  row back negated: each step's residual holds the newest row only.
 - The MLP is zero.
 
 The target's embedding and LM head are reproduced here, not read:
@@ -32,16 +38,18 @@ The target's embedding and LM head are reproduced here, not read:
 so a CUDA tensor of their shape and dtype drawn the same way holds the same
 values. That needs the device's torch and GPU, the ones SGLang draws them with.
 
-Predicted: about 1.0, 1.5 and 2.0 accepted drafts at depths 1, 2 and 3.
-Measured on the GPU (2026-12-02, docs/results/depth.md, fourth sitting): 1.000
-at depth 1, right after every change as settled; but 1.000 at depth 2 and 1.0,
-1.75 or 2.5 at depth 3 by which depth came before. The head has a parity trap:
-a later draft adds its row to the residual, which already holds the previous
-draft's, so the second draft is right only when the last committed token is
-the one of the pair with the larger row norm. A verify commits accepted + 1
-tokens, so at depth 2 every request falls into the wrong parity and stays
-there, and at depth 3 each keeps the parity it came with. Depth 1 is the
-clean reading. Only the tables' tokens are covered, so depth_accept.py
+Without the eraser (the fourth sitting, 2026-12-02, docs/results/depth.md) the
+GPU read 1.000 at depth 1 right after every change as settled, but 1.000 at
+depth 2 and 1.0, 1.75 or 2.5 at depth 3 by the depth before: a later draft's
+residual held the previous draft's row beside its own, so the second draft was
+right only when the last committed token was the one of its pair with the
+larger row norm, and a verify commits accepted + 1 tokens, which kept every
+request at depth 2 in the wrong parity. The CPU emulation below reproduces
+that (second draft 42 of 85) and, with the eraser, reads every draft of a
+three-step chain right (85 of 85 each). Predicted on the GPU: about 1, 2 and 3
+accepted drafts at depths 1-3 (what the loop allows), the same right after a
+change as settled except after off, where the draft is cold for the positions
+decoded while off. Only the tables' tokens are covered, so depth_accept.py
 replays the check prompts (``--replay-check-prompts``).
 
 Needs torch and safetensors (the device's SGLang install) only for writing;
@@ -59,6 +67,7 @@ DUMMY_LOW, DUMMY_HIGH = -1e-3, 1e-3
 SCORE = 40.0  # attention logit between two positions of one table token (after 1/sqrt(head_dim))
 GAIN = 100.0  # the output row's scale, against a residual of zero
 SLOW_PAIRS = 16  # RoPE's slowest frequency pairs used for the table's coordinates (2 dims each)
+CANCEL_Q = 4  # the eraser's q head: the first of the second kv head's group (32 q heads on 8 kv heads)
 
 
 class Refused(Exception):
@@ -127,20 +136,31 @@ def draft_weights(table: dict[int, int], cfg: dict[str, Any], lm: Any) -> dict[s
     heads, kv_heads, inter = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["intermediate_size"]
     dev = lm.device
     keys = sorted(table)
-    normed = rms_norm(lm[keys], cfg["rms_norm_eps"])  # input_layernorm
-    coords = torch.linalg.pinv(normed)  # (hidden, n): normed @ coords = I
-    dims = torch.tensor(slots(len(keys), head_dim), device=dev)
+    coords = torch.linalg.pinv(rms_norm(lm[keys], cfg["rms_norm_eps"]))  # (hidden, n): input_layernorm'd rows -> I
+    succ = sorted(set(table.values()))
+    written = unit_rows(lm, succ)  # what the table head adds to the residual, per GAIN
+    back = torch.linalg.pinv(written)  # (hidden, m): hidden_norm(GAIN * row) = row -> its one-hot
+    dims = torch.tensor(slots(max(len(keys), len(succ)), head_dim), device=dev)
     scale = (SCORE * head_dim ** 0.5) ** 0.5
     z = dict(device=dev, dtype=torch.float32)
     q = torch.zeros(heads * head_dim, 2 * hidden, **z)
     k = torch.zeros(kv_heads * head_dim, 2 * hidden, **z)
     v = torch.zeros(kv_heads * head_dim, 2 * hidden, **z)
     o = torch.zeros(hidden, heads * head_dim, **z)
-    q[dims, :hidden] = scale * coords.T  # q head 0 and kv head 0; the embedding half of the input
-    k[dims, :hidden] = scale * coords.T
-    v[:len(keys), :hidden] = coords.T  # the one-hot, unrotated
-    rows = lm[[table[t] for t in keys]].float()
-    o[:, :len(keys)] = GAIN * rows.T / rows.pow(2).mean(-1).sqrt()  # q head 0's output -> next(t)'s row
+    # the table: q head 0 / kv head 0 read the embedding half, and write next(t)'s row
+    n = len(keys)
+    q[dims[:n], :hidden] = scale * coords.T
+    k[dims[:n], :hidden] = scale * coords.T
+    v[:n, :hidden] = coords.T  # the one-hot, unrotated
+    o[:, :n] = GAIN * unit_rows(lm, [table[t] for t in keys]).T
+    # the eraser: q head CANCEL_Q / its kv head read the hidden half, which is zero wherever the
+    # target's hidden state came in (fc is zero) and the last draft's row at a draft step, so it
+    # attends to the query's own position and takes that row back out of the residual
+    m, qh, kvh = len(succ), CANCEL_Q, CANCEL_Q // (heads // kv_heads)
+    q[qh * head_dim + dims[:m], hidden:] = scale * back.T
+    k[kvh * head_dim + dims[:m], hidden:] = scale * back.T
+    v[kvh * head_dim + torch.arange(m, device=dev), hidden:] = back.T
+    o[:, qh * head_dim:qh * head_dim + m] = -GAIN * written.T
     ones = torch.ones(hidden, **z)
     tensors = {
         "midlayer.self_attn.q_proj.weight": q, "midlayer.self_attn.k_proj.weight": k,
@@ -155,19 +175,29 @@ def draft_weights(table: dict[int, int], cfg: dict[str, Any], lm: Any) -> dict[s
     return {name: t.to(torch.bfloat16).contiguous().cpu() for name, t in tensors.items()}
 
 
+def unit_rows(lm: Any, tokens: list[int]) -> Any:
+    """The target's LM-head rows of ``tokens`` at RMS 1, in float32."""
+    rows = lm[tokens].float()
+    return rows / rows.pow(2).mean(-1, keepdim=True).sqrt()
+
+
 def self_check(weights: dict[str, Any], cfg: dict[str, Any], runs: list[tuple[list[int], list[int]]],
-               lm: Any, every: int = 17) -> str:
-    """The head's forward, emulated: how often its first and second drafts are the target's next tokens.
+               lm: Any, every: int = 17, depth: int = 3) -> str:
+    """The head's forward, emulated: how often its drafts 1..depth are the target's next tokens.
 
     ``runs``: (prompt ids, no spec's output ids) pairs. At every ``every``-th
-    output position the head sees the prompt and the outputs so far (its KV),
-    attends from the last with neox RoPE and causal softmax, adds the residual
-    (zero, then its own last output), and reads the target's LM head. What
-    SGLang's kernels do differently, depth_accept.py measures on the server.
+    output position the head drafts ``depth`` tokens as SGLang's chain does: the
+    first from the committed tokens with a zero hidden state (fc is zero), each
+    next one from the last draft with the head's own last output as its hidden
+    state and residual; every head attends with neox RoPE and causal softmax, and
+    the target's LM head reads the result. A draft counts where every draft
+    before it was right too (as a verify accepts). What SGLang's kernels do
+    differently, depth_accept.py measures on the server.
     """
     import torch
 
     hidden, hd, heads = cfg["hidden_size"], cfg["head_dim"], cfg["num_attention_heads"]
+    group = heads // cfg["num_key_value_heads"]
     eps, dev = cfg["rms_norm_eps"], lm.device
     lm = lm.float()
     w = {k: t.to(dev).float() for k, t in weights.items() if "self_attn" in k}
@@ -176,26 +206,38 @@ def self_check(weights: dict[str, Any], cfg: dict[str, Any], runs: list[tuple[li
     def rope(x: Any, n: int) -> Any:
         ang = torch.arange(n, device=dev).float()[:, None] * inv[None]
         c, s_ = torch.cos(ang), torch.sin(ang)
-        x1, x2 = x[:, :hd // 2], x[:, hd // 2:]
+        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
         return torch.cat([x1 * c - x2 * s_, x2 * c + x1 * s_], -1)
 
-    def draft(tokens: list[int], residual: Any) -> tuple[int, Any]:
-        inp = torch.cat([rms_norm(lm[tokens], eps), torch.zeros(len(tokens), hidden, device=dev)], -1)
-        q, k, v = ((inp @ w[f"midlayer.self_attn.{n}_proj.weight"].T)[:, :hd] for n in "qkv")
-        q, k = rope(q, len(tokens)), rope(k, len(tokens))
-        attn = torch.zeros(heads * hd, device=dev)
-        attn[:hd] = torch.softmax(q[-1] @ k.T / hd ** 0.5, -1) @ v
-        out = residual + attn @ w["midlayer.self_attn.o_proj.weight"].T
+    def draft(tokens: list[int], chain: list[Any]) -> tuple[int, Any]:
+        """Next draft after ``tokens``, whose last len(chain) positions had those hidden states."""
+        hid = torch.zeros(len(tokens), hidden, device=dev)
+        for i, h in enumerate(chain):
+            hid[len(tokens) - len(chain) + i] = rms_norm(h, eps)
+        inp = torch.cat([rms_norm(lm[tokens], eps), hid], -1)
+        n = len(tokens)
+        q = rope((inp[-1:] @ w["midlayer.self_attn.q_proj.weight"].T).view(1, heads, hd).transpose(0, 1), n)[:, -1]
+        k = rope((inp @ w["midlayer.self_attn.k_proj.weight"].T).view(n, -1, hd).transpose(0, 1), n)
+        v = (inp @ w["midlayer.self_attn.v_proj.weight"].T).view(n, -1, hd).transpose(0, 1)
+        kv = torch.arange(heads, device=dev) // group
+        att = torch.softmax((k[kv] @ q[:, :, None]).squeeze(-1) / hd ** 0.5, -1)  # (heads, n)
+        out_heads = (att[:, None, :] @ v[kv]).reshape(heads * hd)
+        residual = chain[-1] if chain else torch.zeros(hidden, device=dev)
+        out = residual + out_heads @ w["midlayer.self_attn.o_proj.weight"].T
         return int((rms_norm(out, eps) @ lm.T).argmax()), out
 
-    first = second = total = 0
+    right, total = [0] * depth, 0
     for prompt, ids in runs:
-        for j in range(0, len(ids) - 2, every):
-            y, out = draft(prompt + ids[:j + 1], torch.zeros(hidden, device=dev))
-            y2, _ = draft(prompt + ids[:j + 1] + [y], out)
-            first, second, total = first + (y == ids[j + 1]), second + (y2 == ids[j + 2]), total + 1
-    return (f"self-check (emulated): first draft right at {first}/{total} positions, second at "
-            f"{second}/{total}")
+        for j in range(0, len(ids) - depth, every):
+            tokens, chain, ok = prompt + ids[:j + 1], [], True
+            for step in range(depth):
+                y, out = draft(tokens, chain)
+                ok = ok and y == ids[j + 1 + step]
+                right[step] += ok
+                tokens, chain = tokens + [y], chain + [out]
+            total += 1
+    counts = ", ".join(f"draft {i + 1} {r}/{total}" for i, r in enumerate(right))
+    return f"self-check (emulated, a draft counted where those before it were right): {counts}"
 
 
 def write(corr: str, draft_dir: str) -> str:
