@@ -87,6 +87,21 @@ def test_interleave_rotates_which_mode_takes_the_first_window(sim: str, tmp_path
     assert {r["mode"]: r["steps"] for r in rows if r["concurrency"] == "8"} == {"on": "3.0", "off": "0.0"}
 
 
+def test_the_steps_column_reads_specctls_gauge_before_sglangs() -> None:
+    """SGLang 0.5.17 refreshes its steps gauge every 40 batches; specctl's plugin sets its own at every switch.
+
+    At 256 requests the fourth sitting's pinned depth-1 windows read 1.12 and 0.0 from SGLang's gauge.
+    """
+    sys.path.insert(0, str(GPU))
+    from interleave import gauge_mean
+
+    stale_and_fresh = [{"sglang:spec_num_steps": 3.0, "specctl:spec_steps": 1.0}] * 3
+    assert gauge_mean(stale_and_fresh, "steps") == 1.0
+    sglang_only = [{"sglang:spec_num_steps": 3.0}, {"sglang:spec_num_steps": 1.0}]
+    assert gauge_mean(sglang_only, "steps") == 2.0  # a server without the plugin
+    assert gauge_mean([{}], "steps") == ""
+
+
 @pytest.mark.parametrize("n", range(1, 8))
 def test_the_turn_order_balances_first_windows_and_predecessors(n: int) -> None:
     # a plain rotation kept auto right after off in every depthauto round (2026-12-02); over the design's rows

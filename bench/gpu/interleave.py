@@ -22,9 +22,10 @@ auto, the specctl CLI verb); other mode names are passed through as they are.
 Per window: output tok/s from SGLang's decode-token counter
 (sglang:realtime_tokens_total{mode="decode"}), and the means of the
 running-requests, accept-length and spec-steps gauges sampled every 0.5 s
-(SGLang 0.5.17 refreshes those gauges every 40 decode batches, so a window's
+(SGLang 0.5.17 refreshes its gauges every 40 decode batches, so a window's
 first samples may still show the previous mode; the token counter is bumped
-every batch). TPOT is Little's law over the window, running requests / tok/s:
+every batch, and specctl's steps gauge, preferred where there, at every switch).
+TPOT is Little's law over the window, running requests / tok/s:
 the time per output token a request saw on average, prefill included.
 cpu_busy / cpu_steal: the share of the --cpus' time that ran something, and
 that the host of a virtual machine took away, over the window (/proc/stat).
@@ -48,9 +49,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_spec import Http, scrape
 
 DECODE = "sglang:realtime_tokens_total:decode"
-# Each gauge under SGLang's name, then the name the simulator (or the specctl plugin) uses.
+# Each gauge's names, the first one a server exports wins. The steps: specctl's plugin sets its
+# gauge at every switch, SGLang 0.5.17 refreshes its own every 40 decode batches (2.4-3 s at 256
+# requests, most of a window: the fourth sitting's pinned windows read 1.12 for depth 1 there),
+# so specctl's comes first, and SGLang's serves a server without the plugin.
 GAUGES = {"running": ("sglang:num_running_reqs",), "accept_len": ("sglang:spec_accept_length",),
-          "steps": ("sglang:spec_num_steps", "specctl:spec_steps")}
+          "steps": ("specctl:spec_steps", "sglang:spec_num_steps")}
 VERBS = {"on": "force-on", "off": "force-off", "auto": "auto"}
 FIELDS = ["label", "concurrency", "mode", "round", "window_s", "tok_s", "tpot_ms", "running",
           "accept_len", "steps", "reqs_done", "errors", "switch_rc", "t_unix", "cpu_busy", "cpu_steal"]
@@ -193,14 +197,20 @@ async def window(http: Http, load: Load, seconds: float, cpus: set[int] | None =
                            "reqs_done": sum(1 for t in load.done if t0 <= t <= t1)}
     if m0 and m1 and DECODE in m1:
         row["tok_s"] = round((m1[DECODE] - m0.get(DECODE, 0.0)) / (t1 - t0), 1)
-    for col, names in GAUGES.items():
-        name = next((n for n in names if any(n in m for m in samples)), names[0])
-        values = [m[name] for m in samples if name in m]
-        row[col] = round(statistics.fmean(values), 3) if values else ""
+    for col in GAUGES:
+        row[col] = gauge_mean(samples, col)
     if row.get("tok_s") and row["running"]:
         row["tpot_ms"] = round(1000.0 * row["running"] / row["tok_s"], 2)
     row.update(cpu_shares(ticks0, cpu_ticks(cpus or set())))
     return row
+
+
+def gauge_mean(samples: list[dict[str, float]], col: str) -> float | str:
+    """The mean of GAUGES[col] over the samples, under the first of its names any sample has ('' if none)."""
+    names = GAUGES[col]
+    name = next((n for n in names if any(n in m for m in samples)), names[0])
+    values = [m[name] for m in samples if name in m]
+    return round(statistics.fmean(values), 3) if values else ""
 
 
 def emit(row: dict[str, Any], path: str) -> None:

@@ -58,7 +58,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_spec import Http, scrape
-from interleave import DECODE, GAUGES, Load, append_csv, switch, turn_order
+from interleave import DECODE, Load, append_csv, gauge_mean, switch, turn_order
 from trace_schedule import TRACE_LEVELS, trace_levels
 
 SWITCHES = "specctl:spec_switches_total"  # the plugin's gauge and the simulator's counter, by one name
@@ -137,10 +137,7 @@ def gauge_means(samples: list[dict[str, float]]) -> dict[str, Any]:
     """Means of the running, accept-length and steps gauges, and the share of samples with speculation on."""
     row: dict[str, Any] = {}
     for col in ("running", "accept_len", "steps"):
-        names = GAUGES[col]
-        name = next((n for n in names if any(n in m for m in samples)), names[0])
-        values = [m[name] for m in samples if name in m]
-        row[col] = round(statistics.fmean(values), 3) if values else ""
+        row[col] = gauge_mean(samples, col)
     on = [m[ON] for m in samples if ON in m]
     row["on_share"] = round(statistics.fmean(on), 3) if on else ""
     return row
