@@ -604,6 +604,11 @@ def test_depth_accept_refuses_what_it_cannot_summarise(tmp_path: Path) -> None:
     other.write_text("label,tok_s\nx,1\n")
     wrong = tool(str(GPU / "depth_accept.py"), str(other), "--summarise")
     assert wrong.returncode == 2 and "not a depth_accept.py --csv file" in wrong.stderr
+    garbled = tmp_path / "garbled.csv"
+    write_accept_rows(garbled, [(1, [1.0] * 12)])
+    garbled.write_text(garbled.read_text().replace("\n0,0,1,1,0,0,1.0", "\n0,0,one,1,0,0,1.0"))
+    bad = tool(str(GPU / "depth_accept.py"), str(garbled), "--summarise")
+    assert bad.returncode == 2 and "a cell is not a number" in bad.stderr and "Traceback" not in bad.stderr
     narrow = tool(str(GPU / "depth_accept.py"), str(other), "--summarise", "--window", "9")
     assert narrow.returncode == 2 and "--window 9 > --first 8" in narrow.stderr
 

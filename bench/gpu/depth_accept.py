@@ -7,7 +7,9 @@ steady load of --concurrency clients it pins the forced depth to each of
 d; 0 is forced off), reads the plugin's state every --poll seconds, and
 prints, per depth, the mean accepted drafts a verify over the first --first
 verifies after each change and over the rest of the period. The accept window
-is set to --window verifies first, so that a read is recent.
+is set to --window verifies first, so that a read is recent, and the reads
+fewer than --window verifies after a change, which still hold the old depth's,
+are left out.
 
 A new depth's drafts must be accepted as usual within a few verifies: the
 draft model's KV cache is extended with every accepted token at every depth,
@@ -145,10 +147,15 @@ def summarise_file(path: str, first: int, window: int) -> int:
     except OSError as e:
         print(f"depth_accept.py: cannot read {path}: {e.strerror}", file=sys.stderr)
         return 2
-    if not rows or not {"pinned", "depth", "since_change", "accept_mean"} <= set(rows[0]):
+    if not rows or not {"turn", "pinned", "depth", "since_change", "accept_mean"} <= set(rows[0]):
         print(f"depth_accept.py: {path} is not a depth_accept.py --csv file", file=sys.stderr)
         return 2
-    print("\n".join(summarise(rows, first, window)))
+    try:
+        table = summarise(rows, first, window)
+    except ValueError as e:
+        print(f"depth_accept.py: {path}: a cell is not a number ({e})", file=sys.stderr)
+        return 2
+    print("\n".join(table))
     return 0
 
 
