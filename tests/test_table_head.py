@@ -92,6 +92,19 @@ def test_a_config_without_the_heads_shapes_is_refused(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(32, 1), (32, 4)])
+def test_a_head_whose_eraser_would_share_the_tables_kv_head_is_refused(tmp_path: Path, heads: int,
+                                                                        kv_heads: int) -> None:
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    cfg = {**toy_config(), "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    (draft / "config.json").write_text(json.dumps(cfg))
+    done = tool(str(OUTPUTS), str(draft))
+    assert done.returncode == 2, done.stderr
+    assert f"the eraser needs q head 4 on a kv head of its own ({heads} q heads on {kv_heads} kv heads)" in done.stderr
+    assert not (draft / "model.safetensors").exists()
+
+
 def toy_config() -> dict[str, object]:
     """A Llama EAGLE-3 head's shapes, small enough for a CPU: 8 q heads on 2 kv heads, as the real 32 on 8."""
     return {"hidden_size": 256, "head_dim": 32, "num_attention_heads": 8, "num_key_value_heads": 2,

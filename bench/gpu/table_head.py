@@ -258,6 +258,9 @@ def write(corr: str, draft_dir: str) -> str:
     if not table:
         raise Refused(f"{corr}: no token is followed by one token only")
     slots(len(table), cfg["head_dim"])
+    if cfg["num_attention_heads"] // cfg["num_key_value_heads"] > CANCEL_Q or cfg["num_key_value_heads"] < 2:
+        raise Refused(f"{cfg_path}: the eraser needs q head {CANCEL_Q} on a kv head of its own "
+                      f"({cfg['num_attention_heads']} q heads on {cfg['num_key_value_heads']} kv heads)")
     from safetensors.torch import save_file
 
     lm = target_rows(cfg)  # drawn once: 1 GB on the GPU, for the weights and the check alike
