@@ -24,7 +24,7 @@ import pytest
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.probes.server_info import PREFILL_GRAPH_ARGS
-from specctl.runtime.sglang_plugin import compat, draft_warmth, fast_off, plugin
+from specctl.runtime.sglang_plugin import compat, draft_extend_graphs, draft_warmth, fast_off, plugin
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.params import SpecctlParams
 
@@ -69,7 +69,9 @@ def test_the_wheel_is_the_release(sglang_source: SglangSource) -> None:
 def all_hooks(release: Release) -> list[tuple[HookSpec, Any]]:
     """Every hook the plugin may register for ``release``, with its handler."""
     core, fast = plugin.core_handlers(release), fast_off.handlers(release)
-    return [(s, core[s.handler]) for s in release.hooks] + [(s, fast[s.handler]) for s in release.fast_off_hooks]
+    width = draft_extend_graphs.around_resolve_num_tokens_per_req
+    return ([(s, core[s.handler]) for s in release.hooks] + [(s, fast[s.handler]) for s in release.fast_off_hooks]
+            + [(s, width) for s in release.draft_extend_hooks])
 
 
 def test_every_hook_target_exists_with_the_parameters_the_plugin_expects(sglang_source: SglangSource) -> None:
@@ -503,6 +505,11 @@ class StandIns:
             self._set(spec.target, self._original(spec))
         for spec in source.release.fast_off_hooks:
             self._set(spec.target, self._fast_off_original(spec))
+        # SGLang's get_spec() bag, as a capture override leaves it (draft_extend_graphs reads it)
+        self.spec_bag = types.SimpleNamespace(speculative_num_steps=3, speculative_num_draft_tokens=4)
+        self._set("sglang.srt.runtime_context.get_spec", lambda: self.spec_bag)
+        for spec in source.release.draft_extend_hooks:
+            self._set(spec.target, self._launch_width())
 
     def _module(self, name: str) -> types.ModuleType:
         """``name`` and its parent packages, created empty where missing."""
@@ -550,6 +557,19 @@ class StandIns:
 
         return original
 
+    @staticmethod
+    def _launch_width() -> Any:
+        """SGLang 0.5.17's resolve_num_tokens_per_req: the launch's width from the server args.
+
+        A fresh function each time: HookRegistry rebinds every module attribute that
+        holds the original, a module-level stand-in included.
+        """
+        def resolve_num_tokens_per_req(*, phase: str, server_args: Any, spec_algorithm: Any = None,
+                                       is_draft_worker: bool = False, num_draft_tokens: int | None = None) -> int:
+            return server_args.speculative_num_draft_tokens if phase == "draft_extend" else -1
+
+        return resolve_num_tokens_per_req
+
     def resolve(self, dotted: str) -> Any:
         return compat.resolve(dotted)
 
@@ -576,7 +596,8 @@ class StandIns:
 def world(sglang_source: SglangSource, monkeypatch) -> StandIns:
     """Stand-ins and a fresh HookRegistry; nothing registered yet, fast off on by default."""
     monkeypatch.setenv("SPECCTL_SETTINGS", json.dumps(QUICK.as_dict()))
-    for name in ("PROMETHEUS_MULTIPROC_DIR", fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV):
+    for name in ("PROMETHEUS_MULTIPROC_DIR", fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV,
+                 draft_extend_graphs.ENV_ENABLE):
         monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
         monkeypatch.delenv(name)
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
@@ -1023,3 +1044,53 @@ def test_a_skipped_draft_prefill_leaves_the_war_barrier_no_stale_event(sglang_so
     assert (f"runner = self.model_worker.{names.runner_property}\n    ev = runner.{names.event_attr}\n"
             f"    runner.{names.event_attr} = None\n") in barrier
     assert "self.schedule_stream.wait_stream(self.forward_stream)" in barrier
+
+
+# -- draft-extend graphs at every built depth (0.5.17, opt-in) -----------------
+
+
+LAUNCH = types.SimpleNamespace(speculative_num_draft_tokens=4)  # server args of a launch at three steps
+
+
+@pytest.mark.parametrize("opted_in", [True, False])
+def test_the_draft_extend_graph_takes_the_width_of_the_state_being_captured(
+        world: StandIns, sglang_source: SglangSource, monkeypatch, opted_in: bool) -> None:
+    """docs/results/depth.md, fourth sitting: 0.5.17 captured every built depth's draft extend at the launch's width."""
+    specs = sglang_source.release.draft_extend_hooks
+    if opted_in:
+        monkeypatch.setenv(draft_extend_graphs.ENV_ENABLE, "1")
+    if not specs:  # 0.5.23 reads get_spec() itself (tests/test_bench_models.py): nothing to register
+        assert draft_extend_graphs.install(sglang_source.release, lambda spec, hook: pytest.fail(spec.target)) is False
+        return
+    # the runner module binds the function at import (from spec_utils import ...), before the hooks apply
+    runner = world._module("sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner")
+    monkeypatch.setattr(runner, "resolve_num_tokens_per_req", world.resolve(specs[0].target), raising=False)
+    install_all(world)
+    width = runner.resolve_num_tokens_per_req
+    assert hasattr(width, "__wrapped__") is opted_in
+    world.spec_bag = types.SimpleNamespace(speculative_num_steps=2, speculative_num_draft_tokens=3)
+    assert width(phase="draft_extend", server_args=LAUNCH) == (3 if opted_in else 4)
+    world.spec_bag = types.SimpleNamespace(speculative_num_steps=1, speculative_num_draft_tokens=2)
+    assert width(phase="draft_extend", server_args=LAUNCH) == (2 if opted_in else 4)
+    world.spec_bag = types.SimpleNamespace(speculative_num_steps=0, speculative_num_draft_tokens=1)
+    assert width(phase="draft_extend", server_args=LAUNCH) == 4, "the steps-0 state keeps the launch's width"
+    world.spec_bag = types.SimpleNamespace(speculative_num_steps=3, speculative_num_draft_tokens=4)
+    assert width(phase="draft_extend", server_args=LAUNCH) == 4, "the launch state as before"
+    world.spec_bag = types.SimpleNamespace(speculative_num_steps=2, speculative_num_draft_tokens=3)
+    assert width(phase="target_verify", server_args=LAUNCH) == -1, "other phases are SGLang's"
+
+
+def test_start_up_stops_when_sglang_did_not_apply_the_draft_extend_hook(world: StandIns, sglang_source: SglangSource,
+                                                                        config: str, monkeypatch) -> None:
+    monkeypatch.setenv(draft_extend_graphs.ENV_ENABLE, "1")
+    install_all(world)
+    specs = sglang_source.release.draft_extend_hooks
+    assert world.call("check_server_args", types.SimpleNamespace(**good_args(sglang_source.release, config))) is None
+    if not specs:
+        return
+    world.unhook(specs[0])
+    with pytest.raises(SpecctlPluginError) as err:
+        world.call("check_server_args", types.SimpleNamespace(**good_args(sglang_source.release, config)))
+    message = str(err.value.code)
+    assert f"draft-extend graph hook on {specs[0].target} " in message
+    assert "unset SPECCTL_DRAFT_EXTEND_GRAPHS" in message

@@ -137,6 +137,8 @@
 #   SITE (default BENCH_ROOT/site: where install: and project install and what PYTHONPATH names; /root/site523
 #   for SGLang 0.5.23 from bench/gpu/install_0523.sh, with SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 on path D)
 #   ACCEPT_PERIOD (depthcheck's seconds per depth for depth_accept.py, default 4)
+#   DRAFT_EXTEND_GRAPHS (SPECCTL_DRAFT_EXTEND_GRAPHS for the specctl servers: 1 captures 0.5.17's draft-extend
+#   graphs at every built depth, as 0.5.23 does; runtime/sglang_plugin/draft_extend_graphs.py)
 #   STEPS (the specctl servers' launch depth, default 3; DEPTHS must hold it: STEPS=2 DEPTHS=0,1,2 makes
 #   depth 2 the launch state, whose draft extend SGLang 0.5.17 runs in a CUDA graph, as it does not for built ones)
 #   JOURNAL_CONCS (depthjournal's concurrencies, default "4 16 64")
@@ -407,6 +409,7 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
     envs+=("SPECCTL_FAST_OFF=$FAST_OFF")
     [ -n "${EARLY_PUBLISH:-}" ] && envs+=("SPECCTL_EARLY_PUBLISH=$EARLY_PUBLISH")
     [ -n "${EARLY_CHECK:-}" ] && envs+=("SPECCTL_EARLY_PUBLISH_CHECK=$EARLY_CHECK")
+    [ -n "${DRAFT_EXTEND_GRAPHS:-}" ] && envs+=("SPECCTL_DRAFT_EXTEND_GRAPHS=$DRAFT_EXTEND_GRAPHS")
   fi
   [ "$sim" = 1 ] && envs+=("SGLANG_SIMULATE_ACC_LEN=$ACC_LEN" "SGLANG_SIMULATE_ACC_METHOD=match-expected")
   envs+=("${XENV[@]}")

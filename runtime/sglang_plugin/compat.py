@@ -158,6 +158,8 @@ class Release:
     # The attribute of get_internal_state's owner that holds the Scheduler (0.5.23 moved the
     # method into a controller that keeps it); None where the owner is the Scheduler itself.
     scheduler_attr: str | None
+    # draft_extend_graphs' hooks (opt-in): 0.5.23's per-state draft-extend graph width, backported.
+    draft_extend_hooks: tuple[HookSpec, ...] = ()
 
 
 _PARAMS_HOOK = HookSpec(PARAMS_CLASS, "REPLACE", "params", ("initial_steps", "cfg_path"))
@@ -206,6 +208,12 @@ _SPEC_ALLOC = HookSpec("sglang.srt.mem_cache.allocation.alloc_for_spec_decode", 
                        ("tree_cache", "req_to_token_pool", "reqs", "req_pool_indices", "cur_kv_lens",
                         "cur_kv_lens_cpu", "nxt_kv_lens", "nxt_kv_lens_cpu", "num_needed_tokens", "batch"))
 
+# 0.5.17 only (draft_extend_graphs.py): the draft extend's graph width from get_spec(), which
+# the adaptive capture override sets per state, as 0.5.23's resolve_num_tokens_per_req reads it.
+_DRAFT_EXTEND_WIDTH = HookSpec("sglang.srt.speculative.spec_utils.resolve_num_tokens_per_req", "AROUND",
+                               "resolve_num_tokens_per_req",
+                               ("phase", "server_args", "spec_algorithm", "is_draft_worker", "num_draft_tokens"))
+
 RELEASES: dict[str, Release] = {
     "0.5.17": Release(
         version="0.5.17",
@@ -245,6 +253,7 @@ RELEASES: dict[str, Release] = {
             ("srt/speculative/eagle_utils.py", "return predict, num_correct_drafts + 1, accept_index"),
         )),
         scheduler_attr=None,
+        draft_extend_hooks=(_DRAFT_EXTEND_WIDTH,),
     ),
     "0.5.23": Release(
         version="0.5.23",

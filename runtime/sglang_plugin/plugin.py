@@ -29,7 +29,7 @@ from specctl.runtime.core.wire import (
     SETTINGS_ENV,
     WIRE_PREFIX,
 )
-from specctl.runtime.sglang_plugin import compat, fast_off
+from specctl.runtime.sglang_plugin import compat, draft_extend_graphs, fast_off
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.gauges import metrics_observer
 from specctl.runtime.sglang_plugin.params import SpecctlParams, active, observers
@@ -235,6 +235,12 @@ def check_hooks_applied(release: Release) -> None:
             f"SGLang did not apply specctl's fast-off hooks on {', '.join(missing)} "
             f"({why}; {fast_off.ENV_ENABLE}=0 runs SGLang's own steps-0 path instead)"
         )
+    missing = unapplied_hooks(draft_extend_graphs.hooks_for(release))
+    if missing:
+        raise SpecctlPluginError(
+            f"SGLang did not apply specctl's draft-extend graph hook on {', '.join(missing)} "
+            f"({why}; unset {draft_extend_graphs.ENV_ENABLE} to run without it)"
+        )
 
 
 def unapplied_hooks(specs: tuple[HookSpec, ...]) -> list[str]:
@@ -272,7 +278,7 @@ def install_core_hooks(release: Release) -> None:
 # SGLang applies the registered hooks. To add hooks, append a callable that
 # takes the Release here, keep its SGLang-specific targets as data in
 # compat.py (as fast_off's are) and cover them in check_hooks_applied.
-INSTALLERS: list[Callable[[Release], object]] = [install_core_hooks, fast_off.install]
+INSTALLERS: list[Callable[[Release], object]] = [install_core_hooks, fast_off.install, draft_extend_graphs.install]
 
 
 def load() -> None:
