@@ -558,7 +558,10 @@ def test_depth_accept_reads_acceptance_right_after_each_change(depth_sim: str, t
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(out.open()))
     assert {r["depth"] for r in rows} >= {"1", "2", "3", "0"}
-    lines = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("| ")}
+    by_depth, by_period = done.stdout.split("\n\n", 1)
+    lines = {line.split("|")[1].strip(): line for line in by_depth.splitlines() if line.startswith("| ")}
+    assert [line.split("|")[2:4] for line in by_period.splitlines()[2:]] == [
+        [" 1 ", " - "], [" 3 ", " 1 "], [" 2 ", " 0 "]], by_period  # each period, the depth pinned before it
     for depth in ("1", "2", "3"):
         cells = [c.strip() for c in lines[depth].split("|")[1:-1]]
         assert cells[1] != "-", f"depth {depth} read no acceptance after its change: {lines[depth]}"
@@ -620,6 +623,9 @@ def test_the_table_heads_gpu_reads_depth_one_at_one_accepted_draft_right_after_a
                 "--summarise")
     assert done.returncode == 0, done.stderr
     assert "| 1 | 1.000 | 1.000 | 1.000 | 2 |" in done.stdout
+    # the eraser-less head's parity: depth 3 read by what came before it
+    for line in ("| 1 | 3 | 1 | 1.750 | 1.750 |", "| 4 | 3 | 0 | 2.292 | 2.500 |", "| 7 | 3 | 2 | 1.000 | 1.145 |"):
+        assert line in done.stdout
 
 
 def test_correctness_cycles_depths_mid_generation(depth_sim: str, tmp_path: Path) -> None:

@@ -116,6 +116,26 @@ def summarise(rows: list[dict[str, Any]], first: int, window: int) -> list[str]:
         ratios = [e / s for e, s in pairs if s]
         ratio = f"{sum(ratios) / len(ratios):.3f}" if ratios else "-"
         lines.append(f"| {depth} | {a:.3f} | {b:.3f} | {ratio} | {len(pairs)} |")
+    return lines + ["", *periods(rows, first, window)]
+
+
+def periods(rows: list[dict[str, Any]], first: int, window: int) -> list[str]:
+    """Each pinned period on its own line, with the depth pinned before it.
+
+    What a depth reads right after a change can depend on the one before:
+    the fourth sitting's table head read 1.75, 2.5 or 1.0 at depth 3 after
+    depth 1, off and depth 2 (docs/results/depth.md).
+    """
+    lines = [f"| period | depth | after | right after (verifies 1-{first}) | settled |",
+             "| ---: | ---: | ---: | ---: | ---: |"]
+    pinned = {int(r["turn"]): int(r["pinned"]) for r in rows}
+    for turn in sorted(pinned):
+        if pinned[turn] == 0:
+            continue
+        before = str(pinned[turn - 1]) if turn - 1 in pinned else "-"
+        pair = _period(rows, turn, first, window)
+        reads = f"{pair[0]:.3f} | {pair[1]:.3f}" if pair else "- | -"
+        lines.append(f"| {turn} | {pinned[turn]} | {before} | {reads} |")
     return lines
 
 
