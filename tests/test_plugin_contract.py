@@ -24,7 +24,14 @@ import pytest
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.probes.server_info import PREFILL_GRAPH_ARGS
-from specctl.runtime.sglang_plugin import compat, draft_extend_graphs, draft_warmth, fast_off, plugin
+from specctl.runtime.sglang_plugin import (
+    compat,
+    draft_extend_graphs,
+    draft_warmth,
+    fast_off,
+    plugin,
+    server_args_check,
+)
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.params import SpecctlParams
 
@@ -285,7 +292,7 @@ def test_server_args_the_plugin_reads_exist(sglang_source: SglangSource) -> None
     fields: set[str] = set()
     for rel in release.args_field_files:
         fields |= class_fields(sglang_source.tree(f"sglang/srt/{rel}"))
-    assert {*compat.ARGS_READ, release.dp_attr} <= fields
+    assert {*server_args_check.ARGS_READ, release.dp_attr} <= fields
 
 
 def test_server_info_says_whether_prefills_replay_from_graphs(sglang_source: SglangSource) -> None:

@@ -1,11 +1,12 @@
 """Everything that differs between the SGLang releases the plugin supports.
 
-The hook targets (the plugin's own and fast_off's), the server-args attributes
-read at start-up and the source facts the adapter and fast_off rely on are
+The hook targets (the plugin's own and fast_off's), the server-args view and
+fields that differ, and the source facts the adapter and fast_off rely on are
 *data* here, so that the contract tests (tests/test_plugin_contract.py) check
 the very list the plugin installs against each release's real source. This
 module imports nothing from SGLang at import time: the data must be readable
-on a machine without torch.
+on a machine without torch. The start-up check that reads the server args
+is server_args_check.py.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from specctl.runtime.core.adaptive_config import read_candidate_steps
-from specctl.runtime.core.tree_drafts import topk_refusal
 
 # SGLang's whitelist of general plugins (sglang/srt/plugins/__init__.py); unset = all load.
 # Named in the shared wire module (the launcher sets it too), re-exported beside SGLang's other names.
@@ -364,15 +362,6 @@ FAST_OFF_NAMES = (
     "sglang.srt.model_executor.forward_batch_info.CaptureHiddenMode.FULL",
 )
 
-# Server-args attributes the start-up check reads, in every release (plus Release.dp_attr).
-ARGS_READ = (
-    "speculative_algorithm",
-    "speculative_eagle_topk",
-    "speculative_adaptive",
-    "speculative_adaptive_config",
-)
-
-
 def installed_version() -> str:
     """The installed SGLang's version, from its distribution metadata."""
     try:
@@ -402,39 +391,6 @@ def register_hook(spec: HookSpec, hook: Callable[..., Any] | type) -> None:
     registry = resolve(HOOK_REGISTRY)
     hook_type = getattr(resolve(HOOK_TYPE), spec.hook_type)
     registry.register(spec.target, hook, hook_type)
-
-
-def server_args_problem(release: Release, server_args: Any, steps: int,
-                        depths: tuple[int, ...] = ()) -> str | None:
-    """Why specctl cannot run under these (resolved) server args, naming the flag; None if it can.
-
-    ``steps`` is the policy's draft step count and ``depths`` its candidates
-    setting: each must have a runtime state.
-    """
-    view = resolve(release.args_view)(server_args)
-    algorithm = view.speculative_algorithm
-    if algorithm not in ("EAGLE", "EAGLE3"):
-        return f"--speculative-algorithm must be EAGLE or EAGLE3, got {algorithm!r}"
-    if view.speculative_eagle_topk not in (None, 1):
-        return topk_refusal(view.speculative_eagle_topk)
-    if int(getattr(view, release.dp_attr) or 0) > release.dp_above:
-        return "attention data parallelism (--enable-dp-attention / --dp-size) is not supported"
-    reason = resolve(ADAPTIVE_UNSUPPORTED)(server_args)
-    if reason is not None:
-        return f"SGLang refuses adaptive speculation here: {reason}"
-    if not view.speculative_adaptive:
-        return "--speculative-adaptive is required (specctl drives SGLang's adaptive controller)"
-    if not view.speculative_adaptive_config:
-        return "--speculative-adaptive-config is required (the file specctl's launcher writes)"
-    candidates = read_candidate_steps(view.speculative_adaptive_config)
-    if 0 not in candidates:
-        return "--speculative-adaptive-config must list candidate step 0 (speculation off)"
-    if steps not in candidates:
-        return f"the settings' steps ({steps}) must be a candidate of --speculative-adaptive-config {candidates}"
-    missing = [d for d in depths if d not in candidates]
-    if missing:
-        return f"the settings' candidates {missing} have no runtime state in --speculative-adaptive-config {candidates}"
-    return None
 
 
 def set_state_output(updated: bool) -> Any:

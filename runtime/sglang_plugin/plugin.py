@@ -29,7 +29,7 @@ from specctl.runtime.core.wire import (
     SETTINGS_ENV,
     WIRE_PREFIX,
 )
-from specctl.runtime.sglang_plugin import compat, draft_extend_graphs, fast_off
+from specctl.runtime.sglang_plugin import compat, draft_extend_graphs, fast_off, server_args_check
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.gauges import metrics_observer
 from specctl.runtime.sglang_plugin.params import SpecctlParams, active, observers
@@ -209,7 +209,7 @@ def check_server_args(release: Release, result: Any, server_args: Any) -> Any:
     """AFTER hook on SGLang's own check: stop the launch where specctl cannot work."""
     check_hooks_applied(release)
     settings = settings_from_env()
-    problem = compat.server_args_problem(release, server_args, settings.steps, settings.candidates)
+    problem = server_args_check.server_args_problem(release, server_args, settings.steps, settings.candidates)
     if problem is not None:
         raise SpecctlPluginError(problem)
     return result
