@@ -36,7 +36,6 @@ from specctl.runtime.sglang_plugin.compat import HookSpec, Release, register_hoo
 logger = logging.getLogger(__name__)
 
 ENV_ENABLE = "SPECCTL_DRAFT_EXTEND_GRAPHS"
-HANDLER = "resolve_num_tokens_per_req"
 
 
 def hooks_for(release: Release) -> tuple[HookSpec, ...]:
