@@ -124,6 +124,7 @@
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) EARLY_PUBLISH (SPECCTL_EARLY_PUBLISH for
 #   the specctl servers: 1|decode|0|auto; unset = the plugin's default, auto: on where the scheduler waits on the host, FlashInfer) EARLY_CHECK (SPECCTL_EARLY_PUBLISH_CHECK) CONCS2 ROUNDS WINDOW IL_WARMUP
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share) ROTATE
+#   DEPTH_ROW (depthauto: 1 sets ATTN's thresholds row after the start, as the supervisor does; 0 keeps the defaults)
 #   SWEEP_MODES (sweep2's modes, default "on off auto") REQUIRE_ROW (sweep2: 1, the default, stops where
 #   ATTN has a measured thresholds row and the supervisor did not apply it; 0 runs on with the defaults) CG_BS (decode graph batch sizes; default: all to 256)
 #   PREFILL_GRAPHS (0: --disable-prefill-cuda-graph, the kit's default, for a shorter start-up; 1: SGLang's
@@ -998,6 +999,14 @@ phase_depthsweep() {  # every static depth and off under one load; their windows
   stop_server
 }
 
+depth_row() {  # DEPTH_ROW=1: ATTN's measured thresholds row, as specctl's supervisor sets it (FA3's: never off for
+  # load, so the table alone decides); 0 (the default, as the Triton sittings ran): the policy's defaults
+  [ "${DEPTH_ROW:-0}" = 1 ] || return 0
+  local row; row=$(backend_settings)
+  [ -n "$row" ] || { log "DEPTH_ROW=1: no measured row for $ATTN; the policy's defaults stay"; return 0; }
+  python3 "$HERE/ctl.py" "$URL" set $row > /dev/null && log "depth row for $ATTN: $row"
+}
+
 phase_depthauto() {  # auto over the depths with the measured table, beside every static depth and off, one server
   DEPTHS=${DEPTHS:-0,1,2,3}
   local costs=${DEPTH_COSTS:-$WORK/depth-costs-measured.json} modes="auto" d
@@ -1005,6 +1014,7 @@ phase_depthauto() {  # auto over the depths with the measured table, beside ever
   costs=$(realpath "$costs")   # a path in the repository (the committed table) read by a server started elsewhere
   for d in ${DEPTHS//,/ }; do [ "$d" = 0 ] || modes="$modes d$d"; done
   DEPTH_COSTS=$costs start_server depthauto specctl 1 || return 1
+  depth_row
   python3 "$HERE/ctl.py" "$URL" state | cut -c1-400
   interleave "depthauto-$ATTN" "$ROUNDS" "$CONCS3" "$modes off" "$(depth_switch)"
   python3 "$HERE/ctl.py" "$URL" state | cut -c1-600
