@@ -462,6 +462,16 @@ wait_up() {  # wait_up NAME: until the server answers a generation, while $SPID 
   return 1
 }
 
+graph_lines() {  # graph_lines LOG: SGLang's decode log lines (one every 40 batches) with and without a CUDA graph,
+  # and the batch sizes of those without: an off state at 0.6 of no speculation at 16-32 requests (topk.md) left
+  # no way to tell an eager decode from a slow one
+  grep -Eo "#running-req: [0-9]+,.*cuda graph: (True|False)" "$1" \
+    | sed -E 's/#running-req: ([0-9]+),.*cuda graph: (True|False)/\2 \1/' \
+    | awk '{ n[$1]++; if ($1 == "False") f[$2]++ }
+      END { printf "decode log lines: cuda graph True %d, False %d", n["True"], n["False"]
+            for (b in f) printf "; batch %s x%d", b, f[b]; print "" }'
+}
+
 server_facts() {  # server_facts NAME: memory and state lines worth keeping
   local name=$1 slog=$WORK/server-$1.log
   {
@@ -478,6 +488,7 @@ print("memory_usage", json.dumps(st.get("memory_usage"), default=str))
 EOF
     grep -E "specctl|Built adaptive runtime state|Switch adaptive runtime state|KV Cache is allocated|Capture .*graph end|Load weight end|max_total_num_tokens|Traceback|Error|error" "$slog" \
       | grep -v "Capturing batches" | cut -c1-400 | tail -n 120
+    graph_lines "$slog"
   } >> "$WORK/facts-$TAG.txt" 2>&1
 }
 
