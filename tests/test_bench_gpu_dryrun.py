@@ -285,3 +285,33 @@ def test_a_site_without_bench_env_says_nothing_of_settings(sock_dir: Path) -> No
     run = dry_run(sock_dir, "pack", SITE=str(sock_dir / "absent"))
     assert_clean(run, "pack")
     assert "settings from" not in run.log
+
+
+def test_depthauto_with_depth_row_runs_fa3s_thresholds_row_as_the_supervisor_sets_it(sock_dir: Path) -> None:
+    # FA3's row never turns speculation off for load, so the cost table alone chooses; the policy's
+    # defaults (off at 32) would hold auto off from 32 requests whatever the table said
+    run = dry_run(sock_dir, "depthauto", ATTN="fa3", DEPTHS="0,1,2,3", DEPTH_ROW="1",
+                  DEPTH_COSTS="bench/gpu/results/depth/fa3-costs-measured.json")
+    assert_clean(run, "depthauto")
+    assert "depth row for fa3: off_at=1048576 on_at=1048575 min_accept=0.15 accept_slope=0.0042" in run.log
+    after = [x for x in run.log.splitlines() if x.startswith('{"mode"')][-1]  # the server's state after the windows
+    assert '"off_at": 1048576, "on_at": 1048575' in after, after
+    with (run.out / "interleave-fa3.csv").open(newline="") as fh:
+        assert {r["mode"] for r in csv.DictReader(fh)} == {"auto", "d1", "d2", "d3", "off"}
+
+
+def test_server_facts_count_decode_log_lines_without_a_cuda_graph_by_batch_size(tmp_path: Path) -> None:
+    # an off state at 0.6 of no speculation at 16-32 requests (docs/topk.md) could not be told from an eager decode
+    log = tmp_path / "server.log"
+    log.write_text("[t] Decode batch, #running-req: 16, #token: 4752, accept len: 1.00, cuda graph: False, gen\n"
+                   "[t] Decode batch, #running-req: 6, #token: 9, cuda graph: True, gen throughput\n"
+                   "[t] Prefill batch, #new-seq: 1, #new-token: 512\n"
+                   "[t] Decode batch, #running-req: 16, #token: 4800, cuda graph: False, gen\n"
+                   "[t] Decode batch, #running-req: 32, #token: 9600, cuda graph: False, gen\n")
+    script = f'source <(sed -n "/^graph_lines() {{/,/^}}/p" {GPU / "run_fast_off.sh"}); graph_lines "$1"'
+    done = subprocess.run(["bash", "-c", script, "-", str(log)], capture_output=True, text=True, timeout=60)
+    line = done.stdout.strip()
+    assert line.startswith("decode log lines: cuda graph True 1, False 3;"), (line, done.stderr)
+    assert sorted(line.split("; ")[1:]) == ["batch 16 x2", "batch 32 x1"]
+    empty = subprocess.run(["bash", "-c", script, "-", "/dev/null"], capture_output=True, text=True, timeout=60)
+    assert empty.stdout.strip() == "decode log lines: cuda graph True 0, False 0"
