@@ -31,6 +31,7 @@ from specctl.runtime.sglang_plugin import (
     fast_off,
     plugin,
     server_args_check,
+    tree_switch,
 )
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.params import SpecctlParams
@@ -76,9 +77,9 @@ def test_the_wheel_is_the_release(sglang_source: SglangSource) -> None:
 def all_hooks(release: Release) -> list[tuple[HookSpec, Any]]:
     """Every hook the plugin may register for ``release``, with its handler."""
     core, fast = plugin.core_handlers(release), fast_off.handlers(release)
-    width = draft_extend_graphs.around_resolve_num_tokens_per_req
+    width, tree = draft_extend_graphs.around_resolve_num_tokens_per_req, tree_switch.handlers(release)
     return ([(s, core[s.handler]) for s in release.hooks] + [(s, fast[s.handler]) for s in release.fast_off_hooks]
-            + [(s, width) for s in release.draft_extend_hooks])
+            + [(s, width) for s in release.draft_extend_hooks] + [(s, tree[s.handler]) for s in release.tree_hooks])
 
 
 def test_every_hook_target_exists_with_the_parameters_the_plugin_expects(sglang_source: SglangSource) -> None:
@@ -604,7 +605,7 @@ def world(sglang_source: SglangSource, monkeypatch) -> StandIns:
     """Stand-ins and a fresh HookRegistry; nothing registered yet, fast off on by default."""
     monkeypatch.setenv("SPECCTL_SETTINGS", json.dumps(QUICK.as_dict()))
     for name in ("PROMETHEUS_MULTIPROC_DIR", fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV,
-                 draft_extend_graphs.ENV_ENABLE):
+                 draft_extend_graphs.ENV_ENABLE, tree_switch.ENV_ENABLE):
         monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
         monkeypatch.delenv(name)
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())

@@ -158,6 +158,12 @@ class Release:
     scheduler_attr: str | None
     # draft_extend_graphs' hooks (opt-in): 0.5.23's per-state draft-extend graph width, backported.
     draft_extend_hooks: tuple[HookSpec, ...] = ()
+    # tree_switch's hooks (opt-in): a tree draft (topk > 1) under the switch. ``tree_declare``: the
+    # function that declares a resolved field (0.5.23); None where the hook assigns it (0.5.17, which
+    # also sizes KV from a cached_property the hook fills in). ``tree_page_one``: page size 1 only.
+    tree_hooks: tuple[HookSpec, ...] = ()
+    tree_declare: str | None = None
+    tree_page_one: bool = False
 
 
 _PARAMS_HOOK = HookSpec(PARAMS_CLASS, "REPLACE", "params", ("initial_steps", "cfg_path"))
@@ -212,6 +218,14 @@ _DRAFT_EXTEND_WIDTH = HookSpec("sglang.srt.speculative.spec_utils.resolve_num_to
                                "resolve_num_tokens_per_req",
                                ("phase", "server_args", "spec_algorithm", "is_draft_worker", "num_draft_tokens"))
 
+# tree_switch.py (opt-in): SGLang refuses adaptive speculation for topk > 1 and, when it runs,
+# resizes the launch's draft tokens to steps + 1; 0.5.23 also bounds them by the candidates.
+_TREE_REASON = HookSpec(ADAPTIVE_UNSUPPORTED, "AROUND", "adaptive_unsupported_reason", ("server_args",))
+_TREE_TOKENS = HookSpec("sglang.srt.arg_groups.speculative_hook._init_adaptive_speculative_params", "AROUND",
+                        "init_adaptive_speculative_params", ("server_args",))
+_TREE_BOUND = HookSpec("sglang.srt.speculative.spec_info.SpeculativeAlgorithm.resolve_max_speculative_num_draft_tokens",
+                       "AROUND", "resolve_max_speculative_num_draft_tokens", ("server_args",))
+
 RELEASES: dict[str, Release] = {
     "0.5.17": Release(
         version="0.5.17",
@@ -252,6 +266,7 @@ RELEASES: dict[str, Release] = {
         )),
         scheduler_attr=None,
         draft_extend_hooks=(_DRAFT_EXTEND_WIDTH,),
+        tree_hooks=(_TREE_REASON, _TREE_TOKENS),
     ),
     "0.5.23": Release(
         version="0.5.23",
@@ -275,7 +290,7 @@ RELEASES: dict[str, Release] = {
         args_field_files=(
             "server_args.py", "arg_groups/fields/spec.py", "arg_groups/fields/parallel.py",
             "arg_groups/fields/serving.py", "arg_groups/fields/model.py",
-            "arg_groups/fields/observability.py", "arg_groups/fields/exec_.py",
+            "arg_groups/fields/observability.py", "arg_groups/fields/exec_.py", "arg_groups/fields/schedule.py",
         ),
         source_facts=(
             ("managers/scheduler_components/batch_result_processor.py",
@@ -314,6 +329,9 @@ RELEASES: dict[str, Release] = {
              "return self._forward_prefill_batch(batch, on_publish, pp_proxy_tensors)"),
         )),
         scheduler_attr="scheduler",
+        tree_hooks=(_TREE_REASON, _TREE_TOKENS, _TREE_BOUND),
+        tree_declare="sglang.srt.arg_groups.overrides.declare_resolution",
+        tree_page_one=True,
     ),
 }
 

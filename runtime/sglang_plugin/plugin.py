@@ -29,7 +29,7 @@ from specctl.runtime.core.wire import (
     SETTINGS_ENV,
     WIRE_PREFIX,
 )
-from specctl.runtime.sglang_plugin import compat, draft_extend_graphs, fast_off, server_args_check
+from specctl.runtime.sglang_plugin import compat, draft_extend_graphs, fast_off, server_args_check, tree_switch
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.gauges import metrics_observer
 from specctl.runtime.sglang_plugin.params import SpecctlParams, active, observers
@@ -241,6 +241,12 @@ def check_hooks_applied(release: Release) -> None:
             f"SGLang did not apply specctl's draft-extend graph hook on {', '.join(missing)} "
             f"({why}; unset {draft_extend_graphs.ENV_ENABLE} to run without it)"
         )
+    missing = unapplied_hooks(tree_switch.hooks_for(release))
+    if missing:
+        raise SpecctlPluginError(
+            f"SGLang did not apply specctl's tree-draft hooks on {', '.join(missing)} "
+            f"({why}; unset {tree_switch.ENV_ENABLE} to run without them)"
+        )
 
 
 def unapplied_hooks(specs: tuple[HookSpec, ...]) -> list[str]:
@@ -278,7 +284,8 @@ def install_core_hooks(release: Release) -> None:
 # SGLang applies the registered hooks. To add hooks, append a callable that
 # takes the Release here, keep its SGLang-specific targets as data in
 # compat.py (as fast_off's are) and cover them in check_hooks_applied.
-INSTALLERS: list[Callable[[Release], object]] = [install_core_hooks, fast_off.install, draft_extend_graphs.install]
+INSTALLERS: list[Callable[[Release], object]] = [install_core_hooks, fast_off.install, draft_extend_graphs.install,
+                                                  tree_switch.install]
 
 
 def load() -> None:

@@ -12,12 +12,16 @@ from typing import Any
 
 from specctl.runtime.core.adaptive_config import read_candidate_steps
 from specctl.runtime.core.tree_drafts import topk_refusal
+from specctl.runtime.sglang_plugin import tree_switch
 from specctl.runtime.sglang_plugin.compat import ADAPTIVE_UNSUPPORTED, Release, resolve
 
 # Server-args attributes the start-up check reads, in every release (plus Release.dp_attr).
 ARGS_READ = (
     "speculative_algorithm",
     "speculative_eagle_topk",
+    "speculative_num_steps",
+    "speculative_num_draft_tokens",
+    "page_size",
     "speculative_adaptive",
     "speculative_adaptive_config",
 )
@@ -34,7 +38,8 @@ def server_args_problem(release: Release, server_args: Any, steps: int,
     algorithm = view.speculative_algorithm
     if algorithm not in ("EAGLE", "EAGLE3"):
         return f"--speculative-algorithm must be EAGLE or EAGLE3, got {algorithm!r}"
-    if view.speculative_eagle_topk not in (None, 1):
+    tree = tree_switch.is_tree(view.speculative_eagle_topk)
+    if tree and not tree_switch.enabled():
         return topk_refusal(view.speculative_eagle_topk)
     if int(getattr(view, release.dp_attr) or 0) > release.dp_above:
         return "attention data parallelism (--enable-dp-attention / --dp-size) is not supported"
@@ -53,4 +58,4 @@ def server_args_problem(release: Release, server_args: Any, steps: int,
     missing = [d for d in depths if d not in candidates]
     if missing:
         return f"the settings' candidates {missing} have no runtime state in --speculative-adaptive-config {candidates}"
-    return None
+    return tree_switch.tree_problem(release, server_args, view, candidates) if tree else None
