@@ -315,3 +315,18 @@ def test_server_facts_count_decode_log_lines_without_a_cuda_graph_by_batch_size(
     assert sorted(line.split("; ")[1:]) == ["batch 16 x2", "batch 32 x1"]
     empty = subprocess.run(["bash", "-c", script, "-", "/dev/null"], capture_output=True, text=True, timeout=60)
     assert empty.stdout.strip() == "decode log lines: cuda graph True 0, False 0"
+
+
+def test_treecheck_and_treesweep_run_the_tree_under_the_switch_against_no_speculation(sock_dir: Path) -> None:
+    run = dry_run(sock_dir, "nospecref", "treecheck", "treesweep", "pack")
+    assert_clean(run, "nospecref", "treecheck", "treesweep", "pack")
+    # the tree's flags after the launcher's chain ones (the simulator has no tree: it says so)
+    assert "dry run: not simulated: --speculative-eagle-topk 4 --speculative-num-draft-tokens 16" in run.log
+    report = (run.out / "treecheck-triton.txt").read_text()
+    for label in ("fx-off", "fx-toggle", "fx-cold", "fx-auto"):
+        assert f"[compare] {label}-triton vs fx-on-triton: 8/8 identical" in report
+    for label in ("fx-on", "fx-off", "fx-toggle", "fx-cold", "fx-auto"):
+        assert f"[compare] {label}-triton vs nospec-triton: 8/8 identical" in report
+    assert report.count('"num_used_tokens": [0]') == 2 and "== start-up" in report
+    assert "the tree's settings: off_at=16 on_at=8" in run.log
+    assert {r["mode"] for r in run.windows() if r["label"] == "treesw-triton"} == {"on", "off", "auto"}

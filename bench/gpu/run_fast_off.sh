@@ -112,6 +112,11 @@
 #                  report's launch line), no plugin, simulated acceptance TREE_ACC (2.7 of at most 3:
 #                  docs/topk.md), interleave.py over CONCS2, labels tree-ATTN; report.py puts it beside
 #                  nospec2 and sweep2 (the chain under specctl at ACC_LEN) with "auto / tree"
+#   treecheck      issue 23: that tree under specctl's switch (tree_switch.py, SPECCTL_TREE_SWITCH=1, candidates
+#                  {0, TREE_STEPS}), acceptance not simulated: fixcheck's greedy runs with logprobs, against
+#                  nospecref's reference too, KV before / after, SGLang's start-up lines -> treecheck-TAG.txt
+#   treesweep      the same server at TREE_ACC: forced on / off / auto taking turns over CONCS2 (labels
+#                  treesw-ATTN), beside the static tree (tree) and no speculation (nospec2)
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
@@ -227,6 +232,9 @@ TREE_TOPK=${TREE_TOPK:-4}         # the tree phase's static EAGLE-3 tree (the re
 TREE_STEPS=${TREE_STEPS:-2}
 TREE_TOKENS=${TREE_TOKENS:-16}
 TREE_ACC=${TREE_ACC:-2.7}         # its simulated accept length (assumed: docs/topk.md)
+# treesweep's policy settings for the tree under the switch: off from 16 requests, where the static tree read
+# 0.98 of no speculation on Triton (1.41 at 4, 0.68 at 32: docs/topk.md), back on at 8
+TREE_SETTINGS=${TREE_SETTINGS:-"off_at=16 on_at=8"}
 PIN_SERVER=${PIN_SERVER:-}       # a CPU list (taskset -c) for every server process, empty = not pinned
 PIN_LOAD=${PIN_LOAD:-}           # a CPU list for the load generators
 SERVER_PIN=(); [ -n "$PIN_SERVER" ] && SERVER_PIN=(taskset -c "$PIN_SERVER")
@@ -936,6 +944,54 @@ phase_tree() {  # the operator's static topk-4 tree beside the chain under specc
   stop_server
 }
 
+tree_switch_start() {  # tree_switch_start NAME SIM: a specctl server launched as the report's tree under the switch
+  # (tree_switch.py, opt-in): the launcher's chain flags at TREE_STEPS, then the tree's (argparse keeps the last),
+  # candidates {0, TREE_STEPS}, SPECCTL_TREE_SWITCH=1; simulated acceptance TREE_ACC where SIM is 1
+  local steps=$STEPS rc
+  STEPS=$TREE_STEPS
+  XARGS=(--speculative-eagle-topk "$TREE_TOPK" --speculative-num-draft-tokens "$TREE_TOKENS")
+  XENV=(SPECCTL_TREE_SWITCH=1)
+  ACC_LEN=$TREE_ACC start_server "$1" specctl "$2"; rc=$?
+  XARGS=(); XENV=(); STEPS=$steps
+  return $rc
+}
+
+phase_treecheck() {  # the tree under the switch, correctness first: fixcheck's greedy runs (on, off, toggled, a cold
+  # resume, auto; logprobs) against each other and against nospecref's reference, KV before / after, and what
+  # SGLang's start-up said (adaptive kept on, the tree's draft tokens kept, the states built)
+  local steps=$STEPS P=$WORK/treecheck-$TAG.txt
+  tree_switch_start treecheck 0 || return 1
+  STEPS=$TREE_STEPS
+  fixcheck_runs
+  { cat "$WORK/fixcheck-$TAG.txt"
+    echo "== start-up"
+    grep -h "specctl: tree draft\|speculative_adaptive disabled\|Built adaptive runtime state\|Switch adaptive runtime state" \
+      "$WORK/server-treecheck.log" | cut -c1-300 | head -n 20
+    python3 "$HERE/ctl.py" "$URL" info speculative_eagle_topk speculative_num_steps speculative_num_draft_tokens \
+      speculative_adaptive
+    if [ -f "$WORK/corr-nospec.json" ]; then
+      echo "== against no speculation"
+      python3 "$HERE/correctness.py" compare "$WORK/corr-nospec.json" "$WORK"/corr-fx-*-"$ATTN".json
+    fi; } > "$P" 2>&1
+  sed -n '/^== start-up/,$p' "$P" | cut -c1-300   # fixcheck_runs printed the rest
+  cp -f "$P" "$OUT/"
+  server_facts treecheck
+  stop_server
+  STEPS=$steps
+}
+
+phase_treesweep() {  # the tree under the switch at TREE_ACC: forced on, forced off and auto taking turns (CONCS2)
+  local steps=$STEPS
+  tree_switch_start treesweep 1 || return 1
+  STEPS=$TREE_STEPS
+  python3 "$HERE/ctl.py" "$URL" set $TREE_SETTINGS > /dev/null && log "the tree's settings: $TREE_SETTINGS"
+  server_facts treesweep
+  interleave "treesw-$ATTN" "$ROUNDS" "$CONCS2" "on off auto" "python3 $HERE/ctl.py $URL mode {mode}"
+  server_facts treesweep
+  stop_server
+  STEPS=$steps
+}
+
 # ------------------------------------------------------------ draft depth (issue 22)
 predicted_costs() {  # predicted_costs FILE: the simulator's cost table for MODEL and ATTN's preset (a prediction)
   local preset; preset=$(model_preset)
@@ -1287,6 +1343,8 @@ run_phase() {  # run_phase PHASE: one phase; its status says whether it did its 
     earlypub) phase_earlypub ;;
     fixcheck) phase_fixcheck ;;
     tree) phase_tree ;;
+    treecheck) phase_treecheck ;;
+    treesweep) phase_treesweep ;;
     depthcheck) phase_depthcheck ;;
     depthsweep) phase_depthsweep ;;
     depthauto) phase_depthauto ;;
