@@ -38,8 +38,8 @@ def server_args_problem(release: Release, server_args: Any, steps: int,
     algorithm = view.speculative_algorithm
     if algorithm not in ("EAGLE", "EAGLE3"):
         return f"--speculative-algorithm must be EAGLE or EAGLE3, got {algorithm!r}"
-    tree = tree_switch.is_tree(view.speculative_eagle_topk)
-    if tree and not tree_switch.enabled():
+    tree = tree_switch.is_tree(view.speculative_eagle_topk) and tree_switch.enabled()
+    if view.speculative_eagle_topk not in (None, 1) and not tree:
         return topk_refusal(view.speculative_eagle_topk)
     if int(getattr(view, release.dp_attr) or 0) > release.dp_above:
         return "attention data parallelism (--enable-dp-attention / --dp-size) is not supported"

@@ -49,10 +49,12 @@ BOUND = "max_speculative_num_draft_tokens"  # 0.5.17's cached_property on Server
 
 
 def enabled() -> bool:
+    """Whether the operator opted in (off by default until a GPU sitting has proven it)."""
     return env_flag(os.environ.get(ENV_ENABLE), False)
 
 
 def is_tree(topk: object) -> bool:
+    """Whether ``--speculative-eagle-topk`` asks for a tree (more than one branch a step)."""
     return isinstance(topk, int) and topk > 1
 
 
