@@ -176,6 +176,25 @@ def test_report_reads_the_static_tree_beside_the_chain_under_specctl(tmp_path: P
     assert one.endswith("| 1.300 (1.30-1.30) |")  # auto 325 over the tree's 250
     sixty_four = next(x for x in done.stdout.splitlines() if x.startswith("| 64 |"))
     assert sixty_four.endswith("| - |")  # no tree window at 64: no ratio invented
+def test_report_reads_the_tree_under_the_switch_beside_the_static_tree_and_no_speculation(tmp_path: Path) -> None:
+    path = tmp_path / "w.csv"
+    rows = [("nospec-x", 1, "-", 0, 200, 5), ("tree-x", 1, "-", 0, 340, 3), ("treesw-x", 1, "on", 0, 330, 3),
+            ("treesw-x", 1, "off", 0, 196, 5), ("treesw-x", 1, "auto", 0, 320, 3),
+            ("nospec-x", 64, "-", 0, 5900, 11), ("tree-x", 64, "-", 0, 2900, 22), ("treesw-x", 64, "on", 0, 2850, 22),
+            ("treesw-x", 64, "off", 0, 5600, 11), ("treesw-x", 64, "auto", 0, 5500, 12)]
+    write_csv(path, TOK_TPOT, rows)
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0, done.stderr
+    assert "The tree under specctl's switch (SPECCTL_TREE_SWITCH=1)" in done.stdout
+    lines = [x for x in done.stdout.split("The tree under specctl's switch")[1].splitlines() if x.startswith("| ")]
+    one = next(x for x in lines if x.startswith("| 1 |"))
+    # on / static tree 330 / 340; off / none 196 / 200; auto / max(tree 340, none 200); auto / max(on 330, off 196)
+    assert one == ("| 1 | 200 [5.0] | 340 [3.0] | 330 [3.0] | 196 [5.0] | 320 [3.0] | 0.971 (0.97-0.97) | "
+                   "0.980 (0.98-0.98) | 0.941 (0.94-0.94) | 0.970 (0.97-0.97) |")
+    sixty_four = next(x for x in lines if x.startswith("| 64 |"))
+    assert "| 0.949 (0.95-0.95) | 0.932 (0.93-0.93) | 0.982 (0.98-0.98) |" in sixty_four  # none is the best at 64
+
+
 def test_report_reads_a_moe_runs_labels_as_any_other(tmp_path: Path) -> None:
     """run_fast_off.sh's MODEL=qwen3moe appends the model to every label; the kinds are read as ever."""
     path = tmp_path / "moe.csv"

@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import Cells, best_of, mean, models_in, ratio, read
+from report import Cells, models_in, read
+from table_cells import best_of, mean, ratio
 from trace_schedule import ceiling, phase_seconds
 
 KINDS = ("nospec", "depth", "depthauto")  # the three servers' label prefixes

@@ -6,7 +6,8 @@
 Rows are grouped by label prefix: ``nospec-*`` (a server without speculation),
 ``specctl-*`` (modes on = static EAGLE-3's runtime state, off, auto),
 ``adaptive-*`` (SGLang's own adaptive), ``tree-*`` (SGLang's static EAGLE-3
-tree, topk > 1, no plugin: run_fast_off.sh's ``tree`` phase), ``offwarmth-*`` (the off state with the
+tree, topk > 1, no plugin: run_fast_off.sh's ``tree`` phase), ``treesw-*`` (that tree under specctl's
+switch: ``treesweep``, tree_table.py), ``offwarmth-*`` (the off state with the
 draft cold / warm), and run_fast_off.sh's ``offcost`` phase:
 ``decodeonly-{nospec,off}-*`` (every request admitted before the windows, none
 arriving or ending in them; offpair's ``PAIR_LOAD=decode`` turns too) and
@@ -39,6 +40,8 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import MODELS
+from table_cells import best_of, captioned, cell, ratio
+from tree_table import tree_switch_table
 
 Cells = dict[tuple[str, str, int], list[dict[str, float]]]
 SWEEP_KINDS = ("nospec", "specctl", "adaptive", "tree")
@@ -90,29 +93,8 @@ def models_in(paths: list[str]) -> set[str]:
     return found
 
 
-def mean(windows: list[dict[str, float]], key: str = "tok_s") -> float:
-    return statistics.fmean(w[key] for w in windows)
 
 
-def cell(windows: list[dict[str, float]] | None) -> str:
-    if not windows:
-        return "-"
-    toks = [w["tok_s"] for w in windows]
-    spread = f" ({min(toks):.0f}-{max(toks):.0f})" if len(toks) > 1 else ""
-    return f"{mean(windows):.0f}{spread} [{mean(windows, 'tpot'):.1f}]"
-
-
-def ratio(top: list[dict[str, float]] | None, bottom: list[dict[str, float]] | None) -> str:
-    if not top or not bottom:
-        return "-"
-    t, b = [w["tok_s"] for w in top], [w["tok_s"] for w in bottom]
-    return f"{mean(top) / mean(bottom):.3f} ({min(t) / max(b):.2f}-{max(t) / min(b):.2f})"
-
-
-def best_of(a: list[dict[str, float]] | None, b: list[dict[str, float]] | None) -> list[dict[str, float]] | None:
-    """The windows of whichever of the two has the higher mean."""
-    present = [x for x in (a, b) if x]
-    return max(present, key=mean) if present else None
 
 
 def sweep_table(cells: Cells) -> str:
@@ -241,19 +223,6 @@ def turns(path: str) -> dict[int, dict[str, list[Turn]]]:
             out[key[1]][key[0]][-1][1].append(float(row["tok_s"]))
     return out
 
-
-def captioned(caption: str, columns: str, rows: list[str]) -> str:
-    """A Markdown table under its caption; "" without rows, so that main leaves it out.
-
-    ``columns`` names the columns, "|"-separated; a name ending in ":" is a
-    number column (right-aligned), so each table states its rule only once.
-    """
-    if not rows:
-        return ""
-    names = [n.strip() for n in columns.split("|")]
-    header = "| " + " | ".join(n.rstrip(":") for n in names) + " |"
-    rule = "| " + " | ".join("---:" if n.endswith(":") else "---" for n in names) + " |"
-    return "\n".join([caption + "\n", header, rule, *rows])
 
 
 class Pair(NamedTuple):
@@ -433,7 +402,8 @@ def main(argv: list[str]) -> int:
     cells = read(argv)
     print("Output tok/s, mean over the windows (window range) [TPOT ms, Little's law];"
           " ratios of the means (range over single windows)\n")
-    tables = [t for t in (sweep_table(cells), same_state_table(cells), warmth_table(cells), offcost_table(cells),
+    tables = [t for t in (sweep_table(cells), tree_switch_table(cells), same_state_table(cells), warmth_table(cells),
+                          offcost_table(cells),
                           paired_table(argv), position_table(argv), sittings_table(argv), follows_table(argv))
               if t]
     print("\n\n".join(tables))
