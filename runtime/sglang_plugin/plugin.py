@@ -226,27 +226,18 @@ def check_hooks_applied(release: Release) -> None:
     process, where the same targets are patched as in the scheduler processes.
     """
     why = "its log says why: 'Failed to apply hooks to ...'"
-    missing = unapplied_hooks(release.hooks)
-    if missing:
-        raise SpecctlPluginError(f"SGLang did not apply specctl's hooks on {', '.join(missing)} ({why})")
-    missing = unapplied_hooks(fast_off.hooks_for(release))
-    if missing:
-        raise SpecctlPluginError(
-            f"SGLang did not apply specctl's fast-off hooks on {', '.join(missing)} "
-            f"({why}; {fast_off.ENV_ENABLE}=0 runs SGLang's own steps-0 path instead)"
-        )
-    missing = unapplied_hooks(draft_extend_graphs.hooks_for(release))
-    if missing:
-        raise SpecctlPluginError(
-            f"SGLang did not apply specctl's draft-extend graph hook on {', '.join(missing)} "
-            f"({why}; unset {draft_extend_graphs.ENV_ENABLE} to run without it)"
-        )
-    missing = unapplied_hooks(tree_switch.hooks_for(release))
-    if missing:
-        raise SpecctlPluginError(
-            f"SGLang did not apply specctl's tree-draft hooks on {', '.join(missing)} "
-            f"({why}; unset {tree_switch.ENV_ENABLE} to run without them)"
-        )
+    groups = (  # (which hooks, those in use, how to run without them)
+        ("hooks", release.hooks, ""),
+        ("fast-off hooks", fast_off.hooks_for(release),
+         f"; {fast_off.ENV_ENABLE}=0 runs SGLang's own steps-0 path instead"),
+        ("draft-extend graph hook", draft_extend_graphs.hooks_for(release),
+         f"; unset {draft_extend_graphs.ENV_ENABLE} to run without it"),
+        ("tree-draft hooks", tree_switch.hooks_for(release), f"; unset {tree_switch.ENV_ENABLE} to run without them"),
+    )
+    for what, specs, remedy in groups:
+        missing = unapplied_hooks(specs)
+        if missing:
+            raise SpecctlPluginError(f"SGLang did not apply specctl's {what} on {', '.join(missing)} ({why}{remedy})")
 
 
 def unapplied_hooks(specs: tuple[HookSpec, ...]) -> list[str]:
