@@ -946,13 +946,13 @@ phase_tree() {  # the operator's static topk-4 tree beside the chain under specc
 
 tree_switch_start() {  # tree_switch_start NAME SIM: a specctl server launched as the report's tree under the switch
   # (tree_switch.py, opt-in): the launcher's chain flags at TREE_STEPS, then the tree's (argparse keeps the last),
-  # candidates {0, TREE_STEPS}, SPECCTL_TREE_SWITCH=1; simulated acceptance TREE_ACC where SIM is 1
-  local steps=$STEPS rc
-  STEPS=$TREE_STEPS
+  # candidates {0, TREE_STEPS}, SPECCTL_TREE_SWITCH=1; simulated acceptance TREE_ACC where SIM is 1. The caller
+  # sets STEPS to TREE_STEPS for the phase (the switch commands read it too) and puts it back.
+  local rc
   XARGS=(--speculative-eagle-topk "$TREE_TOPK" --speculative-num-draft-tokens "$TREE_TOKENS")
   XENV=(SPECCTL_TREE_SWITCH=1)
   ACC_LEN=$TREE_ACC start_server "$1" specctl "$2"; rc=$?
-  XARGS=(); XENV=(); STEPS=$steps
+  XARGS=(); XENV=()
   return $rc
 }
 
@@ -960,8 +960,8 @@ phase_treecheck() {  # the tree under the switch, correctness first: fixcheck's 
   # resume, auto; logprobs) against each other and against nospecref's reference, KV before / after, and what
   # SGLang's start-up said (adaptive kept on, the tree's draft tokens kept, the states built)
   local steps=$STEPS P=$WORK/treecheck-$TAG.txt
-  tree_switch_start treecheck 0 || return 1
   STEPS=$TREE_STEPS
+  tree_switch_start treecheck 0 || { STEPS=$steps; return 1; }
   fixcheck_runs
   { cat "$WORK/fixcheck-$TAG.txt"
     echo "== start-up"
@@ -982,8 +982,8 @@ phase_treecheck() {  # the tree under the switch, correctness first: fixcheck's 
 
 phase_treesweep() {  # the tree under the switch at TREE_ACC: forced on, forced off and auto taking turns (CONCS2)
   local steps=$STEPS
-  tree_switch_start treesweep 1 || return 1
   STEPS=$TREE_STEPS
+  tree_switch_start treesweep 1 || { STEPS=$steps; return 1; }
   python3 "$HERE/ctl.py" "$URL" set $TREE_SETTINGS > /dev/null && log "the tree's settings: $TREE_SETTINGS"
   server_facts treesweep
   interleave "treesw-$ATTN" "$ROUNDS" "$CONCS2" "on off auto" "python3 $HERE/ctl.py $URL mode {mode}"
