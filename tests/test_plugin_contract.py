@@ -41,8 +41,10 @@ from support.sglang_source import (
     attribute_names,
     class_fields,
     find_definition,
+    module_name,
     parameter_names,
     required_parameter_names,
+    run_module,
 )
 from support.stand_in_modules import stand_in_modules
 
@@ -57,13 +59,10 @@ def config(tmp_path: Path) -> str:
 
 def exec_sglang_module(source: SglangSource, rel: str, inject: dict[str, Any], monkeypatch) -> types.ModuleType:
     """Run one SGLang module with its ``from sglang... import`` lines replaced by ``inject``."""
-    tree = source.tree(f"sglang/srt/{rel}")
-    body = [n for n in tree.body if not (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang"))]
-    name = "sglang.srt." + rel.removesuffix(".py").replace("/", ".")
-    module = types.ModuleType(name)
+    module = types.ModuleType(module_name(rel))
     module.__dict__.update(inject)
-    monkeypatch.setitem(sys.modules, name, module)
-    exec(compile(ast.Module(body=body, type_ignores=[]), f"sglang/srt/{rel}", "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    run_module(source, rel, module.__dict__)
     return module
 
 

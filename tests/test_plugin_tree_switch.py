@@ -27,7 +27,7 @@ from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.sglang_plugin import compat, server_args_check, tree_switch
 from specctl.runtime.sglang_plugin.compat import Release
 
-from support.sglang_source import SglangSource, find_definition
+from support.sglang_source import SglangSource, find_definition, module_name, run_module
 from support.stand_in_modules import stand_in_modules
 
 TREE = {"speculative_algorithm": "EAGLE3", "speculative_eagle_topk": 4, "speculative_num_steps": 2,
@@ -49,17 +49,15 @@ def exec_definitions(source: SglangSource, rel: str, names: tuple[str, ...], inj
         assert isinstance(node, ast.FunctionDef), (rel, name)
         node.decorator_list = []
         nodes.append(node)
-    namespace: dict[str, Any] = {"__name__": "sglang.srt." + rel.removesuffix(".py").replace("/", "."), **inject}
+    namespace: dict[str, Any] = {"__name__": module_name(rel), **inject}
     exec(compile(ast.Module(body=nodes, type_ignores=[]), f"sglang/srt/{rel}", "exec"), namespace)
     return {name: namespace[name] for name in names}
 
 
 def exec_module(source: SglangSource, rel: str, inject: dict[str, Any]) -> dict[str, Any]:
     """One SGLang file run whole, its ``from sglang...`` imports replaced by ``inject``."""
-    tree = source.tree(f"sglang/srt/{rel}")
-    body = [n for n in tree.body if not (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang"))]
-    namespace: dict[str, Any] = {"__name__": "sglang.srt." + rel.removesuffix(".py").replace("/", "."), **inject}
-    exec(compile(ast.Module(body=body, type_ignores=[]), f"sglang/srt/{rel}", "exec"), namespace)
+    namespace: dict[str, Any] = {"__name__": module_name(rel), **inject}
+    run_module(source, rel, namespace)
     return namespace
 
 

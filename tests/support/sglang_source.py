@@ -184,3 +184,19 @@ def class_fields(tree: ast.Module) -> set[str]:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                     names.add(item.target.id)
     return names
+
+
+def module_name(rel: str) -> str:
+    """The dotted name of a file under sglang/srt/ (``a/b.py``: ``sglang.srt.a.b``)."""
+    return "sglang.srt." + rel.removesuffix(".py").replace("/", ".")
+
+
+def run_module(source: SglangSource, rel: str, namespace: dict[str, object]) -> None:
+    """Run one file under sglang/srt/ in ``namespace``, its ``from sglang... import`` lines left out.
+
+    What they would import the caller puts in ``namespace`` first: SGLang's own
+    imports reach torch and the GPU stack, which a test machine does not have.
+    """
+    tree = source.tree(f"sglang/srt/{rel}")
+    body = [n for n in tree.body if not (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang"))]
+    exec(compile(ast.Module(body=body, type_ignores=[]), f"sglang/srt/{rel}", "exec"), namespace)
