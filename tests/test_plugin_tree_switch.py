@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
+import subprocess
 import json
 import logging
 import sys
@@ -298,3 +300,51 @@ def test_the_start_up_check_finds_a_tree_hook_sglang_did_not_apply(sglang_source
     owner, name = specs[1].target.rsplit(".", 1)  # the draft tokens' hook, as if HookRegistry had failed on it
     setattr(compat.resolve(owner), name, compat.resolve(specs[1].target).__wrapped__)
     assert plugin.unapplied_hooks(specs) == [specs[1].target]
+
+
+# -- what `specctl sglang-args --topk` prints, started by SGLang's own start-up ----------------------------
+
+
+def printed_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """`specctl sglang-args` for the report's tree (a real process), its environment set here as a unit would.
+
+    Returns the speculative fields its flags give SGLang's args, the adaptive config among them.
+    """
+    out = subprocess.run([sys.executable, "-m", "specctl.console.cli.main", "sglang-args", "--steps", "2",
+                          "--topk", "4", "--draft-tokens", "16", "--format", "json",
+                          "--config", str(tmp_path / "printed.json")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    for name, value in printed["env"].items():
+        monkeypatch.setenv(name, value)
+    args = printed["args"]
+    value = {flag: args[args.index(flag) + 1] for flag in ("--speculative-eagle-topk", "--speculative-num-steps",
+                                                          "--speculative-num-draft-tokens")}
+    return {"speculative_eagle_topk": int(value["--speculative-eagle-topk"]),
+            "speculative_num_steps": int(value["--speculative-num-steps"]),
+            "speculative_num_draft_tokens": int(value["--speculative-num-draft-tokens"]),
+            "speculative_adaptive": "--speculative-adaptive" in args,
+            "speculative_adaptive_config": printed["adaptive_config"]}
+
+
+def test_the_printed_tree_launch_keeps_adaptive_and_sixteen_tokens(sglang: Sglang, tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    fields = printed_launch(tmp_path, monkeypatch)
+    assert os.environ[tree_switch.ENV_ENABLE] == "1", "the opt-in is in the printed environment"
+    sglang.hook()
+    args = sglang.start(**fields)
+    assert sglang.reason(args) is None
+    assert sglang.read(args, "speculative_adaptive") is True
+    assert sglang.read(args, "speculative_num_draft_tokens") == 16
+    assert sglang.bound(args) == 16
+
+
+def test_the_printed_tree_launch_passes_the_start_up_check(sglang_source: SglangSource, sglang: Sglang, reasons,
+                                                           tmp_path: Path, monkeypatch) -> None:
+    release = sglang_source.release
+    fields = printed_launch(tmp_path, monkeypatch)  # SPECCTL_SETTINGS as printed: steps 2, no other depth
+    args = tree_args(release, fields["speculative_adaptive_config"], **fields)
+    assert server_args_check.server_args_problem(release, args, 2) is None
+    monkeypatch.delenv(tree_switch.ENV_ENABLE)  # the same line without the opt-in: refused, the tree kept in words
+    problem = server_args_check.server_args_problem(release, args, 2)
+    assert problem and "specctl sglang-args --steps 2 --topk 4 --draft-tokens 16" in problem

@@ -152,7 +152,8 @@ def test_a_preset_whose_row_would_apply_keeps_the_simulators_defaults_and_says_n
 
 
 def test_topk_md_quotes_the_plugin_and_sglang_args_word_for_word(tmp_path: Path) -> None:
-    assert quoted("specctl: --speculative-eagle-topk") == ["specctl: " + topk_refusal(4)]
+    # the report's launch line: topk 4, 2 steps, 16 draft tokens
+    assert quoted("specctl: --speculative-eagle-topk") == ["specctl: " + topk_refusal(4, steps=2, tokens=16)]
     out = subprocess.run([sys.executable, "-m", "specctl.console.cli.main", "sglang-args", "--tp", "8", "--steps", "3",
                           "--backend", "flashinfer", "--draft", str(tmp_path), "--gpu", RTX, "--experts", "256",
                           "--config", str(tmp_path / "adaptive.json")], capture_output=True, text=True, timeout=60)

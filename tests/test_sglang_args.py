@@ -258,3 +258,48 @@ def test_the_operators_own_thresholds_need_no_word_about_the_model_class(tmp_pat
                        "--config", str(tmp_path / "a.json"), "--format", "json")
         assert done.returncode == 0 and done.stderr == "", (experts, done.stderr)
         assert printed_settings(done)["off_at"] == 64
+
+
+TREE = ("--steps", "2", "--topk", "4", "--draft-tokens", "16")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--steps", "2", "--topk", "4"), "a tree (--topk 4) needs --draft-tokens (2 to 21 at 2 steps)"),
+    (("--steps", "2", "--topk", "4", "--draft-tokens", "22"), "--draft-tokens must be between 2 and 21"),
+    (("--steps", "2", "--topk", "4", "--draft-tokens", "1"), "--draft-tokens must be between 2 and 21"),
+    (("--draft-tokens", "16"), "--draft-tokens is for a tree (--topk above 1); a chain of 3 steps has 4, got 16"),
+    (("--topk", "0"), "--topk must be 1 (a chain) or more (a tree), got 0"),
+    ((*TREE, "--speculative-candidate-steps", "0,1,2"),
+     "switches between its launch depth and off only: --speculative-candidate-steps must be 0,2 or left out"),
+    ((*TREE, "--set", "candidates=0,1,2"), "must be 0,2 or left out, got 0,1,2"),
+    ((*TREE, "--depth-costs", "costs.json"), "--depth-costs prices draft depths of a chain"),
+])
+def test_a_tree_that_cannot_run_under_the_switch_is_refused_and_nothing_written(
+        tmp_path: Path, args: tuple[str, ...], said: str) -> None:
+    config = tmp_path / "adaptive.json"
+    out = specctl(*args, "--config", str(config))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("specctl sglang-args: ") and said in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and not config.exists()
+
+
+def test_a_tree_is_printed_with_the_opt_in_and_without_a_chains_thresholds(tmp_path: Path) -> None:
+    config = tmp_path / "adaptive.json"
+    out = specctl(*TREE, "--backend", "fa3", "--gpu", "NVIDIA H200", "--format", "json", "--config", str(config))
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    assert printed["env"]["SPECCTL_TREE_SWITCH"] == "1"
+    args = printed["args"]
+    assert args[args.index("--speculative-eagle-topk") + 1] == "4"
+    assert args[args.index("--speculative-num-draft-tokens") + 1] == "16"
+    assert read_candidate_steps(config) == [0, 2]
+    settings = json.loads(printed["env"]["SPECCTL_SETTINGS"])
+    # FA3's row never turns a chain off for load; a tree stops paying at 16 requests, so the row stays out
+    assert settings["off_at"] == PolicySettings.off_at != BY_BACKEND["fa3"]["off_at"]
+    assert "the thresholds measured per backend are a chain's" in out.stderr
+    chosen = specctl(*TREE, "--set", "off_at=16", "--set", "on_at=8", "--format", "json",
+                     "--config", str(config))
+    assert chosen.returncode == 0 and chosen.stderr == "", chosen.stderr
+    assert json.loads(json.loads(chosen.stdout)["env"]["SPECCTL_SETTINGS"])["off_at"] == 16
+    chain = specctl("--steps", "2", "--format", "json", "--config", str(config))
+    assert "SPECCTL_TREE_SWITCH" not in json.loads(chain.stdout)["env"], "a chain needs no opt-in"

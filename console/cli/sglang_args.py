@@ -30,6 +30,7 @@ from specctl.runtime.core.thresholds import (
     for_server,
     unset_groups,
 )
+from specctl.runtime.core.tree_drafts import tree_launch_problem
 from specctl.runtime.supervisor import config, config_file, paths
 from specctl.runtime.supervisor.edges import no_depth_costs_line
 from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
@@ -49,6 +50,12 @@ SPEC_FLAGS = ("--speculative-algorithm", "--speculative-eagle-topk", "--speculat
               "--speculative-num-draft-tokens")
 REPLACING = (f"in place of your own {', '.join(SPEC_FLAGS)} "
              "(specctl steers a chain, topk 1: a tree's topk and draft tokens must go, docs/topk.md)")
+TREE_REPLACING = (f"in place of your own {', '.join(SPEC_FLAGS)} (the tree's, with the opt-in in the "
+                  "environment; on SGLang 0.5.23 keep --page-size 1, docs/topk.md)")
+TREE_THRESHOLDS = ("the thresholds measured per backend are a chain's; a tree's verify costs more, so it stops "
+                   "paying at fewer requests (on one H200 with Triton the static topk-4 tree fell below no "
+                   "speculation at 16): the policy's defaults are printed, and --set off_at=16 --set on_at=8 "
+                   "is what that sitting ran (docs/topk.md)")
 WITHOUT = f"without your own {'/'.join(SPEC_FLAGS)}"
 
 
@@ -60,6 +67,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        "(docs/deployment.md).")
     p.add_argument("--steps", type=int, default=3, help="draft steps when speculation is on (default 3)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
+    p.add_argument("--topk", type=int, default=1,
+                   help="1 (default) drafts a chain; more keeps your tree under specctl's switch (opt-in, "
+                        "proven on Triton with SGLang 0.5.17: docs/topk.md), with --draft-tokens")
+    p.add_argument("--draft-tokens", type=int, metavar="T",
+                   help="the tree's --speculative-num-draft-tokens (with --topk above 1; a chain has steps + 1)")
     p.add_argument("--backend", choices=sorted({*BY_BACKEND, *UNMEASURED_BACKENDS}),
                    help="attention backend: adds --attention-backend and, with --gpu, the thresholds "
                    f"measured for it (each on one {MEASURED_ON}) (default: SGLang's choice)")
@@ -96,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         return _usage(str(exc))
     if args.tp < 1:
         return _usage(f"--tp must be at least 1, got {args.tp}")
+    if problem := _tree_problem(args, settings):
+        return _usage(problem)
     costs = Path(args.depth_costs).expanduser().absolute() if args.depth_costs else None
     if costs is not None:
         try:
@@ -119,11 +133,31 @@ def run(args: argparse.Namespace) -> int:
     if from_file:  # said once, and only for a printout: a refusal stays one line
         print(f"specctl sglang-args: [policy] read from {paths.config_file()}, as specctl run reads it "
               "(--set overrides it)", file=sys.stderr)
-    env = launch_env(settings, os.environ, str(costs) if costs else None)
+    env = launch_env(settings, os.environ, str(costs) if costs else None, tree=args.topk > 1)
     if FLASHINFER_WORKSPACE_ENV in os.environ:  # the operator's size, kept: a unit or manifest must carry it too
         env[FLASHINFER_WORKSPACE_ENV] = os.environ[FLASHINFER_WORKSPACE_ENV]
-    print(_render(args.format, env, flags, path))
+    print(_render(args.format, env, flags, path, tree=args.topk > 1))
     return EXIT_OK
+
+
+def _tree_problem(args: argparse.Namespace, settings: PolicySettings) -> str | None:
+    """Why these options cannot print a tree under the switch; None for a chain or a tree that can run.
+
+    A tree switches between its launch state and off only: SGLang builds every other depth as a
+    chain (the plugin refuses other candidates at start-up), and the depth model prices chains.
+    """
+    if problem := tree_launch_problem(args.steps, args.topk, args.draft_tokens, "--topk", "--draft-tokens"):
+        return problem
+    if args.topk == 1:
+        return None
+    if sorted(settings.candidates) not in ([], [0, args.steps]):
+        return (f"a tree (--topk {args.topk}) switches between its launch depth and off only: "
+                f"--speculative-candidate-steps must be 0,{args.steps} or left out, got "
+                f"{','.join(map(str, settings.candidates))}")
+    if args.depth_costs:
+        return (f"--depth-costs prices draft depths of a chain; a tree (--topk {args.topk}) has one depth "
+                "and off, which the on/off rules choose between")
+    return None
 
 
 def _config_name(settings: PolicySettings) -> str:
@@ -160,7 +194,9 @@ def _settings(args: argparse.Namespace, experts: int | None, from_file: dict[str
         chosen["candidates"] = args.candidate_steps
     file_steps = "steps" in from_file and "steps" not in config.parse_pairs(args.settings)
     measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [], chosen, experts=experts)
-    if why_not is not None and args.gpu is None:
+    if args.topk > 1:  # the rows were measured with a chain: a tree's verify costs more, its crossover is lower
+        measured, why_not = None, None if {"off_at", "on_at"} & chosen.keys() else TREE_THRESHOLDS
+    elif why_not is not None and args.gpu is None:
         # Would --gpu help? Not for a MoE on a backend with no MoE row, which stays off on an H200 too:
         # then that is the reason to give, not a hint that leads to a second refusal.
         _, still = for_server(args.backend, [f"NVIDIA {MEASURED_ON}"], chosen, experts=experts)
@@ -209,7 +245,8 @@ def _file_policy() -> dict[str, Any]:
 def _flags(args: argparse.Namespace, path: Path) -> list[str]:
     """build_command's line less the interpreter, the module and the operator's own flags."""
     draft = args.draft or "DRAFT"
-    line = build_command("MODEL", draft, args.tp, args.steps, 0, "HOST", str(path), python="python")
+    line = build_command("MODEL", draft, args.tp, args.steps, 0, "HOST", str(path), python="python",
+                         topk=args.topk, draft_tokens=args.draft_tokens)
     flags = line[line.index("sglang.launch_server") + 1:]
     drop = set(OWN_FLAGS) | (set() if args.draft else {DRAFT_FLAG})
     out: list[str] = []
@@ -227,9 +264,10 @@ def _flags(args: argparse.Namespace, path: Path) -> list[str]:
     return out
 
 
-def _render(fmt: str, env: dict[str, str], flags: list[str], path: Path) -> str:
+def _render(fmt: str, env: dict[str, str], flags: list[str], path: Path, tree: bool = False) -> str:
     if fmt == "json":
         return json.dumps({"env": env, "args": flags, "adaptive_config": str(path)}, indent=2)
+    replacing = TREE_REPLACING if tree else REPLACING
     line = " ".join(shlex.quote(f) for f in flags)
     if DRAFT_FLAG not in flags:
         line += f"  # and keep your own {DRAFT_FLAG} (or pass --draft)"
@@ -241,7 +279,7 @@ def _render(fmt: str, env: dict[str, str], flags: list[str], path: Path) -> str:
                       "# the server's Python needs specctl installed: SGLang finds the plugin by its entry point",
                       "# environment of the server process:",
                       *[f"export {k}={shlex.quote(v)}" for k, v in env.items()],
-                      f"# add to your python -m sglang.launch_server line, {REPLACING}:", line,
+                      f"# add to your python -m sglang.launch_server line, {replacing}:", line,
                       "# then, on the same host: specctl run --headless --attach http://127.0.0.1:PORT"])
 
 

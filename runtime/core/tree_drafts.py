@@ -3,11 +3,14 @@
 SGLang's adaptive machinery, which the plugin steers, builds every runtime
 state as a chain (steps + 1 draft tokens) and refuses topk > 1
 (``adaptive_unsupported_reason`` in 0.5.17 and 0.5.23; docs/topk.md has the
-source). So specctl cannot switch a tree server's speculation off; it can
-watch one (``--attach``), and it can run the same model with a chain draft,
-which on the report's system is modelled to beat the static tree at every
-load. The plugin's start-up refusal and ``specctl run``/``tui`` say this in
-the same words, from here. Pure: no I/O.
+source). Two ways out, and an operator is told both: the same model with a
+chain draft (modelled to beat the static tree at every load on the report's
+system), or the tree kept under specctl's switch, an opt-in
+(``SPECCTL_TREE_SWITCH=1``: the plugin's tree_switch hooks; proven on one
+H200 with Triton and SGLang 0.5.17) that switches between the launch's tree
+and off only. Without either, specctl can watch a tree server (``--attach``).
+The plugin's start-up refusal, ``specctl run``/``tui`` and ``specctl
+sglang-args`` say this in the same words, from here. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -15,8 +18,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 TOPK_FLAG = "--speculative-eagle-topk"
+TOKENS_FLAG = "--speculative-num-draft-tokens"
 CHAIN_FLAGS = "--speculative-eagle-topk 1 --speculative-num-steps 3 --speculative-num-draft-tokens 4"
 
+
+#: The plugin's opt-in for a tree under the switch (runtime/sglang_plugin/tree_switch.py reads it).
+TREE_SWITCH_ENV = "SPECCTL_TREE_SWITCH"
 
 SERVER_FIX = f"launch with {CHAIN_FLAGS}"
 # specctl run already passes the chain flags (topk 1, --speculative-num-steps N, N+1 draft tokens);
@@ -26,20 +33,61 @@ RUN_FIX = (f"drop {TOPK_FLAG}, --speculative-num-steps and --speculative-num-dra
            "(specctl launches topk 1 at its own --speculative-num-steps N, before --)")
 
 
-def topk_refusal(topk: object, fix: str = SERVER_FIX) -> str:
-    """One line: why a tree server cannot be steered, what specctl still does, what to change."""
-    return (f"{TOPK_FLAG} must be 1, got {topk}: specctl switches speculation off only for a chain draft "
-            f"(SGLang's adaptive machinery refuses trees); a topk-{topk} server it can only watch "
-            f"(specctl tui --attach URL). To have speculation off under load, {fix} (docs/topk.md)")
+def keep_tree(topk: object, steps: object = "N", tokens: object = "T", tp: object = None) -> str:
+    """The other way out: the tree under specctl's switch, and the command that prints its launch.
+
+    ``tp`` where the server runs tensor-parallel: the printout's ``--tp-size 1`` would override its own.
+    """
+    tp_arg = f" --tp {tp}" if isinstance(tp, int) and tp > 1 else ""
+    return (f"or keep the tree under specctl's switch (opt-in: {TREE_SWITCH_ENV}=1 and an adaptive config of "
+            f"steps 0 and {steps}; specctl sglang-args{tp_arg} --steps {steps} --topk {topk} --draft-tokens "
+            f"{tokens} prints both for a server you start, then attach to)")
 
 
-def topk_in_args(args: Sequence[str]) -> str | None:
-    """The topk that SGLang launcher arguments ask for (the last one wins, as argparse does); None if unset."""
+def topk_refusal(topk: object, fix: str = SERVER_FIX, steps: object = "N", tokens: object = "T") -> str:
+    """One line: why a tree server cannot be steered as launched, what specctl still does, what to change."""
+    return (f"{TOPK_FLAG} must be 1, got {topk}: specctl switches speculation off for a chain draft, and for a "
+            f"tree only with {TREE_SWITCH_ENV}=1 (SGLang's adaptive machinery refuses trees); without it a "
+            f"topk-{topk} server it can only watch (specctl tui --attach URL). To have speculation off under "
+            f"load, {fix}, {keep_tree(topk, steps, tokens)} (docs/topk.md)")
+
+
+def most_draft_tokens(steps: int, topk: int) -> int:
+    """The tokens a tree's draft steps produce, the root included: SGLang keeps its draft tokens among them."""
+    return 1 + topk + (steps - 1) * topk * topk if steps > 0 else 1
+
+
+def tree_launch_problem(steps: int, topk: int, tokens: int | None, topk_flag: str = TOPK_FLAG,
+                        tokens_flag: str = TOKENS_FLAG) -> str | None:
+    """Why a launch of these three cannot run, naming the caller's flags (SGLang's by default); None if it can.
+
+    A chain (topk 1) has steps + 1 draft tokens, which SGLang sets itself; a tree names its own,
+    at least 2 (the root and one draft) and at most what its draft steps produce (SGLang picks
+    them by score from those and fails at the first draft if there are too few).
+    """
+    if topk < 1:
+        return f"{topk_flag} must be 1 (a chain) or more (a tree), got {topk}"
+    if topk == 1:
+        if tokens not in (None, steps + 1):
+            return (f"{tokens_flag} is for a tree ({topk_flag} above 1); a chain of {steps} steps has "
+                    f"{steps + 1}, got {tokens}")
+        return None
+    most = most_draft_tokens(steps, topk)
+    if tokens is None:
+        return f"a tree ({topk_flag} {topk}) needs {tokens_flag} (2 to {most} at {steps} steps)"
+    if not 2 <= tokens <= most:
+        return (f"{tokens_flag} must be between 2 and {most} for a tree of topk {topk} at {steps} steps "
+                f"(the 1 + topk + (steps - 1) x topk^2 tokens its draft produces), got {tokens}")
+    return None
+
+
+def flag_in_args(args: Sequence[str], flag: str = TOPK_FLAG) -> str | None:
+    """The value SGLang launcher arguments give a flag (the last one wins, as argparse does); None if unset."""
     found = None
     for i, arg in enumerate(args):
-        if arg == TOPK_FLAG and i + 1 < len(args):
+        if arg == flag and i + 1 < len(args):
             found = args[i + 1]
-        elif arg.startswith(TOPK_FLAG + "="):
+        elif arg.startswith(flag + "="):
             found = arg.split("=", 1)[1]
     return found
 
@@ -49,11 +97,12 @@ def tree_args_problem(args: Sequence[str]) -> str | None:
 
     A value that is not a number is left to SGLang's own parser, which names it.
     """
-    value = topk_in_args(args)
+    value = flag_in_args(args)
     if value is None:
         return None
     try:
         topk = int(value)
     except ValueError:
         return None
-    return topk_refusal(topk, RUN_FIX) if topk > 1 else None
+    steps, tokens = flag_in_args(args, "--speculative-num-steps"), flag_in_args(args, TOKENS_FLAG)
+    return topk_refusal(topk, RUN_FIX, steps or "N", tokens or "T") if topk > 1 else None

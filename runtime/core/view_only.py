@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 from specctl.runtime.core.records import whole
-from specctl.runtime.core.tree_drafts import SERVER_FIX, TOPK_FLAG
+from specctl.runtime.core.tree_drafts import SERVER_FIX, TOPK_FLAG, keep_tree
 
 Reason = Literal["no_plugin", "no_speculation", "tree"]
 NO_PLUGIN: Final = "no_plugin"
@@ -31,7 +31,8 @@ TREE: Final = "tree"
 HEADLINES: Final[dict[str, str]] = {
     NO_PLUGIN: "view only: this server runs without the specctl plugin",
     NO_SPECULATION: "view only: this server runs without speculation, so specctl can watch it but not steer it",
-    TREE: f"view only: this server drafts a tree ({TOPK_FLAG} > 1), which specctl cannot switch off",
+    TREE: f"view only: this server drafts a tree ({TOPK_FLAG} > 1) without specctl's tree switch, so specctl "
+          "cannot switch it off",
 }
 
 
@@ -79,7 +80,7 @@ def fix(why: str, tp: object = None) -> str:
     line = command(why, tp)
     if why == TREE:
         return (f"{SERVER_FIX} in place of the tree's three, and the environment and flags "
-                f"`{line}` prints (docs/topk.md)")
+                f"`{line}` prints, {keep_tree('K', tp=tp if whole(tp, least=2) else None)} (docs/topk.md)")
     if why != NO_SPECULATION:
         return f"relaunch it with the environment and flags `{line}` prints (docs/deployment.md)"
     return (f"add to its launch line what `{line}` prints "

@@ -40,7 +40,8 @@ def server_args_problem(release: Release, server_args: Any, steps: int,
         return f"--speculative-algorithm must be EAGLE or EAGLE3, got {algorithm!r}"
     tree = tree_switch.is_tree(view.speculative_eagle_topk) and tree_switch.enabled()
     if view.speculative_eagle_topk not in (None, 1) and not tree:
-        return topk_refusal(view.speculative_eagle_topk)
+        return topk_refusal(view.speculative_eagle_topk, steps=getattr(view, "speculative_num_steps", None) or "N",
+                            tokens=getattr(view, "speculative_num_draft_tokens", None) or "T")
     if int(getattr(view, release.dp_attr) or 0) > release.dp_above:
         return "attention data parallelism (--enable-dp-attention / --dp-size) is not supported"
     reason = resolve(ADAPTIVE_UNSUPPORTED)(server_args)

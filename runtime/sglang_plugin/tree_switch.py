@@ -1,4 +1,4 @@
-"""A tree draft (``--speculative-eagle-topk`` > 1) under specctl's switch: opt-in, not yet proven on a GPU.
+"""A tree draft (``--speculative-eagle-topk`` > 1) under specctl's switch: opt-in, proven on Triton (0.5.17).
 
 Why: with a chain that accepts much less than the tree (2.0 against 2.7), the
 report's static topk-4 tree served 1.32x the chain under specctl at 1-4
@@ -38,18 +38,19 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from specctl.runtime.core.tree_drafts import TREE_SWITCH_ENV
 from specctl.runtime.core.wire import env_flag
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, register_hook, resolve
 
 logger = logging.getLogger(__name__)
 
-ENV_ENABLE = "SPECCTL_TREE_SWITCH"
+ENV_ENABLE = TREE_SWITCH_ENV
 TOPK_REASON = "(only topk=1 is supported)"  # SGLang's words, both releases (the contract tests check)
 BOUND = "max_speculative_num_draft_tokens"  # 0.5.17's cached_property on ServerArgs
 
 
 def enabled() -> bool:
-    """Whether the operator opted in (off by default until a GPU sitting has proven it)."""
+    """Whether the operator opted in (off by default: proven on Triton with 0.5.17 only; docs/topk.md)."""
     return env_flag(os.environ.get(ENV_ENABLE), False)
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specctl.runtime.core.tree_drafts import most_draft_tokens
+
 
 @dataclass(frozen=True)
 class PerfParams:
@@ -154,7 +156,7 @@ def tree_tokens(steps: int, topk: int, draft_tokens: int | None = None) -> int:
     """
     if topk <= 1:
         return steps + 1
-    most = 1 + topk + (steps - 1) * topk * topk if steps > 0 else 1
+    most = most_draft_tokens(steps, topk)
     return most if draft_tokens is None else max(1, min(draft_tokens, most))
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specctl.runtime.core.settings import PolicySettings
+from specctl.runtime.core.tree_drafts import TREE_SWITCH_ENV, tree_launch_problem
 from specctl.runtime.core.wire import COSTS_ENV, ENABLE_ENV, PLUGINS_ENV, SETTINGS_ENV
 
 PLUGIN_NAME = "specctl"  # the entry point's name in pyproject.toml
@@ -32,8 +33,10 @@ def build_command(
     extra_args: Sequence[str] = (),
     python: str = sys.executable,
     key_config: str | None = None,
+    topk: int = 1,
+    draft_tokens: int | None = None,
 ) -> list[str]:
-    """``python -m sglang.launch_server`` with EAGLE-3, topk 1 and the adaptive controller on.
+    """``python -m sglang.launch_server`` with EAGLE-3, a chain (topk 1) or a tree, and the adaptive controller on.
 
     The adaptive controller is what lets the plugin choose 0 or N draft steps
     per batch; ``adaptive_config_path`` is the file adaptive_config.write_config
@@ -41,19 +44,23 @@ def build_command(
     can add flags (attention backend, memory fraction, CUDA-graph sizes).
     ``key_config`` is the 0600 YAML that gives SGLang ``--admin-api-key`` through
     ``--config``: a secret on the command line is anyone's to read in ``ps``.
+    ``topk`` > 1 with its ``draft_tokens`` is a tree, which the plugin switches only
+    with launch_env's ``tree`` (the opt-in) and an adaptive config of {0, spec_steps}.
     """
     if spec_steps < 1:
         raise ValueError(f"spec_steps must be at least 1, got {spec_steps}")
     if tp < 1:
         raise ValueError(f"tp must be at least 1, got {tp}")
+    if problem := tree_launch_problem(spec_steps, topk, draft_tokens):
+        raise ValueError(problem)
     return [
         python, "-m", "sglang.launch_server",
         "--model-path", model,
         "--speculative-algorithm", "EAGLE3",
         "--speculative-draft-model-path", draft,
         "--speculative-num-steps", str(spec_steps),
-        "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", str(spec_steps + 1),
+        "--speculative-eagle-topk", str(topk),
+        "--speculative-num-draft-tokens", str(spec_steps + 1 if topk == 1 else draft_tokens),
         "--speculative-adaptive",
         "--speculative-adaptive-config", str(adaptive_config_path),
         "--tp-size", str(tp),
@@ -119,11 +126,12 @@ def api_key_of(extra_args: Sequence[str]) -> str | None:
 
 
 def launch_env(settings: PolicySettings, base_env: Mapping[str, str] | None = None,
-               depth_costs: str | None = None) -> dict[str, str]:
+               depth_costs: str | None = None, tree: bool = False) -> dict[str, str]:
     """Variables to add to the server's environment so the plugin takes charge.
 
     ``depth_costs``: the step-time table the policy's depth choice reads at
     start (every rank the same file); without it the policy is on/off.
+    ``tree``: the launch drafts a tree, so the plugin's tree hooks are asked for.
 
     SGLang loads every installed general plugin unless ``SGLANG_PLUGINS``
     lists some; only then must ``specctl`` be added to that list. FlashInfer's
@@ -135,6 +143,8 @@ def launch_env(settings: PolicySettings, base_env: Mapping[str, str] | None = No
     }
     if depth_costs:
         env[COSTS_ENV] = str(depth_costs)
+    if tree:
+        env[TREE_SWITCH_ENV] = "1"
     if FLASHINFER_WORKSPACE_ENV not in (base_env or {}):
         env[FLASHINFER_WORKSPACE_ENV] = str(FLASHINFER_WORKSPACE_BYTES)
     allowed = (base_env or {}).get(PLUGINS_ENV, "")
