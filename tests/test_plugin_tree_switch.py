@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import ast
 import functools
-import os
-import subprocess
 import json
 import logging
+import os
+import subprocess
 import sys
 import types
 from pathlib import Path
