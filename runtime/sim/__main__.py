@@ -22,7 +22,8 @@ from aiohttp import web
 
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
 from specctl.runtime.core.settings import SettingsError, check_fields, unasked_floor
-from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV
+from specctl.runtime.core.tree_drafts import TREE_SWITCH_ENV
+from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV, env_flag
 from specctl.runtime.sim.gpus import MAX_GPUS
 from specctl.runtime.sim.load import parse_load
 from specctl.runtime.sim.nospec import usage_problem
@@ -80,8 +81,11 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
     preset = get_preset(ns.preset)
     # A tree preset (topk > 1) runs as SGLang without the plugin, as the real one must: the plugin stops a
     # tree server at start-up (SGLang's adaptive machinery refuses trees; docs/topk.md), so a tree that
-    # specctl steered here would promise its operator what no real server can do.
-    ns.no_plugin = ns.no_plugin or preset.topk > 1
+    # specctl steered here would promise its operator what no real server can do. With the plugin's opt-in
+    # in the environment (SPECCTL_TREE_SWITCH=1, as specctl sglang-args --topk prints it) the real plugin
+    # switches the tree between its launch depth and off, and so does this one.
+    tree_switch = preset.topk > 1 and env_flag(os.environ.get(TREE_SWITCH_ENV), False)
+    ns.no_plugin = ns.no_plugin or (preset.topk > 1 and not tree_switch)
     changes: dict[str, object] = {}
     if ns.steps is not None:
         changes["steps"] = ns.steps
@@ -101,6 +105,8 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
         load = parse_load(ns.load)
     except ValueError as exc:
         ap.error(str(exc))
+    if tree_switch and not ns.no_plugin and (why := _tree_candidates_problem(preset.steps, changes)):
+        ap.error(why)
     gpus = ns.gpus if ns.gpus is not None else preset.tp_size
     if not 1 <= gpus <= MAX_GPUS:
         ap.error(f"--gpus must be between 1 and {MAX_GPUS}, got {gpus}")
@@ -113,6 +119,20 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
                     ns.eager_prefill, plugin=not (ns.no_plugin or ns.no_speculation),
                     speculation=not ns.no_speculation, depth_costs=_depth_costs(ap, ns))
     return ns, cfg
+
+
+def _tree_candidates_problem(preset_steps: int, changes: dict[str, object]) -> str | None:
+    """The plugin's start-up refusal of a tree with depths other than its launch's and off (tree_switch.py)."""
+    checked = check_fields(changes)
+    steps = checked.get("steps", preset_steps)
+    candidates = sorted(checked.get("candidates") or [])
+    if steps != preset_steps:
+        return (f"a tree under specctl's switch drafts at its launch's --speculative-num-steps ({preset_steps}), "
+                f"got steps {steps}")
+    if candidates not in ([], [0, steps]):
+        return (f"a tree under specctl's switch has its launch depth and off only: candidates must be 0,{steps} "
+                f"or left out, got {','.join(map(str, candidates))}")
+    return None
 
 
 def _depth_costs(ap: argparse.ArgumentParser, ns: argparse.Namespace) -> DepthCosts | None | Literal["model"]:
