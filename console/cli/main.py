@@ -24,6 +24,11 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
     g.add_argument("--speculative-num-steps", type=int, dest="spec_steps",
                    help="draft steps when speculation is on (default 3; the simulator's: its preset's)")
+    g.add_argument("--speculative-eagle-topk", type=int, dest="topk", metavar="K",
+                   help="with --model: above 1 launches a tree draft under specctl's switch (opt-in, proven on "
+                        "Triton with SGLang 0.5.17; docs/topk.md), with --speculative-num-draft-tokens")
+    g.add_argument("--speculative-num-draft-tokens", type=int, dest="draft_tokens", metavar="T",
+                   help="with --model and --speculative-eagle-topk above 1: the tree's draft tokens")
     g.add_argument("--speculative-candidate-steps", metavar="0,1,2,3", dest="candidate_steps",
                    help="draft depths auto chooses among, each built at start (default: 0 and the steps)")
     g.add_argument("--depth-costs", metavar="FILE.json",

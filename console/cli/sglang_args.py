@@ -30,7 +30,7 @@ from specctl.runtime.core.thresholds import (
     for_server,
     unset_groups,
 )
-from specctl.runtime.core.tree_drafts import tree_launch_problem
+from specctl.runtime.core.tree_drafts import TREE_ROWS, tree_launch_problem
 from specctl.runtime.supervisor import config, config_file, paths
 from specctl.runtime.supervisor.edges import no_depth_costs_line
 from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
@@ -52,9 +52,7 @@ REPLACING = (f"in place of your own {', '.join(SPEC_FLAGS)} "
              "(specctl steers a chain, topk 1: a tree's topk and draft tokens must go, docs/topk.md)")
 TREE_REPLACING = (f"in place of your own {', '.join(SPEC_FLAGS)} (the tree's, with the opt-in in the "
                   "environment; on SGLang 0.5.23 keep --page-size 1, docs/topk.md)")
-TREE_THRESHOLDS = ("the thresholds measured per backend are a chain's; a tree's verify costs more, so it stops "
-                   "paying at fewer requests (on one H200 with Triton the static topk-4 tree fell below no "
-                   "speculation at 16): the policy's defaults are printed, and --set off_at=16 --set on_at=8 "
+TREE_THRESHOLDS = (f"{TREE_ROWS}: the policy's defaults are printed, and --set off_at=16 --set on_at=8 "
                    "is what that sitting ran (docs/topk.md)")
 WITHOUT = f"without your own {'/'.join(SPEC_FLAGS)}"
 

@@ -33,6 +33,11 @@ RUN_FIX = (f"drop {TOPK_FLAG}, --speculative-num-steps and --speculative-num-dra
            "(specctl launches topk 1 at its own --speculative-num-steps N, before --)")
 
 
+#: Why a backend's thresholds row is not applied to a tree: measured with a chain, whose verify is cheaper.
+TREE_ROWS = ("the thresholds measured per backend are a chain's; a tree's verify costs more, so it stops paying at "
+             "fewer requests (on one H200 with Triton the static topk-4 tree fell below no speculation at 16)")
+
+
 def keep_tree(topk: object, steps: object = "N", tokens: object = "T", tp: object = None) -> str:
     """The other way out: the tree under specctl's switch, and the command that prints its launch.
 
@@ -44,12 +49,22 @@ def keep_tree(topk: object, steps: object = "N", tokens: object = "T", tp: objec
             f"{tokens} prints both for a server you start, then attach to)")
 
 
-def topk_refusal(topk: object, fix: str = SERVER_FIX, steps: object = "N", tokens: object = "T") -> str:
-    """One line: why a tree server cannot be steered as launched, what specctl still does, what to change."""
+def run_keeps_tree(topk: object, steps: object = "N", tokens: object = "T") -> str:
+    """``specctl run``'s way to keep the tree: its own flags before --, which launch it under the switch."""
+    return (f"or keep the tree under specctl's switch (opt-in): give specctl --speculative-num-steps {steps} "
+            f"{TOPK_FLAG} {topk} {TOKENS_FLAG} {tokens} before --")
+
+
+def topk_refusal(topk: object, fix: str = SERVER_FIX, steps: object = "N", tokens: object = "T",
+                 keep: str | None = None) -> str:
+    """One line: why a tree server cannot be steered as launched, what specctl still does, what to change.
+
+    ``keep``: how this command keeps the tree instead (default: the printout of sglang-args).
+    """
     return (f"{TOPK_FLAG} must be 1, got {topk}: specctl switches speculation off for a chain draft, and for a "
             f"tree only with {TREE_SWITCH_ENV}=1 (SGLang's adaptive machinery refuses trees); without it a "
             f"topk-{topk} server it can only watch (specctl tui --attach URL). To have speculation off under "
-            f"load, {fix}, {keep_tree(topk, steps, tokens)} (docs/topk.md)")
+            f"load, {fix}, {keep or keep_tree(topk, steps, tokens)} (docs/topk.md)")
 
 
 def most_draft_tokens(steps: int, topk: int) -> int:
@@ -105,4 +120,5 @@ def tree_args_problem(args: Sequence[str]) -> str | None:
     except ValueError:
         return None
     steps, tokens = flag_in_args(args, "--speculative-num-steps"), flag_in_args(args, TOKENS_FLAG)
-    return topk_refusal(topk, RUN_FIX, steps or "N", tokens or "T") if topk > 1 else None
+    steps, tokens = steps or "N", tokens or "T"
+    return topk_refusal(topk, RUN_FIX, keep=run_keeps_tree(topk, steps, tokens)) if topk > 1 else None

@@ -29,7 +29,8 @@ from specctl.runtime.core.thresholds import (
     set_together,
     unset_groups,
 )
-from specctl.runtime.probes.server_info import spec_state, target_experts
+from specctl.runtime.core.tree_drafts import TREE_ROWS
+from specctl.runtime.probes.server_info import draft_topk, spec_state, target_experts
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 
 COMMANDS = ("ping", "status", "mode", "set", "server")
@@ -192,6 +193,9 @@ class CommandHandler:
         """
         backend, experts = attention_backend(info), target_experts(info)
         row, why_not = for_server(backend, gpu_names, self.desired, experts=experts)
+        if (draft_topk(info) or 1) > 1 and row is not None:  # a tree under the switch (docs/topk.md)
+            row, why_not = None, (f"{TREE_ROWS}: the policy's defaults stay (set off_at and on_at with "
+                                  "specctl set; docs/topk.md)")
         if why_not is not None:
             self.sup.emit(records.event(records.BACKEND_THRESHOLDS_SKIPPED, backend=backend, experts=experts,
                                         gpus=sorted({n for n in gpu_names if n}), why=why_not))

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, floor_for_steps, unasked_floor
-from specctl.runtime.core.tree_drafts import tree_args_problem
+from specctl.runtime.core.tree_drafts import tree_args_problem, tree_launch_problem
 from specctl.runtime.supervisor import config_file, paths
 from specctl.runtime.supervisor.launcher import owned_arg, reserved_arg
 from specctl.runtime.supervisor.server_key import KEY_ENV, KeyFileError, read_key_file
@@ -30,6 +30,8 @@ class SupervisorConfig:
     draft: str | None = None
     tp: int = 1
     spec_steps: int = 3
+    topk: int = 1  # above 1: a tree draft, launched under the plugin's tree switch (docs/topk.md)
+    draft_tokens: int | None = None  # the tree's --speculative-num-draft-tokens
     port: int = 0
     sglang_args: list[str] = field(default_factory=list)
     sim_preset: str = "h200-llama8b"
@@ -81,6 +83,7 @@ class SupervisorConfig:
                               "--depth-costs FILE prints it)")
         if self.backend == "sim":
             self._check_sim()
+        self._check_tree_launch()
         if self.backend == "sglang" and (tree := tree_args_problem(self.sglang_args)):
             raise ConfigError(tree)  # SGLang would load the model for minutes, then the plugin refuse it
         if self.backend == "sglang" and (owned := owned_arg(self.sglang_args)):
@@ -94,8 +97,24 @@ class SupervisorConfig:
         checked = self.start_settings()
         # the checked values travel on, not the text: the server parses them again ("40.0" is no integer)
         self.settings = {key: getattr(checked, key) for key in self.settings}
+        if self.topk > 1 and (sorted(checked.candidates) not in ([], [0, self.spec_steps])
+                              or self.depth_costs is not None):
+            raise ConfigError(f"a tree (--speculative-eagle-topk {self.topk}) switches between its launch depth "
+                              f"and off only: leave out --speculative-candidate-steps (or give 0,{self.spec_steps}) "
+                              "and --depth-costs, which price a chain's depths (docs/topk.md)")
         if self.depth_costs is not None:
             check_depth_costs(self.depth_costs, checked)
+
+    def _check_tree_launch(self) -> None:
+        """A tree's flags shape a server specctl launches; the simulator's preset and an attached server have theirs."""
+        if self.topk == 1 and self.draft_tokens is None:
+            return
+        if self.backend != "sglang":
+            whose = "the simulator's preset" if self.backend == "sim" else "an attached server's launch line"
+            raise ConfigError("--speculative-eagle-topk and --speculative-num-draft-tokens shape a server specctl "
+                              f"launches (--model); {whose} has its own")
+        if problem := tree_launch_problem(self.spec_steps, self.topk, self.draft_tokens):
+            raise ConfigError(problem)
 
     def start_settings(self) -> PolicySettings:
         """The policy settings the server starts with, checked whole; raises ConfigError worded for the operator."""
@@ -194,6 +213,8 @@ class SupervisorConfig:
                 backend=backend, url=attach_url(args.attach) if attach else None,
                 model=args.model, draft=args.draft, tp=args.tp,
                 spec_steps=3 if args.spec_steps is None else args.spec_steps, port=args.port,
+                topk=1 if getattr(args, "topk", None) is None else args.topk,
+                draft_tokens=getattr(args, "draft_tokens", None),
                 sglang_args=list(args.sglang_args or []),
                 sim_preset=args.sim_preset or sup.get("sim_preset", "h200-llama8b"),
                 sim_gpus=args.sim_gpus, sim_load=args.sim_load or sup.get("sim_load", "bursts"),

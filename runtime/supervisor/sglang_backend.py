@@ -26,10 +26,11 @@ class SGLangBackend(ProcessBackend):
         port = config.port or free_port()
         self._key_config = sglang_config_path()
         argv = build_command(config.model, config.draft, config.tp, config.spec_steps, port,
-                             "127.0.0.1", str(adaptive), config.sglang_args, key_config=str(self._key_config))
+                             "127.0.0.1", str(adaptive), config.sglang_args, key_config=str(self._key_config),
+                             topk=config.topk, draft_tokens=config.draft_tokens)
         self.api_key = api_key_of(config.sglang_args)
         costs = str(config.depth_costs.resolve()) if config.depth_costs else None
-        env = {**os.environ, **launch_env(settings, os.environ, costs)}
+        env = {**os.environ, **launch_env(settings, os.environ, costs, tree=config.topk > 1)}
         self._startup = StartupProgress()
         super().__init__(argv, env=env, stop_grace_s=config.stop_grace_s, progress_parser=self._startup.feed)
         self.url = f"http://127.0.0.1:{port}"

@@ -1,7 +1,8 @@
 """Stand-in for ``python -m sglang.launch_server``: SGLang's start-up log, then the simulator's API.
 
-It takes SGLang's command line (only --port, --speculative-num-steps and the
-admin-api-key in --config's YAML are read), prints SGLang's own start-up log lines slowly, then starts a child
+It takes SGLang's command line (only --port, --speculative-num-steps, --speculative-eagle-topk,
+--speculative-num-draft-tokens and the admin-api-key in --config's YAML are read; the draft's shape must be
+the preset's, or it exits 2 as SGLang would on a mismatched draft), prints SGLang's own start-up log lines slowly, then starts a child
 process, as SGLang starts its ranks, which serves SGLang's endpoints through
 specctl's simulator; the main process exits (17) when that child dies. Behaviour knobs come from the environment:
 STANDIN_IGNORE_SIGTERM=1, STANDIN_CRASH_AFTER=SECONDS, STANDIN_PIDFILE=PATH
@@ -18,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+
+from specctl.runtime.sim.presets import get_preset
 
 LOG = [
     "Load weight begin. avail mem=139.20 GB",
@@ -48,8 +51,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--speculative-num-steps", type=int, default=3)
+    ap.add_argument("--speculative-eagle-topk", type=int, default=1)
+    ap.add_argument("--speculative-num-draft-tokens", type=int)
     ap.add_argument("--config")  # SGLang's YAML of options; the stand-in reads its admin-api-key, as SGLang would
     args, _ = ap.parse_known_args()
+    preset = get_preset(os.environ.get("STANDIN_PRESET", "h200-llama8b"))
+    tree = (args.speculative_eagle_topk, args.speculative_num_draft_tokens if args.speculative_eagle_topk > 1 else None)
+    if tree != (preset.topk, preset.draft_tokens if preset.topk > 1 else None):
+        sys.exit(f"stand-in: the launch drafts topk {tree[0]} with {tree[1]} draft tokens, the preset {preset.name} "
+                 f"topk {preset.topk} with {preset.draft_tokens}")
     env = dict(os.environ)
     if args.config:
         for line in open(args.config, encoding="utf-8"):
