@@ -1,7 +1,9 @@
 """What specctl prints or launches is what it says: the policy's depth is a depth the server builds,
 `sglang-args` prints the settings `run` would use (a measured row's pairs whole or not at all), and a
-config file's refused floor names the file and the fix in its words. Real processes throughout: the
-CLI, the simulator, the stand-in SGLang launcher."""
+config file's refused floor names the file and the fix in its words; the report's tree (topk 4, 2 steps,
+16 draft tokens) given to run's own flags launches under the plugin's switch, or is one line where it
+cannot run. Real processes throughout: the CLI, the simulator, the stand-in SGLang launcher (which exits
+unless the launch drafts the tree its preset serves)."""
 
 from __future__ import annotations
 
@@ -209,3 +211,47 @@ def test_a_config_files_floor_refused_at_runs_steps_is_the_files(tmp_path: Path,
                   "--speculative-num-steps", "1", "--set", "min_accept=1.2", config="[policy]\nmin_accept = 1.5\n")
     said = one_line_refusal(out, "run")
     assert "--set min_accept: must be between 0 and steps (1), got 1.2" in said and "[policy]" not in said, said
+
+
+# -- 4. a tree under the switch, launched by specctl run ----------------------------------------------
+
+TREE_LAUNCH = ("--speculative-num-steps", "2", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16")
+
+
+def test_run_launches_the_tree_under_the_switch_and_steers_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(STANDIN), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("STANDIN_STEP_S", "0.02")
+    monkeypatch.setenv("STANDIN_PRESET", "rtx-8gpu-report")  # SGLang serving the report's tree
+    monkeypatch.delenv("SPECCTL_TREE_SWITCH", raising=False)  # the launch must ask for it itself
+    (tmp_path / "empty.toml").touch()
+    monkeypatch.setenv("SPECCTL_CONFIG", str(tmp_path / "empty.toml"))
+    h = Headless(tmp_path, *model_dirs(tmp_path), *TREE_LAUNCH)
+    try:
+        sample = wait_for(lambda: (s := h.ready_sample())["spec"] and s, "a sample with specctl's state")
+        assert sample["server"]["topk"] == 4 and sample["spec"]["candidates"] == [0, 2]
+        assert h.cli("force-off").returncode == 0
+        assert h.wait_event("spec_switch", to=0)["from"] == 2
+        assert h.cli("auto").returncode == 0
+        assert not h.records("event", "view_only") and "Traceback" not in h.told()
+    finally:
+        assert h.stop() == 0
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    (("--speculative-num-steps", "2", "--speculative-eagle-topk", "4"),
+     "a tree (--speculative-eagle-topk 4) needs --speculative-num-draft-tokens (2 to 21 at 2 steps)"),
+    ((*TREE_LAUNCH[:4], "--speculative-num-draft-tokens", "30"),
+     "--speculative-num-draft-tokens must be between 2 and 21"),
+    (("--speculative-num-draft-tokens", "5"), "--speculative-num-draft-tokens is for a tree"),
+    ((*TREE_LAUNCH, "--speculative-candidate-steps", "0,1,2"), "switches between its launch depth and off only"),
+    ((*TREE_LAUNCH, "--set", "candidates=0,1,2"), "switches between its launch depth and off only"),
+])
+def test_a_tree_launch_that_cannot_run_is_one_line(tmp_path: Path, extra: tuple[str, ...], said: str) -> None:
+    out = specctl(tmp_path, "run", "--headless", *model_dirs(tmp_path), *extra)
+    assert said in one_line_refusal(out, "run")
+
+
+@pytest.mark.parametrize("where", [(), ("--attach", "http://127.0.0.1:9")])
+def test_the_tree_flags_shape_only_a_server_specctl_launches(tmp_path: Path, where: tuple[str, ...]) -> None:
+    out = specctl(tmp_path, "run", "--headless", *where, *TREE_LAUNCH[2:])
+    assert "shape a server specctl launches (--model)" in one_line_refusal(out, "run")

@@ -288,3 +288,15 @@ async def test_a_restart_keeps_the_pair_the_operator_ran_with_after_setting_half
         assert (settings["off_at"], settings["on_at"]) == (100, 48), "the pair the operator ran with"
         [restored] = events(sup, "settings_restored")
         assert restored["changes"] == {"off_at": 100, "on_at": 48}
+
+
+async def test_a_tree_launched_under_the_switch_keeps_the_defaults_and_says_why(
+        standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every row was measured with a chain; the report's tree (topk 4, 16 draft tokens) costs more a verify
+    async with launched(monkeypatch, "rtx-8gpu-report", gpu_source="sim", spec_steps=2, topk=4,
+                        draft_tokens=16) as sup:
+        [skipped] = await until(lambda: events(sup, "backend_thresholds_skipped"), "the row refused")
+        assert "the thresholds measured per backend are a chain's" in skipped["why"], skipped
+        settings = await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings"),
+                               "settings read back")
+        assert settings["off_at"] == PolicySettings().off_at and not events(sup, "backend_thresholds")

@@ -193,7 +193,7 @@ class CommandHandler:
         """
         backend, experts = attention_backend(info), target_experts(info)
         row, why_not = for_server(backend, gpu_names, self.desired, experts=experts)
-        if (draft_topk(info) or 1) > 1 and row is not None:  # a tree under the switch (docs/topk.md)
+        if (draft_topk(info) or 1) > 1:  # a tree under the switch: no row was measured with one (docs/topk.md)
             row, why_not = None, (f"{TREE_ROWS}: the policy's defaults stay (set off_at and on_at with "
                                   "specctl set; docs/topk.md)")
         if why_not is not None:

@@ -2,7 +2,8 @@
 
 It takes SGLang's command line (only --port, --speculative-num-steps, --speculative-eagle-topk,
 --speculative-num-draft-tokens and the admin-api-key in --config's YAML are read; the draft's shape must be
-the preset's, or it exits 2 as SGLang would on a mismatched draft), prints SGLang's own start-up log lines slowly, then starts a child
+the preset's, or it exits 2 as SGLang would on a mismatched draft), prints SGLang's own start-up log
+lines slowly, then starts a child
 process, as SGLang starts its ranks, which serves SGLang's endpoints through
 specctl's simulator; the main process exits (17) when that child dies. Behaviour knobs come from the environment:
 STANDIN_IGNORE_SIGTERM=1, STANDIN_CRASH_AFTER=SECONDS, STANDIN_PIDFILE=PATH
