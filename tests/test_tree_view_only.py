@@ -80,7 +80,8 @@ def test_a_tree_under_the_switch_is_steered_between_its_depth_and_off(tmp_path: 
 
 
 @pytest.mark.parametrize(("args", "said"), [
-    (("--set", "candidates=0,1,2"), "has its launch depth and off only: candidates must be 0,2 or left out"),
+    (("--set", "candidates=0,1,2"),
+     "switches between its launch depth and off only: --set candidates must be 0,2 or left out"),
     (("--steps", "3"), "drafts at its launch's --speculative-num-steps (2), got steps 3"),
 ])
 def test_the_simulated_tree_refuses_other_depths_as_the_plugin_does(args: tuple[str, ...], said: str) -> None:

@@ -30,7 +30,7 @@ from specctl.runtime.core.thresholds import (
     for_server,
     unset_groups,
 )
-from specctl.runtime.core.tree_drafts import TREE_ROWS, tree_launch_problem
+from specctl.runtime.core.tree_drafts import TREE_ROWS, tree_costs_problem, tree_depths_problem, tree_launch_problem
 from specctl.runtime.supervisor import config, config_file, paths
 from specctl.runtime.supervisor.edges import no_depth_costs_line
 from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
@@ -146,16 +146,9 @@ def _tree_problem(args: argparse.Namespace, settings: PolicySettings) -> str | N
     """
     if problem := tree_launch_problem(args.steps, args.topk, args.draft_tokens, "--topk", "--draft-tokens"):
         return problem
-    if args.topk == 1:
-        return None
-    if sorted(settings.candidates) not in ([], [0, args.steps]):
-        return (f"a tree (--topk {args.topk}) switches between its launch depth and off only: "
-                f"--speculative-candidate-steps must be 0,{args.steps} or left out, got "
-                f"{','.join(map(str, settings.candidates))}")
-    if args.depth_costs:
-        return (f"--depth-costs prices draft depths of a chain; a tree (--topk {args.topk}) has one depth "
-                "and off, which the on/off rules choose between")
-    return None
+    if problem := tree_depths_problem(args.topk, args.steps, settings.candidates, "--speculative-candidate-steps"):
+        return problem
+    return tree_costs_problem(args.topk) if args.topk > 1 and args.depth_costs else None
 
 
 def _config_name(settings: PolicySettings) -> str:

@@ -67,6 +67,24 @@ def topk_refusal(topk: object, fix: str = SERVER_FIX, steps: object = "N", token
             f"load, {fix}, {keep or keep_tree(topk, steps, tokens)} (docs/topk.md)")
 
 
+def tree_depths_problem(topk: int, steps: int, candidates: Sequence[int], flag: str) -> str | None:
+    """Why a tree cannot have these candidate depths (named by the caller's ``flag``); None if it can.
+
+    A tree switches between its launch depth and off only: SGLang would build every other
+    depth as a chain, and the plugin refuses them at start-up (tree_switch.tree_problem).
+    """
+    if topk <= 1 or sorted(candidates) in ([], [0, steps]):
+        return None
+    return (f"a tree ({TOPK_FLAG} {topk}) switches between its launch depth and off only: {flag} must be "
+            f"0,{steps} or left out, got {','.join(map(str, candidates))} (SGLang would build other depths as chains)")
+
+
+def tree_costs_problem(topk: int) -> str:
+    """Why a tree takes no depth-cost table."""
+    return (f"--depth-costs prices draft depths of a chain; a tree ({TOPK_FLAG} {topk}) has one depth and off, "
+            "which the on/off rules choose between")
+
+
 def most_draft_tokens(steps: int, topk: int) -> int:
     """The tokens a tree's draft steps produce, the root included: SGLang keeps its draft tokens among them."""
     return 1 + topk + (steps - 1) * topk * topk if steps > 0 else 1

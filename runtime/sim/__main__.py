@@ -22,12 +22,12 @@ from aiohttp import web
 
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
 from specctl.runtime.core.settings import SettingsError, check_fields, unasked_floor
-from specctl.runtime.core.tree_drafts import TREE_SWITCH_ENV
+from specctl.runtime.core.tree_drafts import TREE_SWITCH_ENV, tree_depths_problem
 from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV, env_flag
 from specctl.runtime.sim.gpus import MAX_GPUS
 from specctl.runtime.sim.load import parse_load
 from specctl.runtime.sim.nospec import usage_problem
-from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
+from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset
 from specctl.runtime.sim.routes import build_app
 from specctl.runtime.sim.server import SimConfig, SimServer
 
@@ -105,7 +105,7 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
         load = parse_load(ns.load)
     except ValueError as exc:
         ap.error(str(exc))
-    if tree_switch and not ns.no_plugin and (why := _tree_candidates_problem(preset.steps, changes)):
+    if tree_switch and not ns.no_plugin and (why := _tree_candidates_problem(preset, changes)):
         ap.error(why)
     gpus = ns.gpus if ns.gpus is not None else preset.tp_size
     if not 1 <= gpus <= MAX_GPUS:
@@ -121,18 +121,14 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
     return ns, cfg
 
 
-def _tree_candidates_problem(preset_steps: int, changes: dict[str, object]) -> str | None:
+def _tree_candidates_problem(preset: Preset, changes: dict[str, object]) -> str | None:
     """The plugin's start-up refusal of a tree with depths other than its launch's and off (tree_switch.py)."""
     checked = check_fields(changes)
-    steps = checked.get("steps", preset_steps)
-    candidates = sorted(checked.get("candidates") or [])
-    if steps != preset_steps:
-        return (f"a tree under specctl's switch drafts at its launch's --speculative-num-steps ({preset_steps}), "
+    steps = checked.get("steps", preset.steps)
+    if steps != preset.steps:
+        return (f"a tree under specctl's switch drafts at its launch's --speculative-num-steps ({preset.steps}), "
                 f"got steps {steps}")
-    if candidates not in ([], [0, steps]):
-        return (f"a tree under specctl's switch has its launch depth and off only: candidates must be 0,{steps} "
-                f"or left out, got {','.join(map(str, candidates))}")
-    return None
+    return tree_depths_problem(preset.topk, steps, checked.get("candidates") or [], "--set candidates")
 
 
 def _depth_costs(ap: argparse.ArgumentParser, ns: argparse.Namespace) -> DepthCosts | None | Literal["model"]:

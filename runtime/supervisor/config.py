@@ -10,7 +10,12 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, floor_for_steps, unasked_floor
-from specctl.runtime.core.tree_drafts import tree_args_problem, tree_launch_problem
+from specctl.runtime.core.tree_drafts import (
+    tree_args_problem,
+    tree_costs_problem,
+    tree_depths_problem,
+    tree_launch_problem,
+)
 from specctl.runtime.supervisor import config_file, paths
 from specctl.runtime.supervisor.launcher import owned_arg, reserved_arg
 from specctl.runtime.supervisor.server_key import KEY_ENV, KeyFileError, read_key_file
@@ -97,11 +102,11 @@ class SupervisorConfig:
         checked = self.start_settings()
         # the checked values travel on, not the text: the server parses them again ("40.0" is no integer)
         self.settings = {key: getattr(checked, key) for key in self.settings}
-        if self.topk > 1 and (sorted(checked.candidates) not in ([], [0, self.spec_steps])
-                              or self.depth_costs is not None):
-            raise ConfigError(f"a tree (--speculative-eagle-topk {self.topk}) switches between its launch depth "
-                              f"and off only: leave out --speculative-candidate-steps (or give 0,{self.spec_steps}) "
-                              "and --depth-costs, which price a chain's depths (docs/topk.md)")
+        if problem := tree_depths_problem(self.topk, self.spec_steps, checked.candidates,
+                                          self._flag("candidates", self.spec_steps)):
+            raise ConfigError(problem)
+        if self.topk > 1 and self.depth_costs is not None:
+            raise ConfigError(tree_costs_problem(self.topk))
         if self.depth_costs is not None:
             check_depth_costs(self.depth_costs, checked)
 
