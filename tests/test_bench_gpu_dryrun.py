@@ -330,3 +330,18 @@ def test_treecheck_and_treesweep_run_the_tree_under_the_switch_against_no_specul
     assert report.count('"num_used_tokens": [0]') == 2 and "== start-up" in report
     assert "the tree's settings: off_at=16 on_at=8" in run.log
     assert {r["mode"] for r in run.windows() if r["label"] == "treesw-triton"} == {"on", "off", "auto"}
+
+
+def test_depth_control_runs_auto_confined_to_one_depth_beside_the_pins_and_reports_it(sock_dir: Path) -> None:
+    # the same-state control: aN is mode auto with candidates {0, N}; a pin after it gets every depth back
+    run = dry_run(sock_dir, "depthauto", ATTN="fa3", DEPTHS="0,1,2,3", DEPTH_ROW="1", DEPTH_CONTROL="2",
+                  DEPTH_COSTS="bench/gpu/results/depth/fa3-costs-measured.json")
+    assert_clean(run, "depthauto")
+    with (run.out / "interleave-fa3.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["mode"] for r in rows} == {"auto", "a2", "d1", "d2", "d3", "off"}
+    assert all(r["switch_rc"] == "0" for r in rows), [(r["mode"], r["switch_rc"]) for r in rows]
+    assert {round(float(r["steps"])) for r in rows if r["mode"] == "a2"} == {2}
+    assert {round(float(r["steps"])) for r in rows if r["mode"] == "d3"} == {3}, "d3 after a2: every depth back"
+    assert re.search(r"- The same-state control \(auto confined to \{0, N\} as mode aN.*: c=4 a2 / d2 \d\.\d{3}",
+                     run.log), run.log[-3000:]

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -356,6 +357,24 @@ def read_files(paths: list[str]) -> tuple[Cells, str | None]:
                    + "; ".join(f"{k} at c={', '.join(map(str, cs))}" for k, cs in by_kind.items()) + ".")
 
 
+def control_line(cells: Cells) -> str | None:
+    """Auto confined to {0, N} (run_fast_off.sh's DEPTH_CONTROL=N, mode ``aN``) beside dN pinned and auto.
+
+    Why: on FA3 auto read its own best state's pinned windows at 0.78-0.96 with no switch in the
+    window. ``aN`` is mode auto without the depth choice: aN / dN near 1 puts the loss in the depth
+    choice's path, aN / dN as low as auto / dN puts it in auto mode itself. None where none ran.
+    """
+    found = sorted((int(m[1:]), c) for (kind, m, c) in cells if kind == "depthauto" and re.fullmatch(r"a\d", m))
+
+    def own(mode: str, c: int) -> Windows | None:
+        return cells.get(("depthauto", mode, c))
+
+    parts = [f"c={c} a{n} / d{n} {ratio(own(f'a{n}', c), own(f'd{n}', c))}, auto / a{n} "
+             f"{ratio(own('auto', c), own(f'a{n}', c))}" for n, c in found]
+    return ("- The same-state control (auto confined to {0, N} as mode aN, beside dN pinned, one server): "
+            + "; ".join(parts) + ".") if parts else None
+
+
 def report(backend: str, model: str, cells: Cells, merged: str | None = None,
            trace: tuple[float, int] | None = None) -> str:
     """One backend's heading, table and summary (and the trace's ceiling where asked)."""
@@ -373,7 +392,8 @@ def report(backend: str, model: str, cells: Cells, merged: str | None = None,
         " auto's depth = the mean of its windows' steps column; middle / binary = max(d1, d2) / max(none, d3)"
         " where d1 or d2 is the best static.\n",
         table(pts) + note, "", goal_line(pts), own_line(pts),
-        *([same] if (same := same_state_line(pts)) else []), middle_line(pts), scatter_line(pts),
+        *([same] if (same := same_state_line(pts)) else []), *([ctl] if (ctl := control_line(cells)) else []),
+        middle_line(pts), scatter_line(pts),
         *([merged] if merged else []),
         *([ceiling_line(pts, *trace)] if trace else [])])
 

@@ -78,7 +78,9 @@
 #   depthauto      a fresh specctl server with the measured table (or DEPTH_COSTS, e.g. the committed
 #                  bench/gpu/results/depth/triton-costs-measured.json): auto over DEPTHS beside every static
 #                  depth and off on the same server, taking turns (CONCS3; auto's depth per window in the CSV),
-#                  then depth_report.py's goal table; the no-spec reference is nospec2's CSV (same IL_* load)
+#                  then depth_report.py's goal table; the no-spec reference is nospec2's CSV (same IL_* load).
+#                  DEPTH_CONTROL=N adds mode aN: auto confined to {0, N} (no depth choice), the control for
+#                  auto reading its own state's pinned windows low (docs/results/depth-fa3.md)
 #                  CAVEAT for depthsweep/depthauto: SGLang's simulated acceptance (match-expected) accepts
 #                  ACC_LEN-1 drafts whatever the depth (clamped to it): at 2.8 depth 2 yields what depth 3
 #                  does, at 2.0 depth 1 yields what any does, so a middle depth "wins" by construction.
@@ -1008,12 +1010,16 @@ depth_switch() {  # a switch command for interleave.py / trace_load.py: dN pins 
 s = (json.load(sys.stdin) or {}).get("settings") or {}
 print("min_accept=%r accept_slope=%r" % (float(s["min_accept"]), float(s["accept_slope"])))' 2>/dev/null)
   [ -n "$floor" ] || log "depth_switch: could not read the server's acceptance floor; auto keeps what a pin left" >&2
+  # every command names the candidates (a mask: SGLang takes numbers), so a pin after aN, which confines
+  # them to {0, N}, gets the whole set back
+  local all=0 d; for d in ${DEPTHS//,/ }; do all=$((all | 1 << d)); done
   cat > "$WORK/depth.sh" <<SHEOF
 ok() { grep -Eq '"set": \[true(, true)*\]'; }   # refused ([false]): a non-zero status, which the load logs
 case \$1 in
-  d*) python3 "$HERE/ctl.py" "$URL" set min_accept=0 mode=1 steps=\${1#d} | ok ;;
-  off) python3 "$HERE/ctl.py" "$URL" set mode=2 steps=$STEPS $floor | ok ;;
-  auto) python3 "$HERE/ctl.py" "$URL" set mode=0 steps=$STEPS $floor | ok ;;
+  d[0-9]*) python3 "$HERE/ctl.py" "$URL" set min_accept=0 mode=1 steps=\${1#d} candidates=$all | ok ;;
+  a[0-9]*) python3 "$HERE/ctl.py" "$URL" set mode=0 steps=\${1#a} candidates=\$((1 | 1 << \${1#a})) $floor | ok ;;
+  off) python3 "$HERE/ctl.py" "$URL" set mode=2 steps=$STEPS candidates=$all $floor | ok ;;
+  auto) python3 "$HERE/ctl.py" "$URL" set mode=0 steps=$STEPS candidates=$all $floor | ok ;;
 esac
 SHEOF
   echo "bash $WORK/depth.sh {mode}"
@@ -1080,6 +1086,7 @@ phase_depthauto() {  # auto over the depths with the measured table, beside ever
   [ -f "$costs" ] || { log "no cost table: run depthsweep first or set DEPTH_COSTS"; return 1; }
   costs=$(realpath "$costs")   # a path in the repository (the committed table) read by a server started elsewhere
   for d in ${DEPTHS//,/ }; do [ "$d" = 0 ] || modes="$modes d$d"; done
+  [ -n "${DEPTH_CONTROL:-}" ] && modes="$modes a$DEPTH_CONTROL"   # auto confined to {0, N}: depth_report's control
   DEPTH_COSTS=$costs start_server depthauto specctl 1 || return 1
   depth_row
   python3 "$HERE/ctl.py" "$URL" state | cut -c1-400
