@@ -71,7 +71,8 @@ def test_a_tree_under_the_switch_is_steered_between_its_depth_and_off(tmp_path: 
             assert switched["from"] == 2 and switched["reason"] == "forced", switched
             deeper = h.cli("force-on", "--steps", "3")
             assert deeper.returncode != 0 and "Traceback" not in deeper.stderr
-            assert "launched for 2 draft steps" in deeper.stderr and "nothing changed" in deeper.stderr, deeper.stderr
+            assert "drafts a tree (topk 4) under specctl's switch, which has its launch depth (2) and off only" \
+                in deeper.stderr and "nothing changed" in deeper.stderr, deeper.stderr
             assert h.cli("force-on").returncode == 0
             h.wait_event("spec_switch", to=2)
         finally:

@@ -140,7 +140,7 @@ class CommandHandler:
         except ServerUnreachable as exc:
             raise CommandError(UNAVAILABLE, f"the model server did not answer: {exc}") from None
         if not answers or not all(answers):
-            raise refused(current, new)
+            raise refused(current, new, ((self.sup.latest_sample or {}).get("server") or {}).get("topk"))
         applied = {k: getattr(new, k) for k in changes}
         self.desired.update({k: getattr(new, k) for k in groups_touched(changes)})  # the pair it ran, for restarts
         self.sup.emit(records.event(records.SETTINGS, changes=applied, settings=new.as_dict()))
@@ -344,13 +344,20 @@ def _relaunch(steps: int) -> str:
             "for your own launch line")
 
 
-def refused(current: PolicySettings, new: PolicySettings) -> CommandError:
+def refused(current: PolicySettings, new: PolicySettings, topk: object = None) -> CommandError:
     """The server said no to settings the supervisor found valid: name the field and why where it is known.
 
     The one setting a server refuses that passes every check here is a step count it has no runtime
     state for: SGLang builds CUDA graphs at launch for the candidate steps of its adaptive config
-    (specctl writes {0, N}), so another N needs a relaunch, not a set.
+    (specctl writes {0, N}), so another N needs a relaunch, not a set. A tree (``topk`` above 1)
+    has its launch depth and off only, whatever the relaunch.
     """
+    if new.steps != current.steps and isinstance(topk, int) and topk > 1:
+        return CommandError(INVALID_VALUE, (
+            f"the model server drafts a tree (topk {topk}) under specctl's switch, which has its launch depth "
+            f"({current.steps}) and off only; another depth is a relaunch with that tree's own "
+            "--speculative-num-steps and --speculative-num-draft-tokens (docs/topk.md); nothing changed"),
+            field="steps")
     if new.steps != current.steps:
         return CommandError(INVALID_VALUE, (
             f"the model server was launched for {current.steps} draft steps and built its runtime states "
