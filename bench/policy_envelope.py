@@ -42,7 +42,8 @@ from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError
 from specctl.runtime.sim.depth import AcceptLaw, law_for, match_expected_law, policy_costs
 from specctl.runtime.sim.offline import PointResult, Server, run_point, static_settings
-from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset
+from specctl.runtime.sim.preset_model import Preset
+from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS
 from specctl.runtime.sim.rows import supervised_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))

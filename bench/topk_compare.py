@@ -26,7 +26,8 @@ import sys
 import time
 
 from specctl.runtime.sim.offline import run_point
-from specctl.runtime.sim.presets import Preset, get_preset
+from specctl.runtime.sim.preset_model import Preset
+from specctl.runtime.sim.presets import get_preset
 from specctl.runtime.sim.rows import supervised_settings
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

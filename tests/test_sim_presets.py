@@ -84,3 +84,22 @@ def test_the_flashinfer_row_keeps_auto_at_the_better_state(concurrency: int) -> 
     auto = run_point(FLASHINFER, concurrency, "auto", settings=for_backend("flashinfer"))
     assert auto.tok_s >= 0.95 * max(on, off)
     assert auto.on_fraction == (1.0 if concurrency <= 32 else 0.0)
+
+
+def test_the_h200_tree_differs_from_triton_only_in_the_draft_and_its_two_refitted_costs() -> None:
+    tree = get_preset("h200-llama8b-tree")
+    assert (tree.topk, tree.steps, tree.draft_tokens, tree.attention_backend) == (4, 2, 16, "triton")
+    changed = {f.name for f in dataclasses.fields(tree.params)
+               if getattr(tree.params, f.name) != getattr(TRITON.params, f.name)}
+    assert changed == {"draft_overhead_s", "verify_kv_s"}
+    assert max(abs(sim / measured - 1) for *_, measured, sim in points(tree)) <= tree.tolerance
+
+
+@pytest.mark.parametrize("concurrency", [1, 4, 64, 256])
+def test_the_h200_tree_under_the_switch_serves_the_better_of_the_tree_and_none(concurrency: int) -> None:
+    # what the sixth sitting measured (docs/topk.md): the tree at 1-4 requests, off from 16 (off_at 16 / on_at 8)
+    tree = get_preset("h200-llama8b-tree")
+    best = max(run_point(tree, concurrency, "on").tok_s, run_point(tree, concurrency, "nospec").tok_s)
+    auto = run_point(tree, concurrency, "auto", settings={"off_at": 16, "on_at": 8})
+    assert auto.tok_s >= 0.97 * best
+    assert auto.on_fraction == (1.0 if concurrency <= 4 else 0.0)

@@ -27,7 +27,8 @@ from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV, env_flag
 from specctl.runtime.sim.gpus import MAX_GPUS
 from specctl.runtime.sim.load import parse_load
 from specctl.runtime.sim.nospec import usage_problem
-from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset
+from specctl.runtime.sim.preset_model import Preset
+from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
 from specctl.runtime.sim.routes import build_app
 from specctl.runtime.sim.server import SimConfig, SimServer
 

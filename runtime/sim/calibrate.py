@@ -37,7 +37,8 @@ from typing import Any
 
 from specctl.runtime.sim.depth import match_expected_law
 from specctl.runtime.sim.offline import Server, run_point, static_settings
-from specctl.runtime.sim.presets import PRESETS, Preset
+from specctl.runtime.sim.preset_model import Preset
+from specctl.runtime.sim.presets import PRESETS
 from specctl.runtime.sim.sweep_csv import DepthCsvError, Measured, read_windows
 
 SERIES_SERVER: dict[str, Server] = {"nospec": "nospec", "eagle3": "on"}

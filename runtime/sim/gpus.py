@@ -12,7 +12,7 @@ import math
 import uuid
 from typing import Any
 
-from specctl.runtime.sim.presets import GpuSpec
+from specctl.runtime.sim.preset_model import GpuSpec
 
 AMBIENT_C = 30.0
 C_PER_WATT = 0.062  # steady-state heating: 700 W sits near 73 C

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.sim.depth import AcceptLaw, policy_costs
-from specctl.runtime.sim.presets import Preset
+from specctl.runtime.sim.preset_model import Preset
 
 Server = Literal["nospec", "on", "off", "auto"]
 WARMUP_S = 6.0

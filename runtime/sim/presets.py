@@ -6,88 +6,13 @@ Each preset keeps the measurements it was calibrated against, so that
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from specctl.runtime.core.policy import SpecPolicy
-from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.sim import qwen3moe_shapes as moe
 from specctl.runtime.sim.costs import PerfParams, Workload
-from specctl.runtime.sim.engine import SimEngine
+from specctl.runtime.sim.preset_model import Check, GpuSpec, Preset
 
 DEFAULT_PRESET = "h200-llama8b"
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """What one simulated GPU reports (NVML-like static facts)."""
-
-    name: str
-    mem_total: int  # bytes
-    power_limit_w: float
-    idle_power_w: float
-    max_sm_clock_mhz: float
-    idle_sm_clock_mhz: float
-
-
-@dataclass(frozen=True)
-class Check:
-    """Measurements a preset is compared with but not fitted to: another run of the same server.
-
-    Kept so that calibrate shows how a preset holds up on data it was not
-    tuned on, without letting one noisy run pull the fit.
-    """
-
-    label: str
-    # series ("nospec", "eagle3") -> concurrency -> measured output tokens/s
-    measured: dict[str, dict[int, float]]
-    source: str
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A simulated server: cost model, shapes, and the measurements behind them."""
-
-    name: str
-    description: str
-    model_path: str
-    draft_model_path: str
-    tp_size: int
-    gpu: GpuSpec
-    params: PerfParams
-    workload: Workload
-    accept_len: float  # mean tokens per verify (bonus included) at ``steps``
-    steps: int
-    max_running: int
-    kv_pool_tokens: int
-    mem_fraction_static: float
-    attention_backend: str  # as SGLang's /server_info names it; the supervisor picks thresholds by it
-    # series ("nospec", "eagle3") -> concurrency -> measured output tokens/s
-    measured: dict[str, dict[int, float]] = field(default_factory=dict)
-    source: str = ""
-    # how the measurement was windowed (simulated seconds), so calibration compares like with like
-    warmup_s: float = 6.0
-    window_s: float = 18.0
-    # every fitted point lands within this fraction of its measurement (tests hold it)
-    tolerance: float = 0.10
-    checks: tuple[Check, ...] = ()
-    topk: int = 1  # --speculative-eagle-topk: 1 drafts a chain, more a tree
-    draft_tokens: int | None = None  # --speculative-num-draft-tokens for a tree (topk 1: steps + 1)
-
-    @property
-    def calibrated(self) -> bool:
-        """Whether a GPU measurement backs this preset; one without (``measured`` empty) is a prediction."""
-        return bool(self.measured)
-
-    def engine(self, policy: SpecPolicy | None, seed: int = 0, fast_off: bool = True) -> SimEngine:
-        """A fresh engine of this preset; ``policy`` None gives a server without speculation."""
-        return SimEngine(self.params, self.workload, policy=policy, accept_len=self.accept_len,
-                         accept_steps=self.steps, max_running=self.max_running,
-                         kv_pool_tokens=self.kv_pool_tokens, seed=seed, fast_off=fast_off,
-                         topk=self.topk, draft_tokens=self.draft_tokens)
-
-    def default_settings(self) -> PolicySettings:
-        """Policy settings with this preset's draft steps."""
-        return PolicySettings(steps=self.steps)
 
 
 _LLAMA8B_BYTES = 8.03e9 * 2  # bf16 parameters
@@ -244,6 +169,29 @@ H200_LLAMA8B_FLASHINFER = replace(
         }, "bench/gpu/results/flashinfer/sweep-specctl-earlypub.csv: specctl forced off (the model's off "
            "state costs what no speculation costs; measured off / none 0.94-1.07)"),
     ),
+)
+
+# The h200-llama8b server drafting SGLang's EAGLE-3 tree (topk 4, 2 steps, 16 draft tokens) at
+# simulated acceptance 2.7, as the tree calls ran it (docs/topk.md). Two costs refitted to the
+# static tree's windows (`calibrate --preset h200-llama8b-tree --fit draft_overhead_s,verify_kv_s`):
+# a draft step's overhead, 0.52 ms against the chain's 0.28 (the tree's steps after the first run
+# at batch x topk and pick the top-k of topk^2 branches) and the verify's KV term, 559 ns against
+# 493 (the 16-token tree's extend with its tree mask). Unfitted, the chain's costs read it 3-14 % fast.
+H200_LLAMA8B_TREE = replace(
+    H200_LLAMA8B,
+    name="h200-llama8b-tree",
+    description="one H200, Llama-3.1-8B-Instruct shapes, EAGLE-3 tree (topk 4, 2 steps, 16 draft tokens), "
+                "Triton attention",
+    params=replace(H200_LLAMA8B.params, draft_overhead_s=0.518e-3, verify_kv_s=559e-9),
+    accept_len=2.7,
+    steps=2,
+    topk=4,
+    draft_tokens=16,
+    measured={"nospec": H200_LLAMA8B.measured["nospec"],
+              "eagle3": {1: 343.9, 4: 1118.8, 16: 2303.1, 32: 2688.7, 64: 2876.9, 128: 2951.5, 256: 3069.5}},
+    source="nospec: h200-llama8b's; eagle3: the static tree, mean of three calls' windows "
+           "(bench/gpu/results/topk/tree-triton.csv, tree-triton-acc2.csv, treesw-triton.csv; 2026-12-02)",
+    checks=(),
 )
 
 # The report's system (docs/sim-presets.md, "rtx-8gpu-report"): 8 RTX PRO 6000
@@ -430,7 +378,8 @@ H200_QWEN3MOE = replace(
 )
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (H200_LLAMA8B, H200_LLAMA8B_FA3, H200_LLAMA8B_FLASHINFER,
-                                                    H200_QWEN3MOE, RTX_8GPU_REPORT, RTX_8GPU_REPORT_TOPK1)}
+                                                    H200_LLAMA8B_TREE, H200_QWEN3MOE, RTX_8GPU_REPORT,
+                                                    RTX_8GPU_REPORT_TOPK1)}
 
 
 def get_preset(name: str) -> Preset:

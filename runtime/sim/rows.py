@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from specctl.runtime.core.thresholds import for_backend, for_server, is_moe, unset_groups
-from specctl.runtime.sim.presets import Preset
+from specctl.runtime.sim.preset_model import Preset
 
 
 def supervised_settings(preset: Preset, settings: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -37,7 +37,7 @@ from specctl.runtime.sim.generate import (
 from specctl.runtime.sim.gpus import SimGpus
 from specctl.runtime.sim.load import LoadDriver, LoadSpec
 from specctl.runtime.sim.metrics import Collector
-from specctl.runtime.sim.presets import Preset
+from specctl.runtime.sim.preset_model import Preset
 
 TICK_S = 0.025
 CPU_BUDGET_S = 0.015  # per tick; beyond it the simulated clock falls behind rather than hog the CPU
