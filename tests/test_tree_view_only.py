@@ -65,6 +65,8 @@ def test_a_tree_under_the_switch_is_steered_between_its_depth_and_off(tmp_path: 
         try:
             sample = wait_for(lambda: (s := h.ready_sample())["spec"] and s, "a sample with specctl's state")
             assert sample["server"]["topk"] == 4 and sample["spec"]["steps"] == 2
+            status = h.cli("status")
+            assert "spec       ON (2 steps, a tree of topk 4)  mode auto" in status.stdout, status.stdout
             out = h.cli("force-off")
             assert out.returncode == 0, out.stderr
             switched = h.wait_event("spec_switch", to=0)

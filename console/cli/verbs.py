@@ -153,7 +153,7 @@ def summary(sample: dict[str, Any]) -> list[str]:
     server = sample.get("server") or {}
     lines = [_server_line(server, bool(sample.get("sim")))]
     why = view_only.reason(sample)
-    lines += _view_only_lines(why, server.get("tp")) if why else _spec_lines(sample.get("spec"))
+    lines += _view_only_lines(why, server.get("tp")) if why else _spec_lines(sample.get("spec"), server.get("topk"))
     if server.get("prefill_graphs") is False:
         lines.append("prefill    EAGER: prefill CUDA graphs are off; with prompts arriving the off state "
                      "costs about 5 % more (docs/fast-off.md)")
@@ -190,12 +190,14 @@ def _server_line(server: dict[str, Any], sim: bool) -> str:
     return "  ".join(parts)
 
 
-def _spec_lines(spec: dict[str, Any] | None) -> list[str]:
+def _spec_lines(spec: dict[str, Any] | None, topk: object = None) -> list[str]:
+    """The spec lines; ``topk`` above 1 says the server drafts a tree (under specctl's switch, as it steers it)."""
     if spec is None:
         return ["spec       unknown (the model server cannot be asked)"]
     on = spec.get("on")
     state = "-" if on is None else ("ON" if on else "OFF")
-    steps = f" ({spec.get('steps')} steps)" if on else ""
+    tree = f", a tree of topk {topk}" if isinstance(topk, int) and topk > 1 else ""
+    steps = f" ({spec.get('steps')} steps{tree})" if on else ""
     built = (spec.get("settings") or {}).get("candidates") if isinstance(spec.get("settings"), dict) else None
     if _several_depths(built):
         # built for several depths: the one running and those auto may choose among now, as the banner says it
