@@ -109,6 +109,7 @@ def test_a_tree_draft_in_the_launch_line_is_refused_with_what_to_change(tmp_path
 @pytest.mark.parametrize(("extra", "named"), [
     (["--speculative-num-steps", "2"], "specctl's own --speculative-num-steps, before --"),
     (["--speculative-num-draft-tokens=5"], "specctl's own --speculative-num-steps, before --"),
+    (["--speculative-eagle-topk", "1"], "specctl's own --speculative-eagle-topk, before --"),
     (["--tp-size", "8"], "specctl's own --tp, before --"),
     (["--port", "30000"], "specctl's own --port, before --"),
     (["--model-path", "other/model"], "specctl's own --model, before --"),

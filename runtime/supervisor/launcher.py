@@ -102,6 +102,7 @@ OWNED_ARGS = {
     "--model-path": "--model", "--speculative-draft-model-path": "--draft",
     "--tp-size": "--tp", "--tensor-parallel-size": "--tp", "--port": "--port",
     "--speculative-num-steps": "--speculative-num-steps", "--speculative-num-draft-tokens": "--speculative-num-steps",
+    "--speculative-eagle-topk": "--speculative-eagle-topk",
     "--speculative-algorithm": "", "--speculative-adaptive-config": "",
 }
 
