@@ -30,7 +30,7 @@ from specctl.runtime.core.thresholds import (
     for_server,
     unset_groups,
 )
-from specctl.runtime.core.tree_drafts import TREE_ROWS, tree_costs_problem, tree_depths_problem, tree_launch_problem
+from specctl.runtime.core.tree_drafts import TREE_ROWS, tree_problem
 from specctl.runtime.supervisor import config, config_file, paths
 from specctl.runtime.supervisor.edges import no_depth_costs_line
 from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
@@ -144,11 +144,8 @@ def _tree_problem(args: argparse.Namespace, settings: PolicySettings) -> str | N
     A tree switches between its launch state and off only: SGLang builds every other depth as a
     chain (the plugin refuses other candidates at start-up), and the depth model prices chains.
     """
-    if problem := tree_launch_problem(args.steps, args.topk, args.draft_tokens, "--topk", "--draft-tokens"):
-        return problem
-    if problem := tree_depths_problem(args.topk, args.steps, settings.candidates, "--speculative-candidate-steps"):
-        return problem
-    return tree_costs_problem(args.topk) if args.topk > 1 and args.depth_costs else None
+    return tree_problem(args.steps, args.topk, args.draft_tokens, settings.candidates, bool(args.depth_costs),
+                        ("--topk", "--draft-tokens", "--speculative-candidate-steps"))
 
 
 def _config_name(settings: PolicySettings) -> str:

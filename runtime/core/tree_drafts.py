@@ -15,7 +15,9 @@ sglang-args`` say this in the same words, from here. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+from specctl.runtime.core.wire import env_flag
 
 TOPK_FLAG = "--speculative-eagle-topk"
 TOKENS_FLAG = "--speculative-num-draft-tokens"
@@ -65,6 +67,20 @@ def topk_refusal(topk: object, fix: str = SERVER_FIX, steps: object = "N", token
             f"tree only with {TREE_SWITCH_ENV}=1 (SGLang's adaptive machinery refuses trees); without it a "
             f"topk-{topk} server it can only watch (specctl tui --attach URL). To have speculation off under "
             f"load, {fix}, {keep or keep_tree(topk, steps, tokens)} (docs/topk.md)")
+
+
+def tree_switch_enabled(environ: Mapping[str, str]) -> bool:
+    """Whether a server's environment opts in to the tree switch (the plugin reads it; the simulator too)."""
+    return env_flag(environ.get(TREE_SWITCH_ENV), False)
+
+
+def tree_problem(steps: int, topk: int, tokens: int | None, candidates: Sequence[int], costs: bool,
+                 flags: tuple[str, str, str] = (TOPK_FLAG, TOKENS_FLAG, "--speculative-candidate-steps")) -> str | None:
+    """Why a launch of a chain or tree with these cannot run, naming the caller's flags (topk, draft tokens,
+    candidates); None if it can. ``costs``: a depth-cost table is given, which prices a chain's depths only."""
+    return (tree_launch_problem(steps, topk, tokens, flags[0], flags[1])
+            or tree_depths_problem(topk, steps, candidates, flags[2])
+            or (tree_costs_problem(topk) if topk > 1 and costs else None))
 
 
 def tree_depths_problem(topk: int, steps: int, candidates: Sequence[int], flag: str) -> str | None:

@@ -38,8 +38,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from specctl.runtime.core.tree_drafts import TREE_SWITCH_ENV
-from specctl.runtime.core.wire import env_flag
+from specctl.runtime.core.tree_drafts import TREE_SWITCH_ENV, tree_switch_enabled
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, register_hook, resolve
 
 logger = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ BOUND = "max_speculative_num_draft_tokens"  # 0.5.17's cached_property on Server
 
 def enabled() -> bool:
     """Whether the operator opted in (off by default: proven on Triton with 0.5.17 only; docs/topk.md)."""
-    return env_flag(os.environ.get(ENV_ENABLE), False)
+    return tree_switch_enabled(os.environ)
 
 
 def is_tree(topk: object) -> bool:

@@ -22,8 +22,8 @@ from aiohttp import web
 
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
 from specctl.runtime.core.settings import SettingsError, check_fields, unasked_floor
-from specctl.runtime.core.tree_drafts import TREE_SWITCH_ENV, tree_depths_problem
-from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV, env_flag
+from specctl.runtime.core.tree_drafts import tree_depths_problem, tree_switch_enabled
+from specctl.runtime.core.wire import ADMIN_PATHS, SIM_ADMIN_KEY_ENV
 from specctl.runtime.sim.gpus import MAX_GPUS
 from specctl.runtime.sim.load import parse_load
 from specctl.runtime.sim.nospec import usage_problem
@@ -85,7 +85,7 @@ def config_from_args(argv: list[str] | None = None) -> tuple[argparse.Namespace,
     # specctl steered here would promise its operator what no real server can do. With the plugin's opt-in
     # in the environment (SPECCTL_TREE_SWITCH=1, as specctl sglang-args --topk prints it) the real plugin
     # switches the tree between its launch depth and off, and so does this one.
-    tree_switch = preset.topk > 1 and env_flag(os.environ.get(TREE_SWITCH_ENV), False)
+    tree_switch = preset.topk > 1 and tree_switch_enabled(os.environ)
     ns.no_plugin = ns.no_plugin or (preset.topk > 1 and not tree_switch)
     changes: dict[str, object] = {}
     if ns.steps is not None:

@@ -10,12 +10,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, floor_for_steps, unasked_floor
-from specctl.runtime.core.tree_drafts import (
-    tree_args_problem,
-    tree_costs_problem,
-    tree_depths_problem,
-    tree_launch_problem,
-)
+from specctl.runtime.core.tree_drafts import TOKENS_FLAG, TOPK_FLAG, tree_args_problem, tree_problem
 from specctl.runtime.supervisor import config_file, paths
 from specctl.runtime.supervisor.launcher import owned_arg, reserved_arg
 from specctl.runtime.supervisor.server_key import KEY_ENV, KeyFileError, read_key_file
@@ -102,11 +97,10 @@ class SupervisorConfig:
         checked = self.start_settings()
         # the checked values travel on, not the text: the server parses them again ("40.0" is no integer)
         self.settings = {key: getattr(checked, key) for key in self.settings}
-        if problem := tree_depths_problem(self.topk, self.spec_steps, checked.candidates,
-                                          self._flag("candidates", self.spec_steps)):
+        if self.backend == "sglang" and (problem := tree_problem(
+                self.spec_steps, self.topk, self.draft_tokens, checked.candidates, self.depth_costs is not None,
+                (TOPK_FLAG, TOKENS_FLAG, self._flag("candidates", self.spec_steps)))):
             raise ConfigError(problem)
-        if self.topk > 1 and self.depth_costs is not None:
-            raise ConfigError(tree_costs_problem(self.topk))
         if self.depth_costs is not None:
             check_depth_costs(self.depth_costs, checked)
 
@@ -118,8 +112,6 @@ class SupervisorConfig:
             whose = "the simulator's preset" if self.backend == "sim" else "an attached server's launch line"
             raise ConfigError("--speculative-eagle-topk and --speculative-num-draft-tokens shape a server specctl "
                               f"launches (--model); {whose} has its own")
-        if problem := tree_launch_problem(self.spec_steps, self.topk, self.draft_tokens):
-            raise ConfigError(problem)
 
     def start_settings(self) -> PolicySettings:
         """The policy settings the server starts with, checked whole; raises ConfigError worded for the operator."""
