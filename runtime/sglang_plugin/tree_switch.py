@@ -2,7 +2,7 @@
 
 Why: with a chain that accepts much less than the tree (2.0 against 2.7), the
 report's static topk-4 tree served 1.32x the chain under specctl at 1-4
-requests on the H200, and a third as much from 64 (docs/topk.md, "Measured:
+requests on the H200, and a third as much from 64 (docs/results/topk.md, "Measured:
 the chain at 2.0"). The tree when quiet and specctl's off state when busy
 keeps both. SGLang's adaptive machinery, which the switch rides on, assumes a
 chain in three places, each reached here without editing SGLang (docs/topk.md,
