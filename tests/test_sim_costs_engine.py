@@ -98,8 +98,10 @@ def test_auto_switches_off_under_load_and_stays_on_when_quiet() -> None:
 @pytest.mark.parametrize("name", sorted(name for name, preset in PRESETS.items() if preset.calibrated))
 def test_presets_land_near_their_measurements(name: str) -> None:
     preset = PRESETS[name]  # each states its tolerance; docs/sim-presets.md has the tables
-    # 0.16 only for h200-qwen3moe, whose single 6 s windows of one state scatter by 15-20 %
-    assert preset.tolerance <= (0.16 if name == "h200-qwen3moe" else 0.12) and points(preset)
+    # wider only for the MoE, whose single 6 s windows of one state scatter by 15-20 % on Triton and by
+    # 2175-3515 tok/s (+-23 %) at 128 requests on FA3 (docs/results/moe-fa3.md)
+    wider = {"h200-qwen3moe": 0.16, "h200-qwen3moe-fa3": 0.2}
+    assert preset.tolerance <= wider.get(name, 0.12) and points(preset)
     for series, concurrency, measured, simulated in points(preset):
         assert simulated == pytest.approx(measured, rel=preset.tolerance), (series, concurrency)
 

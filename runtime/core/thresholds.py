@@ -16,9 +16,10 @@ GPUs as that GPU (:func:`for_server`): a FlashInfer server on other hardware
 Rows are keyed by model class too, by the target's routed experts as the plugin
 reports them: ``BY_BACKEND`` was measured with a dense target (Llama-3.1-8B) and
 applies only to a dense one, ``MOE_BY_BACKEND`` with a mixture of experts
-(Qwen3-30B-A3B's shapes, 128 experts), Triton only so far: there static
+(Qwen3-30B-A3B's shapes, 128 experts), Triton and FA3 so far: on Triton static
 EAGLE-3 stops paying between 4 and 16 requests, not near 32 as on Llama
-(docs/results/moe.md). A MoE on a backend without a MoE row (FA3, FlashInfer)
+(docs/results/moe.md); on FA3 it paid at every load measured, as on Llama
+(docs/results/moe-fa3.md). A MoE on a backend without a MoE row (FlashInfer)
 keeps the defaults, and the journal says why.
 Backends not listed (trtllm, ...) keep the policy's defaults: they were not
 measured.
@@ -88,8 +89,19 @@ BY_BACKEND: dict[str, dict[str, float]] = {  # dense targets (MEASURED_WITH)
 # at one request and 2.0, where a dip under the floor costs probe_after steps off and on pays 4 %.
 # On the GPU (second MoE sitting, 2026-12-02): on at 1 and 4, off from 8, the better state at all
 # nine loads 1-256 (auto / max(static, off) 0.95-1.21; 1.00 at 16, where the defaults lost 0.67x).
+# A MoE target on FA3 (seventh sitting, 2026-12-02; docs/results/moe-fa3.md): static EAGLE-3
+# (forced on) read 1.82x forced off at 1 request, 1.44x at 4, 1.09 at 16, 1.02 at 32 (level),
+# 1.20-1.45x at 64-256, at accept length 2.8: never off for load, as the dense FA3 row. With the
+# defaults (off_at 32) auto ran off from 32 and served 0.66-0.82x static at 64-256. The floor:
+# the preset h200-qwen3moe-fa3 (calibrated to that sitting, within 19 %) breaks even at 0.69
+# accepted drafts at 1 request, 1.22 at 16, 0.90 at 64-128, 1.05 at 256 (accept_breakeven.py
+# --breakeven): a hump a line cannot follow, so the floor stays under its low ends, 0.6 + 0.0016 x
+# (0.60-1.01). In the envelope (policy_envelope.py, accept 1.5 / 2.0 / 2.8 / 3.3): >= 0.95x
+# max(static, off) everywhere but 2.0 at 8-32 requests (0.90-0.94: on with 1 accepted draft where
+# 1.15-1.22 break even); the defaults 0.62-0.80 at 2.8-3.3 from 32. Not yet run on the GPU.
 MOE_BY_BACKEND: dict[str, dict[str, float]] = {
     "triton": {"off_at": 12, "on_at": 8, "min_accept": 0.75, "accept_slope": 0.13},
+    "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.6, "accept_slope": 0.0016},
 }
 
 

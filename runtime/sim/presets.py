@@ -377,8 +377,45 @@ H200_QWEN3MOE = replace(
     ),
 )
 
+# The same MoE server with FA3 attention (seventh sitting, 2026-12-02, docs/results/moe-fa3.md):
+# h200-qwen3moe's costs with FA3's attention terms in the place of Triton's, as h200-llama8b-fa3
+# has them (verify_kv_s at the HBM floor for the MoE's 96 KiB of KV a token; the draft's two),
+# then calibrate --fit FIT_FA3_MOE (below, with why) against one specctl server's windows (two
+# calls, 6 s each; forced off and auto's off windows as nospec, forced on and auto's on as eagle3).
+H200_QWEN3MOE_FA3 = replace(
+    H200_QWEN3MOE,
+    name="h200-qwen3moe-fa3",
+    description="one H200, Qwen3-30B-A3B shapes (MoE, 128 experts, 8 active, random weights), EAGLE-3 head "
+                "(steps 3, topk 1), FA3 attention",
+    attention_backend="fa3",
+    params=replace(
+        H200_QWEN3MOE.params,
+        draft_kv_s=H200_LLAMA8B_FA3.params.draft_kv_s,
+        # fitted (calibrate --fit verify_kv_s,draft_overhead_s,req_overhead_s,step_overhead_s); predicted
+        # from the two presets: 20 ns (the HBM floor), 0.114 ms (FA3 Llama's), 33 us, 2.9 ms (Triton MoE's)
+        verify_kv_s=314e-9,
+        draft_overhead_s=0.49e-3,
+        req_overhead_s=85e-6,
+        step_overhead_s=2.7e-3,
+    ),
+    measured={
+        "nospec": {1: 217.4, 4: 668.8, 16: 1584.1, 32: 2231.0, 64: 2565.2, 128: 2907.2, 256: 5073.9},
+        "eagle3": {1: 396.1, 4: 963.3, 16: 1730.6, 32: 2274.1, 64: 3074.1, 128: 4215.8, 256: 7203.7},
+    },
+    source="bench/gpu/results/moe/fa3-sweep2.csv and fa3-sweep2-r2.csv (SGLang 0.5.17, random weights, "
+           "prefill CUDA graphs off): forced off / on and auto windows of its state, the mean a point",
+    tolerance=0.2,  # single 6 s windows: the off state read 2175-3515 at c=128, 3582-5629 at 256
+    checks=(
+        Check("no-spec server", {
+            "nospec": {1: 205.4, 4: 517.2, 16: 956.1, 32: 1128.9, 64: 1590.2, 128: 2843.6, 256: 4351.2},
+        }, "bench/gpu/results/moe/fa3-nospec2.csv: a separate no-speculation server start (the call before), "
+           "two 6 s windows per point (0.51-0.98 of the specctl server's off state, as on Triton)"),
+    ),
+)
+
 PRESETS: dict[str, Preset] = {p.name: p for p in (H200_LLAMA8B, H200_LLAMA8B_FA3, H200_LLAMA8B_FLASHINFER,
-                                                    H200_LLAMA8B_TREE, H200_QWEN3MOE, RTX_8GPU_REPORT,
+                                                    H200_LLAMA8B_TREE, H200_QWEN3MOE, H200_QWEN3MOE_FA3,
+                                                    RTX_8GPU_REPORT,
                                                     RTX_8GPU_REPORT_TOPK1)}
 
 
