@@ -138,6 +138,25 @@ def test_offpair_and_earlypub_take_turns_between_two_resident_servers(sock_dir: 
     assert '"num_used_tokens": [0]' in (run.work / "fixcheck-triton.txt").read_text()
 
 
+def test_offpair_puts_the_tree_under_the_switch_forced_off_beside_no_speculation(sock_dir: Path) -> None:
+    # issue 23: the tree's off step against no speculation, both resident (not across server starts)
+    run = dry_run(sock_dir, "offpair", PAIR="nospec treeoff", PAIR_CHECK_AFTER="1")
+    assert_clean(run, "offpair")
+    assert sorted((r["label"], r["concurrency"]) for r in run.windows()) == [
+        ("mixed-nospec-triton", "4"), ("mixed-treeoff-triton", "4")]
+    # the tree's flags after the launcher's chain ones and the pair's (the simulator has no tree: it says so)
+    assert re.search(r"dry run: not simulated: --mem-fraction-static [\d.]+ --max-total-tokens \d+ --sleep-on-idle "
+                     r"--speculative-eagle-topk 4 --speculative-num-draft-tokens 16$", run.log, re.M)
+    assert re.search(r"starting pair-treeoff: .* --steps 2 ", run.log)
+    assert re.search(r"KV pools: nospec \{\"max_total_num_tokens\": \d+\}, treeoff \{", run.log)
+    assert re.search(r"^\| 4 \| treeoff \| 1 \| ", run.log, re.M)  # report.py's paired table
+    for label in ("fx-on", "fx-off", "fx-toggle", "fx-cold", "fx-auto"):  # the check after round 1
+        assert f"[compare] {label}-triton vs nospec-triton: 8/8 identical" in run.log
+    # forced off again after the check, as the pair started it (ctl.py's answer to `mode off`)
+    after = run.log[run.log.rindex("== KV used after"):]
+    assert re.search(r'^\{"set": \[true\], "specctl": \{"mode": "off", ', after, re.M), after[:600]
+
+
 def test_nospec2_tree_then_sweep2_through_specctls_own_supervisor(sock_dir: Path) -> None:
     run = dry_run(sock_dir, "nospec2", "tree", "sweep2", "jitpack")
     assert_clean(run, "nospec2", "tree", "sweep2", "jitpack")

@@ -175,9 +175,10 @@ def offcost_table(cells: Cells) -> str:
 
 
 Turn = tuple[int, list[float]]  # (row of its first window in the CSV, tok/s windows)
-# The servers a no-spec server is paired with: specctl forced off, specctl in auto, and for
-# offpair's null test (two servers alike) a second server without speculation.
-PAIRED = ("off", "auto", "nospec2")
+# The servers a no-spec server is paired with: specctl forced off, specctl in auto, the tree under
+# the switch forced off (issue 23), and for offpair's null test (two servers alike) a second server
+# without speculation.
+PAIRED = ("off", "auto", "nospec2", "treeoff")
 
 
 # offpair's decode-only turns (PAIR_LOAD=decode) are their servers' under this suffix, so that

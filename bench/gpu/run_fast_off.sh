@@ -50,7 +50,8 @@
 #   offab          no spec vs specctl forced off, a fresh server each turn, AB_ROUNDS turns each
 #                  (A B A B): mixed windows at MIXED_CONCS
 #   offpair        two servers resident together (PAIR: "nospec off", "off nospec", "nospec auto" (specctl
-#                  in auto, as its supervisor sets it for ATTN), or the null test "nospec nospec2"; KV
+#                  in auto, as its supervisor sets it for ATTN), "nospec treeoff" (the tree under the switch,
+#                  TREE_*, forced off), or the null test "nospec nospec2"; KV
 #                  pools of PAIR_MAX_TOKENS, --sleep-on-idle), windows taking turns between them
 #                  (A B, then B A), PAIR_ROUNDS x MIXED_CONCS; PAIR_PROFILE=1 adds a profile of each
 #                  (CPU probe: cpu_ops.py); PAIR_LOAD=decode makes every turn decode only (IL_INPUT in,
@@ -740,10 +741,19 @@ phase_offcost() {  # the off state's cost after the CPU fixes: no spec vs specct
   stop_server
 }
 
-start_role() {  # start_role ROLE NAME: ROLE nospec|nospec2 (no speculation), off (specctl, forced off) or
-  # auto (specctl in auto with the thresholds specctl's supervisor adopts for ATTN, runtime/thresholds.py)
+start_role() {  # start_role ROLE NAME: ROLE nospec|nospec2 (no speculation), off (specctl, forced off),
+  # auto (specctl in auto with the thresholds specctl's supervisor adopts for ATTN, runtime/thresholds.py) or
+  # treeoff (the tree under the switch, tree_switch_start's server, forced off: what its off step costs)
   case $1 in
     off) start_server "$2" specctl 0 || return 1
+      python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-120 ;;
+    treeoff) local steps=$STEPS rc
+      STEPS=$TREE_STEPS
+      XARGS+=(--speculative-eagle-topk "$TREE_TOPK" --speculative-num-draft-tokens "$TREE_TOKENS")
+      XENV=(SPECCTL_TREE_SWITCH=1)
+      start_server "$2" specctl 0; rc=$?
+      XENV=(); STEPS=$steps
+      [ "$rc" = 0 ] || return 1
       python3 "$HERE/ctl.py" "$URL" mode off | cut -c1-120 ;;
     auto) start_server "$2" specctl 0 || return 1
       python3 "$HERE/ctl.py" "$URL" set $(backend_settings) mode=0 | python3 -c "import json, sys
@@ -842,13 +852,13 @@ pair_check() {  # fixcheck's greedy runs on the pair's specctl server, the pair'
   for i in 0 1; do
     case ${roles[$i]} in
       nospec|nospec2) ref=${urls[$i]} ;;
-      off|auto) spec=${urls[$i]}; role=${roles[$i]} ;;
+      off|auto|treeoff) spec=${urls[$i]}; role=${roles[$i]} ;;
     esac
   done
   [ -n "$ref" ] && [ -n "$spec" ] || { log "pair check: needs a no-spec and a specctl server, PAIR is '$PAIR'"; return 0; }
   python3 "$HERE/correctness.py" run "$ref" "nospec-$ATTN" "$WORK/corr-nospec.json" --logprobs
   URL=$spec fixcheck_runs
-  if [ "$role" = off ]; then python3 "$HERE/ctl.py" "$spec" mode off | cut -c1-120
+  if [ "$role" != auto ]; then python3 "$HERE/ctl.py" "$spec" mode off | cut -c1-120
   else python3 "$HERE/ctl.py" "$spec" set $(backend_settings) mode=0 | cut -c1-200; fi
 }
 

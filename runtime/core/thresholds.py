@@ -90,8 +90,8 @@ BY_BACKEND: dict[str, dict[str, float]] = {  # dense targets (MEASURED_WITH)
 # On the GPU (second MoE sitting, 2026-12-02): on at 1 and 4, off from 8, the better state at all
 # nine loads 1-256 (auto / max(static, off) 0.95-1.21; 1.00 at 16, where the defaults lost 0.67x).
 # A MoE target on FA3 (seventh sitting, 2026-12-02; docs/results/moe-fa3.md): static EAGLE-3
-# (forced on) read 1.82x forced off at 1 request, 1.44x at 4, 1.09 at 16, 1.02 at 32 (level),
-# 1.20-1.45x at 64-256, at accept length 2.8: never off for load, as the dense FA3 row. With the
+# (forced on) read 1.88x forced off at 1 request, 1.47x at 4, 1.02-1.04 at 16-32 (level),
+# 1.18-1.53x at 64-256, at accept length 2.8: never off for load, as the dense FA3 row. With the
 # defaults (off_at 32) auto ran off from 32 and served 0.66-0.82x static at 64-256. The floor:
 # the preset h200-qwen3moe-fa3 (calibrated to that sitting, within 19 %) breaks even at 0.69
 # accepted drafts at 1 request, 1.22 at 16, 0.90 at 64-128, 1.05 at 256 (accept_breakeven.py

@@ -409,7 +409,7 @@ H200_QWEN3MOE_FA3 = replace(
         Check("no-spec server", {
             "nospec": {1: 205.4, 4: 517.2, 16: 956.1, 32: 1128.9, 64: 1590.2, 128: 2843.6, 256: 4351.2},
         }, "bench/gpu/results/moe/fa3-nospec2.csv: a separate no-speculation server start (the call before), "
-           "two 6 s windows per point (0.51-0.98 of the specctl server's off state, as on Triton)"),
+           "two 6 s windows per point (0.51-0.94 of the specctl server's off state, as on Triton)"),
     ),
 )
 
