@@ -164,6 +164,10 @@ def test_nospec2_tree_then_sweep2_through_specctls_own_supervisor(sock_dir: Path
     assert [(r["label"], r["mode"]) for r in rows if r["label"] == "nospec-triton"] == [("nospec-triton", "-")]
     assert [(r["label"], r["mode"]) for r in rows if r["label"] == "tree-triton"] == [("tree-triton", "-")]
     assert "--speculative-eagle-topk 4 --speculative-num-steps 2 --speculative-num-draft-tokens 16" in run.log
+    # SGLang's simulated tokens: its default (token id 100) for Llama as ever, and for a tree, which is all
+    # SGLang allows with topk > 1
+    assert "tree: simulated acceptance 2.7, tokens fixed (sim_tokens)" in run.log
+    assert "SGLANG_SIMULATE_ACC_LEN=2.8, SGLANG_SIMULATE_ACC_TOKEN_MODE=fixed)" in run.log  # sweep2's
     assert "packed the JIT cache" in run.log and (run.out / "jit.tgz").stat().st_size > 0
     sweep = {r["mode"]: r for r in rows if r["label"] == "specctl-triton"}
     assert set(sweep) == {"on", "off", "auto"} and all(r["switch_rc"] == "0" for r in sweep.values())
@@ -180,6 +184,17 @@ def test_nospec2_tree_then_sweep2_through_specctls_own_supervisor(sock_dir: Path
     cells = [c.strip() for c in line.strip("|").split("|")]
     # none, on, the tree, off, auto, and auto over the tree
     assert "-" not in (cells[1], cells[2], cells[3], cells[4], cells[5], cells[-1]), line
+
+
+def test_a_moe_sweep_asks_sglang_for_real_tokens_and_a_tree_never_does(sock_dir: Path) -> None:
+    # with SGLang's default every request of a speculative server decodes token id 100, off state too, so a
+    # MoE routes the whole batch to the same experts: its sweeps ask for the draft's and the target's tokens
+    run = dry_run(sock_dir, "sweep", "tree", MODEL="qwen3moe", CONCS="2")
+    assert_clean(run, "sweep", "tree")
+    assert "sweep: simulated acceptance 2.8, tokens real-draft-token (sim_tokens)" in run.log
+    assert "tree: simulated acceptance 2.7, tokens fixed (sim_tokens)" in run.log
+    chosen = dry_run(sock_dir, "sweep", CONCS="2", SIM_TOKENS="real-draft-token")
+    assert "sweep: simulated acceptance 2.8, tokens real-draft-token (sim_tokens)" in chosen.log
 
 
 def test_proof_fixcheck_then_pack_on_fa3(sock_dir: Path) -> None:

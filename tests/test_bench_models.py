@@ -282,6 +282,7 @@ def test_moe_runs_load_moe_configs_and_keep_their_rows_apart(tmp_path: Path) -> 
     assert log.rstrip().endswith("rc=0"), log[-3000:]
     # no NVML here, so the supervisor keeps the defaults and says why; REQUIRE_ROW=0 runs on regardless
     assert '"event":"backend_thresholds_skipped"' in log and "REQUIRE_ROW=0, so auto runs the defaults" in log
+    assert "SGLANG_SIMULATE_ACC_LEN=2.8, SGLANG_SIMULATE_ACC_TOKEN_MODE=real-draft-token)" in log
     assert "--model-path /root/models/qwen3-30b-a3b-shape --attention-backend triton" in starting(log, "nospec")
     assert "--load-format dummy" in starting(log, "nospec")
     assert "llama3-8b" not in log and "[fastoff" in log and " triton]" not in log

@@ -246,6 +246,9 @@ XARGS=()                        # extra server arguments for the next start_serv
 CSV2=$OUT/interleave-$TAG.csv
 XENV=()                         # extra environment for the next start_server
 STEPS=${STEPS:-3}                # the specctl servers' launch depth (--speculative-num-steps)
+# the tokens SGLang's simulated acceptance emits (sim_tokens): real-draft-token for the MoE, whose speed depends
+# on them; fixed (SGLang's default, token id 100) for Llama, as every Llama figure was measured
+SIM_TOKENS=${SIM_TOKENS:-$([ "$MODEL" = qwen3moe ] && echo real-draft-token || echo fixed)}
 CSV=$OUT/sweep-$TAG.csv
 export TRITON_CACHE_DIR="$ROOT"/jitcache/triton TVM_FFI_CACHE_DIR="$ROOT"/jitcache/tvm-ffi
 export PYTHONUNBUFFERED=1
@@ -395,8 +398,21 @@ JPID=""
 stop_journal() { [ -n "$JPID" ] && kill -INT "$JPID" 2>/dev/null; sleep 1; [ -n "$JPID" ] && kill -KILL "$JPID" 2>/dev/null; JPID=""; }
 trap 'stop_journal; stop_pid "$SPID2"; stop_server' EXIT
 
+sim_tokens() {  # SGLANG_SIMULATE_ACC_TOKEN_MODE for a server with simulated acceptance (SIM_TOKENS; a tree: fixed)
+  # SGLang's default, "fixed", writes token id 100 for every token a speculative server emits, in every state
+  # (eagle_utils.eagle_sample; the steps-0 off state too): every request then decodes the same token, which
+  # a dense target does not notice and a MoE does (all of a batch routes to the same experts). real-draft-token
+  # emits the draft's tokens and the target's argmax as the bonus (the off state: the target's greedy tokens);
+  # SGLang allows it for topk 1 only
+  local x
+  for x in "${XARGS[@]}"; do [ "$x" = --speculative-eagle-topk ] && { echo fixed; return; }; done
+  [ "${XENV[*]}" = "${XENV[*]/SPECCTL_TREE_SWITCH=1/}" ] || { echo fixed; return; }
+  echo "$SIM_TOKENS"
+}
+
 start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
   local name=$1 kind=$2 sim=$3 slog=$WORK/server-$1.log args=() envs=()
+  [ "$sim" = 1 ] && log "$name: simulated acceptance $ACC_LEN, tokens $(sim_tokens) (sim_tokens)"
   if [ "${DRY_RUN:-}" = sim ]; then start_sim "$@"; return; fi
   write_models
   if [ "$kind" = nospec ]; then
@@ -423,7 +439,8 @@ start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)
     [ -n "${EARLY_CHECK:-}" ] && envs+=("SPECCTL_EARLY_PUBLISH_CHECK=$EARLY_CHECK")
     [ -n "${DRAFT_EXTEND_GRAPHS:-}" ] && envs+=("SPECCTL_DRAFT_EXTEND_GRAPHS=$DRAFT_EXTEND_GRAPHS")
   fi
-  [ "$sim" = 1 ] && envs+=("SGLANG_SIMULATE_ACC_LEN=$ACC_LEN" "SGLANG_SIMULATE_ACC_METHOD=match-expected")
+  [ "$sim" = 1 ] && envs+=("SGLANG_SIMULATE_ACC_LEN=$ACC_LEN" "SGLANG_SIMULATE_ACC_METHOD=match-expected"
+                           "SGLANG_SIMULATE_ACC_TOKEN_MODE=$(sim_tokens)")
   envs+=("${XENV[@]}")
   log "starting $name: ${envs[*]} ${SERVER_PIN[*]} ${args[*]} ${COMMON[*]} ${XARGS[*]}"
   env -u SGLANG_SIMULATE_ACC_LEN "${envs[@]}" setsid "${SERVER_PIN[@]}" "${args[@]}" "${COMMON[@]}" "${XARGS[@]}" > "$slog" 2>&1 &
@@ -608,9 +625,11 @@ phase_sweep2() {  # the specctl server as an operator runs it: launched and stee
   local sock=$WORK/specctl.sock journal=$WORK/journal-sweep2-$TAG.jsonl
   write_models
   rm -f "$sock"
-  log "starting sweep2 through specctl run --headless (ATTN=$ATTN, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN)"
+  log "starting sweep2 through specctl run --headless (ATTN=$ATTN, SGLANG_SIMULATE_ACC_LEN=$ACC_LEN," \
+    "SGLANG_SIMULATE_ACC_TOKEN_MODE=$(sim_tokens))"
   if [ "${DRY_RUN:-}" = sim ]; then sweep2_sim "$sock" "$journal"
-  else SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
+  else SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected \
+    SGLANG_SIMULATE_ACC_TOKEN_MODE=$(sim_tokens) SPECCTL_FAST_OFF=$FAST_OFF \
     setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --model "$TARGET" \
       --draft "$DRAFT" --tp "$TP" --port "$PORT" --socket "$sock" --log "$journal" --interval 0.5 \
       -- --attention-backend "$ATTN" --speculative-draft-load-format dummy "${COMMON[@]}" \
@@ -1166,7 +1185,8 @@ phase_depthjournal() {  # specctl depth-costs on a real journal, against depthsw
     env -u SPECCTL_SIM_ADMIN_KEY setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --sim-preset "$SIM_PRESET" \
       --sim-gpus "$TP" --sim-load idle --speculative-candidate-steps "$DEPTHS" --set min_accept=0 --port "$PORT" \
       --socket "$sock" --log "$journal" --interval 0.5 > "$slog" 2>&1 &
-  else SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected SPECCTL_FAST_OFF=$FAST_OFF \
+  else SGLANG_SIMULATE_ACC_LEN=$ACC_LEN SGLANG_SIMULATE_ACC_METHOD=match-expected \
+    SGLANG_SIMULATE_ACC_TOKEN_MODE=$(sim_tokens) SPECCTL_FAST_OFF=$FAST_OFF \
     setsid "${SERVER_PIN[@]}" "$SITE/bin/specctl" run --headless --model "$TARGET" --draft "$DRAFT" --tp "$TP" \
       --speculative-candidate-steps "$DEPTHS" --set min_accept=0 --port "$PORT" --socket "$sock" --log "$journal" \
       --interval 0.5 -- --attention-backend "$ATTN" --speculative-draft-load-format dummy "${COMMON[@]}" \

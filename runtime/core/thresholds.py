@@ -99,6 +99,9 @@ BY_BACKEND: dict[str, dict[str, float]] = {  # dense targets (MEASURED_WITH)
 # (0.60-1.01). In the envelope (policy_envelope.py, accept 1.5 / 2.0 / 2.8 / 3.3): >= 0.95x
 # max(static, off) everywhere but 2.0 at 8-32 requests (0.90-0.94: on with 1 accepted draft where
 # 1.15-1.22 break even); the defaults 0.62-0.80 at 2.8-3.3 from 32. Not yet run on the GPU.
+# Both MoE rows are provisional: their sweeps ran with SGLang's fixed simulated token (id 100 for
+# every emitted token, off state included), so the batch routed to the same experts; real routing
+# is measured next (run_fast_off.sh SIM_TOKENS, docs/results/moe-fa3.md).
 MOE_BY_BACKEND: dict[str, dict[str, float]] = {
     "triton": {"off_at": 12, "on_at": 8, "min_accept": 0.75, "accept_slope": 0.13},
     "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.6, "accept_slope": 0.0016},

@@ -358,7 +358,9 @@ H200_QWEN3MOE = replace(
     # windows that ran off (32-256); eagle3 = forced on, and the auto windows that ran on (1-16): the
     # mean where two windows of the same state exist. Off is SGLang's no-spec decode path (the
     # target in DECODE mode, CUDA graphs); the separate no-spec server read 0.47-0.96 of it at
-    # c >= 4, not explained yet, so it is a check, not the basis. The on windows' accept_len and
+    # c >= 4 (likely SGLang's fixed simulated token: the specctl server's windows decoded token id 100
+    # for the whole batch, one route, where no speculation decoded real tokens; docs/results/moe-fa3.md),
+    # so it is a check, not the basis. The on windows' accept_len and
     # steps columns fall under load (1.43 and 1.25 at 256) because SGLang refreshes those gauges
     # every 40 decode batches (decode_log_interval), 5-9 s at 128-256 requests: they read the
     # previous window's state; forced on drafts 3 steps at 2.8 throughout, as on Llama.
@@ -373,7 +375,7 @@ H200_QWEN3MOE = replace(
         Check("no-spec server", {
             "nospec": {1: 204.9, 4: 515.9, 16: 848.7, 32: 1405.0, 64: 2083.9, 128: 2706.4, 256: 4464.8},
         }, "bench/gpu/results/moe/triton-nospec2.csv: a separate no-speculation server start, two 6 s windows "
-           "per point (0.47-0.96 of the specctl server's forced off at c >= 4, not explained yet)"),
+           "per point (0.47-0.96 of the specctl server's forced off at c >= 4: real tokens, not token id 100)"),
     ),
 )
 
