@@ -1,0 +1,48 @@
+"""bench/moe_routing.py: the MoE presets' prediction with real routing, fitted to the one real-token series.
+
+The MoE presets were fitted to windows where every request decoded SGLang's
+simulated token id 100 (docs/results/moe-fa3.md); the no-spec server's windows
+decoded real tokens. Refitting the routing spread to those alone must spread
+the routes wider than one token's, keep every other cost, and print the
+prediction the next sweep is judged against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+from moe_routing import real_routing  # noqa: E402
+
+from specctl.runtime.sim.presets import get_preset  # noqa: E402
+
+
+def test_real_tokens_spread_the_routes_and_change_nothing_else() -> None:
+    preset = get_preset("h200-qwen3moe-fa3")
+    real, _ = real_routing(preset)
+    assert real.params.moe_spread > 1.0 > preset.params.moe_spread
+    changed = {f.name for f in dataclasses.fields(real.params)
+               if getattr(real.params, f.name) != getattr(preset.params, f.name)}
+    assert changed == {"moe_spread"} and real.measured == preset.measured
+
+
+def test_a_dense_preset_is_refused() -> None:
+    with pytest.raises(ValueError, match="h200-llama8b is not a MoE preset"):
+        real_routing(get_preset("h200-llama8b"))
+
+
+def test_it_prints_the_fit_and_the_prediction() -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "moe_routing.py"), "--preset", "h200-qwen3moe-fa3"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "h200-qwen3moe-fa3: moe_spread 0.25 (fitted to token id 100) -> " in done.stdout
+    assert "(fitted to the no-spec server, real tokens)" in done.stdout
+    [ratios] = [line for line in done.stdout.splitlines() if line.startswith("| static / none |")]
+    assert len(ratios.split("|")) == 2 + 1 + 7  # the seven concurrencies of the GPU sweep
