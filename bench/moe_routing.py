@@ -37,11 +37,11 @@ def real_routing(preset: Preset) -> tuple[Preset, Preset]:
 
 def report(preset: Preset) -> list[str]:
     real, on_check = real_routing(preset)
-    rows = predicted(real)
+    rows, fit_rows = predicted(real), points(on_check)
     return [f"{preset.name}: moe_spread {preset.params.moe_spread:g} (fitted to token id 100) -> "
             f"{real.params.moe_spread:.2f} (fitted to the {REAL_TOKENS}, real tokens)",
-            *render(points(on_check)),
-            f"worst point: {worst(points(on_check)) * 100:.1f} % off (the spread alone)",
+            *render(fit_rows),
+            f"worst point: {worst(fit_rows) * 100:.1f} % off (the spread alone)",
             "",
             "| c | " + " | ".join(str(c) for c, _, _ in rows) + " |",
             "| --- |" + " ---: |" * len(rows),

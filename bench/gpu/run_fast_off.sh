@@ -404,10 +404,10 @@ sim_tokens() {  # SGLANG_SIMULATE_ACC_TOKEN_MODE for a server with simulated acc
   # a dense target does not notice and a MoE does (all of a batch routes to the same experts). real-draft-token
   # emits the draft's tokens and the target's argmax as the bonus (the off state: the target's greedy tokens);
   # SGLang allows it for topk 1 only
-  local x
-  for x in "${XARGS[@]}"; do [ "$x" = --speculative-eagle-topk ] && { echo fixed; return; }; done
-  [ "${XENV[*]}" = "${XENV[*]/SPECCTL_TREE_SWITCH=1/}" ] || { echo fixed; return; }
-  echo "$SIM_TOKENS"
+  case " ${XARGS[*]} ${XENV[*]} " in
+    *" --speculative-eagle-topk "*|*" SPECCTL_TREE_SWITCH=1 "*) echo fixed ;;
+    *) echo "$SIM_TOKENS" ;;
+  esac
 }
 
 start_server() {  # start_server NAME KIND(nospec|specctl) SIM(0|1)

@@ -382,8 +382,8 @@ H200_QWEN3MOE = replace(
 # The same MoE server with FA3 attention (seventh sitting, 2026-12-02, docs/results/moe-fa3.md):
 # h200-qwen3moe's costs with FA3's attention terms in the place of Triton's, as h200-llama8b-fa3
 # has them (verify_kv_s at the HBM floor for the MoE's 96 KiB of KV a token; the draft's two),
-# then calibrate --fit FIT_FA3_MOE (below, with why) against one specctl server's windows (two
-# calls, 6 s each; forced off and auto's off windows as nospec, forced on and auto's on as eagle3).
+# then four costs fitted (calibrate --fit, below) to one specctl server's windows (two calls, 6 s
+# each; forced off and auto's off windows as nospec, forced on and auto's on as eagle3).
 H200_QWEN3MOE_FA3 = replace(
     H200_QWEN3MOE,
     name="h200-qwen3moe-fa3",
