@@ -212,7 +212,7 @@ mkdir "$LAYER/upper" "$LAYER/work"
 mount -t overlay overlay -o "lowerdir=/root,upperdir=$LAYER/upper,workdir=$LAYER/work" /root
 mkdir -p /root/site/bin
 ln -s "$SPECCTL_BIN" /root/site/bin/specctl
-ln -s "$STANDIN" /root/site/sglang
+[ -z "$STANDIN" ] || ln -s "$STANDIN" /root/site/sglang
 set +e
 bash bench/gpu/run_fast_off.sh "$@" > "$OUT/log.txt" 2>&1
 echo "rc=$?" >> "$OUT/log.txt"
@@ -271,6 +271,17 @@ def test_sweep2_stops_before_its_windows_where_the_backends_row_stayed_out(tmp_p
     assert log.rstrip().endswith("rc=3"), log[-3000:]
     assert "the triton row was not applied (journal above); auto would run the defaults, so it stops here" in log
     assert "done; FAILED: sweep2" in log
+    assert "[interleave]" not in log, "no window ran"
+
+
+def test_a_supervisor_whose_start_will_not_be_retried_ends_the_wait_at_once(tmp_path: Path) -> None:
+    """With SGLang missing, `specctl run` logs server_start_failed (retry false) and stays up for
+    `specctl server start`: the phase stops waiting there and shows why, rather than spending
+    up to 400 s of device time on a server that will never come (the eighth sitting did)."""
+    log, _ = run_isolated(tmp_path, {"STANDIN": "", "CONCS2": "2", "ROUNDS": "1", "WINDOW": "0.5"}, "sweep2")
+    assert log.rstrip().endswith("rc=3"), log[-3000:]
+    assert "sweep2: the supervisor's start failed and will not be retried (journal below)" in log
+    assert "SGLang is not installed for" in log and "done; FAILED: sweep2" in log
     assert "[interleave]" not in log, "no window ran"
 
 

@@ -314,6 +314,12 @@ from importlib.metadata import entry_points, version
 print("[project] specctl", version("specctl"), "| plugins:", [e.value for e in entry_points(group="sglang.srt.plugins")])
 import specctl.runtime.sglang_plugin.plugin as p, specctl.runtime.sglang_plugin.fast_off as f
 print("[project] installers:", [getattr(i, "__name__", i) for i in p.INSTALLERS], "| fast_off", f.__file__)
+try:  # `specctl run` imports the supervisor, whose dependencies the image may lack (platformdirs)
+    from specctl.console.cli.main import build_parser
+    build_parser()
+except ImportError as exc:
+    raise SystemExit(f"[project] specctl's command line cannot start: {exc}; carry the wheel in .whl/"
+                     " (pip download --no-deps -d .whl platformdirs)")
 try:
     import pynvml
     pynvml.nvmlInit()
@@ -476,10 +482,15 @@ start_sim() {  # start_server's DRY_RUN=sim half: specctl's simulator in the ser
   return 1
 }
 
-wait_up() {  # wait_up NAME: until the server answers a generation, while $SPID lives (400 s at most)
+wait_up() {  # wait_up NAME [JOURNAL]: until the server answers a generation, while $SPID lives (400 s at most);
+  # with a supervisor's JOURNAL, also not once it logged a start that will not be retried (the supervisor itself
+  # stays up for `specctl server start`: the eighth sitting waited 400 s on one whose SGLang was not installed)
   local ts; ts=$(date +%s)
   while [ $(( $(date +%s) - ts )) -lt 400 ] && [ "$(left)" -gt 30 ]; do
     kill -0 "$SPID" 2>/dev/null || return 1
+    if [ -n "${2:-}" ] && grep -q '"event": *"server_start_failed".*"retry": *false' "$2" 2>/dev/null; then
+      log "$1: the supervisor's start failed and will not be retried (journal below)"; return 1
+    fi
     if python3 "$HERE/ctl.py" "$URL" info version >/dev/null 2>&1 \
        && python3 -c "import urllib.request as u; u.urlopen('$URL/health_generate', timeout=20).read()" 2>/dev/null; then
       log "$1 up after $(( $(date +%s) - ts ))s"
@@ -612,7 +623,7 @@ sys.exit(0 if any(r.get("event") == "backend_thresholds_skipped" and "target is 
 
 supervisor_up() {  # supervisor_up NAME SUPERVISOR-LOG JOURNAL SOCKET: wait for the server specctl run started
   # (false, with its logs shown and everything stopped, if it did not come up), then its status once
-  if ! wait_up "$1"; then
+  if ! wait_up "$1" "$3"; then
     log "$1 did NOT come up"; tail -n 40 "$2"
     journal_log "$3" "$WORK/server-$1.log"; grep -v "Capturing batches" "$WORK/server-$1.log" | tail -n 60
     stop_server; return 1
