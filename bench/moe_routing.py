@@ -9,6 +9,11 @@ the routing spread alone to that series, keeps every other cost, and prints
 what the preset then predicts for no speculation and static EAGLE-3, written
 down before the sweeps with real tokens measure it.
 
+Triton's has been measured since (docs/results/moe.md, "Eighth sitting": this
+predicted a crossover near 50 requests, the GPU put it between 128 and 256), and
+h200-qwen3moe is now fitted to those real-token windows, so for it this prints
+the refit's view; FA3's preset is still the token-100 fit this was written for.
+
     python bench/moe_routing.py [--preset h200-qwen3moe --preset h200-qwen3moe-fa3]
 """
 
