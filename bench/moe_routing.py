@@ -15,6 +15,17 @@ h200-qwen3moe is now fitted to those real-token windows, so for it this prints
 the refit's view; FA3's preset is still the token-100 fit this was written for.
 
     python bench/moe_routing.py [--preset h200-qwen3moe --preset h200-qwen3moe-fa3]
+
+``--carry-triton`` makes the second prediction for FA3, written after
+Triton's real-token sweep and before FA3's: h200-qwen3moe-fa3 with each of the
+six costs Triton's refit moved scaled as it moved on Triton (token 100 to real
+tokens), then the three a forward without speculation pays (the routing
+spread, a step's and a request's overhead) fitted to FA3's own real-token
+series, the no-spec server: carried alone they land at half of it from 128
+requests (a request's overhead carried 4x), so the carry is a guess for the
+speculative costs only.
+
+    python bench/moe_routing.py --carry-triton
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ import argparse
 import dataclasses
 import sys
 
-from specctl.runtime.sim.calibrate import fit, points, predicted, render, worst
+from specctl.runtime.sim.calibrate import crossover, fit, points, predicted, render, worst
 from specctl.runtime.sim.preset_model import Preset
 from specctl.runtime.sim.presets import PRESETS
 
@@ -40,26 +51,78 @@ def real_routing(preset: Preset) -> tuple[Preset, Preset]:
     return dataclasses.replace(preset, params=fitted.params), fitted
 
 
+# h200-qwen3moe as first fitted, to windows that decoded token id 100 (docs/sim-presets.md, "The first
+# fit"); the preset itself now carries the real-token refit, so the ratio of the two is how real routing
+# moved each cost on Triton.
+TRITON_TOKEN100 = {"moe_spread": 0.25, "step_overhead_s": 2.9e-3, "verify_kv_s": 1.03e-6, "req_overhead_s": 33e-6,
+                   "draft_overhead_s": 0.68e-3, "prefill_overhead_s": 5.9e-3}
+
+
+def carried(preset: Preset, triton: Preset) -> Preset:
+    """``preset`` (fitted to token 100) with each cost of TRITON_TOKEN100 moved as the Triton refit moved it."""
+    moved = {key: getattr(preset.params, key) * getattr(triton.params, key) / before
+             for key, before in TRITON_TOKEN100.items()}
+    return dataclasses.replace(preset, params=dataclasses.replace(preset.params, **moved))
+
+
+def prediction_rows(preset: Preset) -> list[str]:
+    """No speculation and static at the sweep's concurrencies, their ratio, and where they cross."""
+    rows = predicted(preset)
+    cross = crossover(preset, rows)
+    return ["| c | " + " | ".join(str(c) for c, _, _ in rows) + " |",
+            "| --- |" + " ---: |" * len(rows),
+            "| no spec tok/s | " + " | ".join(f"{none:.0f}" for _, none, _ in rows) + " |",
+            "| static tok/s | " + " | ".join(f"{static:.0f}" for _, _, static in rows) + " |",
+            "| static / none | " + " | ".join(f"{static / none:.2f}" for _, none, static in rows) + " |",
+            "static ahead at every concurrency" if cross is None
+            else f"static falls under no speculation from c = {cross}"]
+
+
+NO_SPEC_COSTS = ("moe_spread", "step_overhead_s", "req_overhead_s")  # what a forward without speculation pays
+
+
+def carry_report(preset: Preset, triton: Preset) -> list[str]:
+    moved = carried(preset, triton)
+    check = next(c for c in preset.checks if c.label == REAL_TOKENS)
+    on_check = dataclasses.replace(moved, measured=check.measured)
+    landed = fit(on_check, NO_SPEC_COSTS, rounds=4)
+    final = dataclasses.replace(moved, params=landed.params)
+    rows = points(landed)
+    return [f"{preset.name} with Triton's refit carried over (token 100 -> real tokens, cost by cost):",
+            ", ".join(f"{key} {getattr(preset.params, key):.3g} -> {getattr(moved.params, key):.3g}"
+                      for key in TRITON_TOKEN100),
+            f"carried alone, the {REAL_TOKENS}'s windows land {worst(points(on_check)) * 100:.0f} % off at worst; "
+            f"then {', '.join(NO_SPEC_COSTS)} fitted to them: "
+            + ", ".join(f"{key} {getattr(final.params, key):.3g}" for key in NO_SPEC_COSTS),
+            *render(rows),
+            f"worst point: {worst(rows) * 100:.1f} % off",
+            "",
+            *prediction_rows(final)]
+
+
 def report(preset: Preset) -> list[str]:
     real, on_check = real_routing(preset)
-    rows, fit_rows = predicted(real), points(on_check)
+    fit_rows = points(on_check)
     return [f"{preset.name}: moe_spread {preset.params.moe_spread:g} (fitted to token id 100) -> "
             f"{real.params.moe_spread:.2f} (fitted to the {REAL_TOKENS}, real tokens)",
             *render(fit_rows),
             f"worst point: {worst(fit_rows) * 100:.1f} % off (the spread alone)",
             "",
-            "| c | " + " | ".join(str(c) for c, _, _ in rows) + " |",
-            "| --- |" + " ---: |" * len(rows),
-            "| no spec tok/s | " + " | ".join(f"{none:.0f}" for _, none, _ in rows) + " |",
-            "| static tok/s | " + " | ".join(f"{static:.0f}" for _, _, static in rows) + " |",
-            "| static / none | " + " | ".join(f"{static / none:.2f}" for _, none, static in rows) + " |"]
+            *prediction_rows(real)]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", choices=sorted(MOE_PRESETS), action="append",
                     help=f"preset (repeatable; default: {', '.join(MOE_PRESETS)})")
+    ap.add_argument("--carry-triton", action="store_true",
+                    help="predict h200-qwen3moe-fa3 with real tokens by moving its costs as Triton's refit moved")
     ns = ap.parse_args(argv)
+    if ns.carry_triton:
+        if ns.preset:
+            ap.error("--carry-triton predicts h200-qwen3moe-fa3 from h200-qwen3moe: no --preset")
+        print("\n".join(carry_report(PRESETS["h200-qwen3moe-fa3"], PRESETS["h200-qwen3moe"])))
+        return 0
     for name in ns.preset or MOE_PRESETS:
         print("\n".join(report(PRESETS[name])))
         print()

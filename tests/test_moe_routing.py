@@ -46,3 +46,29 @@ def test_it_prints_the_fit_and_the_prediction() -> None:
     assert "(fitted to the no-spec server, real tokens)" in done.stdout
     [ratios] = [line for line in done.stdout.splitlines() if line.startswith("| static / none |")]
     assert len(ratios.split("|")) == 2 + 1 + 7  # the seven concurrencies of the GPU sweep
+
+
+def test_carrying_tritons_refit_to_fa3_moves_each_cost_by_tritons_ratio() -> None:
+    from moe_routing import TRITON_TOKEN100, carried
+
+    fa3, triton = get_preset("h200-qwen3moe-fa3"), get_preset("h200-qwen3moe")
+    moved = carried(fa3, triton)
+    for key, before in TRITON_TOKEN100.items():
+        assert getattr(moved.params, key) == pytest.approx(getattr(fa3.params, key) * getattr(triton.params, key)
+                                                           / before)
+    assert moved.params.moe_spread == pytest.approx(triton.params.moe_spread)  # both were fitted at 0.25
+    changed = {f.name for f in dataclasses.fields(moved.params)
+               if getattr(moved.params, f.name) != getattr(fa3.params, f.name)}
+    assert changed <= set(TRITON_TOKEN100)
+
+
+def test_the_carried_prediction_is_printed_and_refuses_a_preset() -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "moe_routing.py"), "--carry-triton"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "h200-qwen3moe-fa3 with Triton's refit carried over" in done.stdout
+    assert "| static / none |" in done.stdout and "fitted to them: moe_spread" in done.stdout
+    bad = subprocess.run([sys.executable, str(BENCH / "moe_routing.py"), "--carry-triton", "--preset",
+                          "h200-qwen3moe"], capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "--carry-triton predicts h200-qwen3moe-fa3" in bad.stderr
+    assert "Traceback" not in bad.stderr
