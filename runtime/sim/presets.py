@@ -358,7 +358,7 @@ H200_QWEN3MOE = replace(
     # One specctl server's windows (6 s each, one unbroken load, real tokens): nospec = forced off and
     # the auto windows that ran off (16-256); eagle3 = forced on and the auto windows that ran on (1-4):
     # the mean where two windows of the same state exist (they read 1819 and 2161 at c=64). The two
-    # no-spec servers (first and eighth sittings, both real tokens) read 0.89-1.05 of the off state at
+    # no-spec servers (first and eighth sittings, both real tokens) read 0.80-1.05 of the off state at
     # 1-128; at 256 they read 1.30-1.43x it, not explained yet (a pair of servers resident together
     # settles it, docs/results/README.md): checks, not the basis, since the policy chooses between the
     # states of one server. The on windows' accept_len falls under load (1.71 at 128, 1.13 at 256)
