@@ -19,8 +19,8 @@ applies only to a dense one, ``MOE_BY_BACKEND`` with a mixture of experts
 (Qwen3-30B-A3B's shapes, 128 experts), Triton and FA3 so far: on Triton static
 EAGLE-3 paid up to 128 requests with real tokens, the crossover between 128 and
 256, not near 32 as on Llama (docs/results/moe.md, "Eighth sitting"); on FA3 it
-paid at every load measured, as on Llama (docs/results/moe-fa3.md). A MoE on a backend without a MoE row (FlashInfer)
-keeps the defaults, and the journal says why.
+paid at every load measured, as on Llama (docs/results/moe-fa3.md). A MoE on a
+backend without a MoE row (FlashInfer) keeps the defaults, and the journal says why.
 Backends not listed (trtllm, ...) keep the policy's defaults: they were not
 measured.
 """
@@ -82,7 +82,7 @@ BY_BACKEND: dict[str, dict[str, float]] = {  # dense targets (MEASURED_WITH)
 # tokens reach more experts than a decode of few requests), a dip at 16-32 (a decode of the
 # batch already reads most experts), then a slow rise, under 3 to 256. So no load turns it off
 # whatever the acceptance, and the row is FA3's kind: never off for load, the floor decides.
-# The floor 0.62 + 0.0065 x sits 0.12-0.16 under the curve at 1 and 16-128 requests (a 64-verify
+# The floor 0.62 + 0.0065 x sits 0.12-0.24 under the curve at 1 and 16-128 requests (a 64-verify
 # mean scatters by about 0.1 at one request), 0.03 under at 192 and over it from about 200, so
 # accept length 2.8 (1.8 accepted drafts) turns speculation off from 182 requests (the simulated
 # crossover at 2.8 is 177; measured between 128 and 256), 2.0 from 59. It cannot follow the hump:
