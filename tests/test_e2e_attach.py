@@ -97,6 +97,11 @@ def test_status_shows_the_thresholds_auto_works_by_and_follows_a_set(tmp_path: P
         wait_for(lambda: (h.status()["spec"] or {}).get("settings", {}).get("off_at") == 114, "the set read back")
         after = h.cli("status").stdout
         assert "thresholds off_at 114  on_at 48  accept floor 0.5 + 0.022 x batch  dwell 8" in after
+        # FA3's rows, and a MoE's on Triton: never off for load, said so, not as a million requests
+        assert h.cli("set", "off_at=1048576", "on_at=1048575").returncode == 0
+        wait_for(lambda: (h.status()["spec"] or {}).get("settings", {}).get("off_at") == 1 << 20, "the set read back")
+        never = h.cli("status").stdout
+        assert "thresholds off_at never  accept floor 0.5 + 0.022 x batch  dwell 8" in never, never
     finally:
         assert h.stop() == 0
 

@@ -17,7 +17,7 @@ from typing import Any
 from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from specctl.runtime.control.client import ControlError, NoSupervisor, ProtocolError, call
 from specctl.runtime.core import records, view_only
-from specctl.runtime.core.settings import SettingsError, check_fields
+from specctl.runtime.core.settings import MAX_BATCH, SettingsError, check_fields
 from specctl.runtime.supervisor import config, config_file, paths
 
 GIB = 1024**3
@@ -224,8 +224,12 @@ def _thresholds_line(settings: dict[str, Any]) -> str:
     floor = f"{_v(settings.get('min_accept'), '{:g}')}"
     if settings.get("accept_slope"):
         floor += f" + {settings['accept_slope']:g} x batch"
-    return (f"thresholds off_at {_v(settings.get('off_at'))}  on_at {_v(settings.get('on_at'))}  "
-            f"accept floor {floor}  dwell {_v(settings.get('dwell'))}")
+    off_at = settings.get("off_at")
+    if off_at is not None and off_at >= MAX_BATCH:  # never off for load: on_at cannot come into play
+        load = "off_at never"
+    else:
+        load = f"off_at {_v(off_at)}  on_at {_v(settings.get('on_at'))}"
+    return f"thresholds {load}  accept floor {floor}  dwell {_v(settings.get('dwell'))}"
 
 
 def _last_switch(spec: dict[str, Any]) -> str:

@@ -234,3 +234,29 @@ async def test_a_line_wider_than_the_widget_wraps_as_a_plain_render_would() -> N
         widget.words = "the server stopped answering at noon"
         await shown(pilot)
         assert [line.rstrip() for line in drawn(widget)] == ["the server stopped", "answering at noon", ""]
+
+
+async def test_a_server_never_off_for_load_keeps_its_requests_chart_readable() -> None:
+    """FA3's rows and a MoE's on Triton set off_at 1048576: no rule up there to squash the running line flat."""
+    from specctl.console.tui.model.charts import build_charts
+    from specctl.console.tui.model.timeline import Timeline
+    from specctl.runtime.core import records
+
+    timeline = Timeline()
+    for i in range(60):
+        timeline.fold(records.sample({"state": "ready", "running": 20 + i, "queued": 0, "gen_tps": 100.0},
+                                     {"mode": "auto", "on": True, "steps": 3, "reason": "load",
+                                      "settings": {"steps": 3, "off_at": 1 << 20, "on_at": (1 << 20) - 1}},
+                                     [], [], sim=True, t=1000.0 + i))
+    requests = build_charts(timeline, 60.0)[2]
+    assert requests.thresholds == () and requests.note == "┈off_at never"
+    app = Board()
+    async with app.run_test(size=(60, 30)) as pilot:
+        timechart = app.query_one(TimeChart)
+        timechart.data = requests
+        await shown(pilot)
+        lines = drawn(timechart)
+    assert not any("M" in line.split("│")[0] for line in lines), lines  # the axis tops out near 80, not 1.2M
+    rows_with_dots = [line for line in lines if any("\u2801" <= ch <= "\u28ff" for ch in line)]
+    assert len(rows_with_dots) >= 4, lines  # the rising line climbs the chart, not one row at the bottom
+    assert any("off_at never" in line for line in lines), lines

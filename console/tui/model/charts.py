@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specctl.console.tui.model.timeline import Point, Timeline
+from specctl.runtime.core.settings import MAX_BATCH
 from specctl.widgets.timechart import ChartData, si
 
 
@@ -45,6 +46,20 @@ def depth_strip(points: list[Point]) -> tuple[tuple[float, int], ...]:
     return tuple((p.t, p.depth) for p in points if p.depth is not None)
 
 
+def threshold_marks(off_at: float | None, on_at: float | None) -> tuple[tuple[tuple[float, str], ...], str]:
+    """The request chart's threshold rules and their note.
+
+    An ``off_at`` of MAX_BATCH means never off for load (FA3's rows and a MoE's on
+    Triton): a rule a million requests up would squash the running line flat at
+    the bottom, so the note says "never" and no rule is drawn (``on_at`` only
+    matters after a switch for load, which cannot happen then).
+    """
+    if off_at is not None and off_at >= MAX_BATCH:
+        return (), "┈off_at never"
+    marks = tuple((v, name) for v, name in ((off_at, "off_at"), (on_at, "on_at")) if v is not None)
+    return marks, "  ".join(f"┈{name} {v:.0f}" for v, name in marks)
+
+
 def build_charts(timeline: Timeline, window_s: float, *, lost: bool = False) -> tuple[ChartData, ChartData, ChartData]:
     """(tok/s, accepted length, requests) over the last ``window_s`` of journal time.
 
@@ -62,9 +77,7 @@ def build_charts(timeline: Timeline, window_s: float, *, lost: bool = False) -> 
     accept_latest = None if points and points[-1].spec_on is False else latest
     running = _series(points, lambda p: p.running)
     queued = _series(points, lambda p: p.queued)
-    off_at, on_at = timeline.thresholds()
-    marks = tuple((v, name) for v, name in ((off_at, "off_at"), (on_at, "on_at")) if v is not None)
-    rules = "  ".join(f"┈{name} {v:.0f}" for v, name in marks)
+    marks, rules = threshold_marks(*timeline.thresholds())
     run, queue = _last(running, ".0f", latest), _last(queued, ".0f", latest)
     return (
         ChartData("Output tok/s", now, window_s, (tps,), spans,
