@@ -34,9 +34,9 @@ import argparse
 import dataclasses
 import sys
 
-from specctl.runtime.sim.calibrate import crossover, fit, points, predicted, render, worst
+from specctl.runtime.sim.calibrate import fit, points, prediction_rows, render, worst
 from specctl.runtime.sim.preset_model import Preset
-from specctl.runtime.sim.presets import PRESETS
+from specctl.runtime.sim.presets import PRESETS, QWEN3MOE_TOKEN100_FIT
 
 MOE_PRESETS = ("h200-qwen3moe", "h200-qwen3moe-fa3")
 REAL_TOKENS = "no-spec server"  # the check measured with real tokens
@@ -51,31 +51,11 @@ def real_routing(preset: Preset) -> tuple[Preset, Preset]:
     return dataclasses.replace(preset, params=fitted.params), fitted
 
 
-# h200-qwen3moe as first fitted, to windows that decoded token id 100 (docs/sim-presets.md, "The first
-# fit"); the preset itself now carries the real-token refit, so the ratio of the two is how real routing
-# moved each cost on Triton.
-TRITON_TOKEN100 = {"moe_spread": 0.25, "step_overhead_s": 2.9e-3, "verify_kv_s": 1.03e-6, "req_overhead_s": 33e-6,
-                   "draft_overhead_s": 0.68e-3, "prefill_overhead_s": 5.9e-3}
-
-
 def carried(preset: Preset, triton: Preset) -> Preset:
-    """``preset`` (fitted to token 100) with each cost of TRITON_TOKEN100 moved as the Triton refit moved it."""
+    """``preset`` (fitted to token 100) with each cost of the first Triton fit moved as the refit moved it."""
     moved = {key: getattr(preset.params, key) * getattr(triton.params, key) / before
-             for key, before in TRITON_TOKEN100.items()}
+             for key, before in QWEN3MOE_TOKEN100_FIT.items()}
     return dataclasses.replace(preset, params=dataclasses.replace(preset.params, **moved))
-
-
-def prediction_rows(preset: Preset) -> list[str]:
-    """No speculation and static at the sweep's concurrencies, their ratio, and where they cross."""
-    rows = predicted(preset)
-    cross = crossover(preset, rows)
-    return ["| c | " + " | ".join(str(c) for c, _, _ in rows) + " |",
-            "| --- |" + " ---: |" * len(rows),
-            "| no spec tok/s | " + " | ".join(f"{none:.0f}" for _, none, _ in rows) + " |",
-            "| static tok/s | " + " | ".join(f"{static:.0f}" for _, _, static in rows) + " |",
-            "| static / none | " + " | ".join(f"{static / none:.2f}" for _, none, static in rows) + " |",
-            "static ahead at every concurrency" if cross is None
-            else f"static falls under no speculation from c = {cross}"]
 
 
 NO_SPEC_COSTS = ("moe_spread", "step_overhead_s", "req_overhead_s")  # what a forward without speculation pays
@@ -90,14 +70,14 @@ def carry_report(preset: Preset, triton: Preset) -> list[str]:
     rows = points(landed)
     return [f"{preset.name} with Triton's refit carried over (token 100 -> real tokens, cost by cost):",
             ", ".join(f"{key} {getattr(preset.params, key):.3g} -> {getattr(moved.params, key):.3g}"
-                      for key in TRITON_TOKEN100),
+                      for key in QWEN3MOE_TOKEN100_FIT),
             f"carried alone, the {REAL_TOKENS}'s windows land {worst(points(on_check)) * 100:.0f} % off at worst; "
             f"then {', '.join(NO_SPEC_COSTS)} fitted to them: "
             + ", ".join(f"{key} {getattr(final.params, key):.3g}" for key in NO_SPEC_COSTS),
             *render(rows),
             f"worst point: {worst(rows) * 100:.1f} % off",
             "",
-            *prediction_rows(final)]
+            *prediction_rows(final, decimals=0)]
 
 
 def report(preset: Preset) -> list[str]:
@@ -108,7 +88,7 @@ def report(preset: Preset) -> list[str]:
             *render(fit_rows),
             f"worst point: {worst(fit_rows) * 100:.1f} % off (the spread alone)",
             "",
-            *prediction_rows(real)]
+            *prediction_rows(real, decimals=0)]
 
 
 def main(argv: list[str] | None = None) -> int:

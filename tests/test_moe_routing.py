@@ -49,17 +49,19 @@ def test_it_prints_the_fit_and_the_prediction() -> None:
 
 
 def test_carrying_tritons_refit_to_fa3_moves_each_cost_by_tritons_ratio() -> None:
-    from moe_routing import TRITON_TOKEN100, carried
+    from moe_routing import carried
+
+    from specctl.runtime.sim.presets import QWEN3MOE_TOKEN100_FIT
 
     fa3, triton = get_preset("h200-qwen3moe-fa3"), get_preset("h200-qwen3moe")
     moved = carried(fa3, triton)
-    for key, before in TRITON_TOKEN100.items():
+    for key, before in QWEN3MOE_TOKEN100_FIT.items():
         assert getattr(moved.params, key) == pytest.approx(getattr(fa3.params, key) * getattr(triton.params, key)
                                                            / before)
     assert moved.params.moe_spread == pytest.approx(triton.params.moe_spread)  # both were fitted at 0.25
     changed = {f.name for f in dataclasses.fields(moved.params)
                if getattr(moved.params, f.name) != getattr(fa3.params, f.name)}
-    assert changed <= set(TRITON_TOKEN100)
+    assert changed <= set(QWEN3MOE_TOKEN100_FIT)
 
 
 def test_the_carried_prediction_is_printed_and_refuses_a_preset() -> None:

@@ -102,21 +102,29 @@ def crossover(preset: Preset, rows: list[tuple[int, float, float]]) -> int | Non
     return hi
 
 
-def prediction(preset: Preset) -> str:
-    """What a none / static sweep would measure, as the simulator predicts it."""
+def prediction_rows(preset: Preset, decimals: int = 1) -> list[str]:
+    """No speculation and static at the sweep's concurrencies, their ratio, and where they cross.
+
+    One table for every caller (``prediction`` here, bench/moe_routing.py), so that they read alike.
+    """
     rows = predicted(preset)
     cross = crossover(preset, rows)
+    return ["| c | " + " | ".join(str(c) for c, _, _ in rows) + " |",
+            "| --- |" + " ---: |" * len(rows),
+            "| no spec tok/s | " + " | ".join(f"{none:.{decimals}f}" for _, none, _ in rows) + " |",
+            "| static tok/s | " + " | ".join(f"{static:.{decimals}f}" for _, _, static in rows) + " |",
+            "| static / none | " + " | ".join(f"{static / none:.2f}" for _, none, static in rows) + " |",
+            ("static ahead at every concurrency" if cross is None else
+             f"static falls under no speculation from c = {cross}")]
+
+
+def prediction(preset: Preset) -> str:
+    """What a none / static sweep would measure, as the simulator predicts it."""
     state = "calibrated" if preset.calibrated else "UNCALIBRATED (no GPU measurement): a prediction"
     lines = [f"preset {preset.name}: {preset.description}",
              f"{state}; closed loop, {preset.warmup_s:g} s warm-up + {preset.window_s:g} s window (simulated), "
              f"accept length {preset.accept_len:g}",
-             "| c | " + " | ".join(str(c) for c, _, _ in rows) + " |",
-             "| --- |" + " ---: |" * len(rows),
-             "| no spec tok/s | " + " | ".join(f"{none:.1f}" for _, none, _ in rows) + " |",
-             "| static tok/s | " + " | ".join(f"{static:.1f}" for _, _, static in rows) + " |",
-             "| static / none | " + " | ".join(f"{static / none:.2f}" for _, none, static in rows) + " |",
-             ("static ahead at every concurrency" if cross is None else
-              f"static falls under no speculation from c = {cross}")]
+             *prediction_rows(preset)]
     return "\n".join(lines)
 
 

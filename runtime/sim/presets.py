@@ -389,6 +389,14 @@ H200_QWEN3MOE = replace(
     ),
 )
 
+# h200-qwen3moe as first fitted, to windows that decoded token id 100 for the whole batch (docs/sim-presets.md,
+# "The first fit"): h200-qwen3moe-fa3 keeps this fit's routing and prefill until FA3 is measured with real
+# tokens, and bench/moe_routing.py reads how the real-token refit moved each of these costs on Triton.
+QWEN3MOE_TOKEN100_FIT: dict[str, float] = {
+    "moe_spread": 0.25, "step_overhead_s": 2.9e-3, "verify_kv_s": 1.03e-6, "req_overhead_s": 33e-6,
+    "draft_overhead_s": 0.68e-3, "prefill_overhead_s": 5.9e-3,
+}
+
 # The same MoE server with FA3 attention (seventh sitting, 2026-12-02, docs/results/moe-fa3.md):
 # h200-qwen3moe's costs with FA3's attention terms in the place of Triton's, as h200-llama8b-fa3
 # has them (verify_kv_s at the HBM floor for the MoE's 96 KiB of KV a token; the draft's two),
@@ -404,8 +412,8 @@ H200_QWEN3MOE_FA3 = replace(
         H200_QWEN3MOE.params,
         # its windows decoded token id 100 (as the Triton preset's first fit): that fit's routing and
         # prefill stay until FA3 is measured with real tokens (docs/results/moe.md, "Eighth sitting")
-        moe_spread=0.25,
-        prefill_overhead_s=5.9e-3,
+        moe_spread=QWEN3MOE_TOKEN100_FIT["moe_spread"],
+        prefill_overhead_s=QWEN3MOE_TOKEN100_FIT["prefill_overhead_s"],
         draft_kv_s=H200_LLAMA8B_FA3.params.draft_kv_s,
         # fitted (calibrate --fit verify_kv_s,draft_overhead_s,req_overhead_s,step_overhead_s); predicted
         # from the two presets: 20 ns (the HBM floor), 0.114 ms (FA3 Llama's), 33 us, 2.9 ms (Triton MoE's)
