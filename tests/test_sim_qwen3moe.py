@@ -62,7 +62,7 @@ def test_it_is_qwen3_30b_a3b_on_the_triton_h200_and_nothing_else_changed() -> No
     counted = {"weight_bytes", "flops_per_token", "moe_experts", "moe_active", "expert_bytes", "decode_kv_s",
                "draft_weight_bytes", "draft_flops_per_token", "prefill_attn_s"}
     fitted = {"moe_spread": 0.88, "step_overhead_s": 3.0e-3, "verify_kv_s": 0.77e-6, "req_overhead_s": 137e-6,
-              "draft_overhead_s": 0.16e-3, "prefill_overhead_s": 6.4e-3}  # docs/sim-presets.md, each's why
+              "draft_overhead_s": 0.16e-3, "prefill_overhead_s": 6.4e-3}  # docs/sim-presets-moe.md, each's why
     assert changed == counted | set(fitted)  # bandwidth, compute, the draft's KV term and chunks are Triton's
     assert {key: getattr(p, key) for key in fitted} == fitted
     assert MOE.kv_pool_tokens == 669_000  # moe.md's pool without speculation, as h200-llama8b carries its

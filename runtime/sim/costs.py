@@ -50,7 +50,7 @@ class PerfParams:
     expert_bytes: float = 0.0  # one routed expert's weights summed over all MoE layers
     # The share of a forward's tokens after the first that draw their own experts; the others
     # repeat a route already drawn (experts_touched). 1: every token routes on its own, the
-    # upper end. The GPU runs' random-weight target fits 0.25 (docs/sim-presets.md, "h200-qwen3moe").
+    # upper end. The GPU runs' random-weight target fits 0.25 (docs/sim-presets-moe.md, "h200-qwen3moe").
     moe_spread: float = 1.0
     # The target's tensor-parallel all-reduces, per forward (0: folded into the overheads, as
     # the single-GPU presets have none): a fixed latency each, plus each token's activations

@@ -290,7 +290,7 @@ RTX_8GPU_REPORT_TOPK1 = replace(
            '"96.1 tok/s after tuning", read as this chain',
 )
 
-# Written as a prediction before the GPU run (issue 23; docs/sim-presets.md, "h200-qwen3moe";
+# Written as a prediction before the GPU run (issue 23; docs/sim-presets-moe.md, "h200-qwen3moe";
 # docs/results/moe.md), then calibrated to the first sitting (below).
 # The h200-llama8b server (same H200, Triton, SGLang 0.5.17) with Qwen3-30B-A3B's shapes as
 # the sweep's target (bench/gpu/models.py qwen3moe): 48 layers, hidden 2048, 32 query / 4 KV
@@ -306,7 +306,7 @@ RTX_8GPU_REPORT_TOPK1 = replace(
 #   query blocks of 64): each query head walks its KV head's whole prefix in padded 64-row
 #   tiles, so the work follows query heads x layers (x head dim 128, the same), not KV bytes:
 #   x (32 x 48) / (32 x 32) = 1.5, 493 -> 739.5 ns. (By KV bytes it would be 370 ns;
-#   docs/sim-presets.md gives the prediction both ways.)
+#   docs/sim-presets-moe.md gives the prediction both ways.)
 # - draft: 1 layer with the same 32 query heads of 128 as Llama's head; its fitted 3.9 ns is
 #   3.8x its HBM floor, i.e. the draft extend's kernel (same scaling as verify: x 1) dominates: kept.
 # - prefill: h200-llama8b's value scaled by layers x query width (48 x 4096 / 32 x 4096 = 1.5).
@@ -389,7 +389,7 @@ H200_QWEN3MOE = replace(
     ),
 )
 
-# h200-qwen3moe as first fitted, to windows that decoded token id 100 for the whole batch (docs/sim-presets.md,
+# h200-qwen3moe as first fitted, to windows that decoded token id 100 for the whole batch (docs/sim-presets-moe.md,
 # "The first fit"): h200-qwen3moe-fa3 keeps this fit's routing and prefill until FA3 is measured with real
 # tokens, and bench/moe_routing.py reads how the real-token refit moved each of these costs on Triton.
 QWEN3MOE_TOKEN100_FIT: dict[str, float] = {
