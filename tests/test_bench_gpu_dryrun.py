@@ -157,6 +157,15 @@ def test_offpair_puts_the_tree_under_the_switch_forced_off_beside_no_speculation
     assert re.search(r'^\{"set": \[true\], "specctl": \{"mode": "off", ', after, re.M), after[:600]
 
 
+def test_offpair_refuses_two_moe_servers_that_cannot_share_one_h200(sock_dir: Path) -> None:
+    # two 61 GB targets leave each KV pool half of what 256 requests need: no servers start, the reason is said
+    run = dry_run(sock_dir, "offpair", MODEL="qwen3moe")
+    assert run.rc == 3 and "two MoE servers do not fit one H200 together" in run.log, run.log[-2000:]
+    assert "offab (fresh servers taking turns)" in run.log
+    assert "starting" not in run.log and "Traceback" not in run.log
+    assert run.log.rstrip().splitlines()[-1].endswith("done; FAILED: offpair")
+
+
 def test_nospec2_tree_then_sweep2_through_specctls_own_supervisor(sock_dir: Path) -> None:
     run = dry_run(sock_dir, "nospec2", "tree", "sweep2", "jitpack")
     assert_clean(run, "nospec2", "tree", "sweep2", "jitpack")

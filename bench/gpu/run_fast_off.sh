@@ -861,7 +861,14 @@ pair_turn() {  # pair_turn URL ROLE C ROUND: one warm-up and one window at C; bo
   fi
 }
 
-pair_load_problem() {  # why PAIR_LOAD cannot run as set, or nothing: decode-only turns must fit the KV pools
+pair_load_problem() {  # why offpair cannot run as set, or nothing: decode-only turns must fit the KV pools,
+  # and two MoE targets do not fit one H200 beside each other's KV pool
+  if [ "$MODEL" = qwen3moe ]; then
+    echo "two MoE servers do not fit one H200 together: two Qwen3-30B-A3B targets hold 122 GB of weights," \
+         "which leaves about 10 GB a KV pool (about 100k tokens at 96 KiB a token) where 256 requests need" \
+         "about 200k; offab (fresh servers taking turns) compares them instead"
+    return 0
+  fi
   case $PAIR_LOAD in
     arrivals) return 0 ;;
     decode) ;;
