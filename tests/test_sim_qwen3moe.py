@@ -44,10 +44,31 @@ def test_it_is_listed_and_calibrated_to_the_real_token_sitting() -> None:
         "nospec": [1, 4, 16, 32, 64, 128, 256], "eagle3": [1, 4, 16, 32, 64, 128, 256]}
     assert "triton-realtok-sweep2.csv" in MOE.source and "real tokens" in MOE.source
     assert [c.label for c in MOE.checks] == ["no-spec server", "no-spec server, eighth sitting",
+                                             "ninth sitting (auto on the new row)",
                                              "token 100 (the first fit's basis)"]
     assert "UNCALIBRATED" not in MOE.description and "Qwen3-30B-A3B" in MOE.description
     assert (MOE.attention_backend, MOE.steps, MOE.topk, MOE.accept_len, MOE.tp_size) == ("triton", 3, 1, 2.8, 1)
     assert MOE.gpu == TRITON.gpu and MOE.workload == TRITON.workload
+
+
+# the ninth sitting's windows of a cold first switch to off (docs/results/moe.md): the server paused 7-10 s
+COLD = {("a", "1", "off"), ("a", "1", "auto"), ("b", "1", "off"), ("b", "128", "off")}
+
+
+def test_the_ninth_sitting_check_is_the_mean_of_its_raw_windows_of_each_state() -> None:
+    import csv
+
+    states: dict[str, dict[int, list[float]]] = {"nospec": {}, "eagle3": {}}
+    for run in "abc":
+        path = Path(__file__).parents[1] / f"bench/gpu/results/moe/triton-newrow-{run}.csv"
+        for row in csv.DictReader(path.open()):
+            if (run, row["concurrency"], row["mode"]) in COLD:
+                continue
+            on = row["mode"] == "on" or (row["mode"] == "auto" and float(row["steps"]) > 0)
+            states["eagle3" if on else "nospec"].setdefault(int(row["concurrency"]), []).append(float(row["tok_s"]))
+    [check] = [c for c in MOE.checks if c.label.startswith("ninth sitting")]
+    assert check.measured == {series: {c: round(sum(v) / len(v), 1) for c, v in sorted(by_c.items())}
+                              for series, by_c in states.items()}
 
 
 def test_it_is_qwen3_30b_a3b_on_the_triton_h200_and_nothing_else_changed() -> None:
