@@ -49,7 +49,8 @@
 #                  splits both traces' scheduler CPU by step kind (prefill apart from decode)
 #   offab          no spec vs specctl forced off, a fresh server each turn, AB_ROUNDS turns each
 #                  (A B A B): mixed windows at MIXED_CONCS
-#   offpair        two servers resident together (PAIR: "nospec off", "off nospec", "nospec auto" (specctl
+#   offpair        (Llama only: two MoE targets do not fit one H200 with their KV pools)
+#                  two servers resident together (PAIR: "nospec off", "off nospec", "nospec auto" (specctl
 #                  in auto, as its supervisor sets it for ATTN), "nospec treeoff" (the tree under the switch,
 #                  TREE_*, forced off), or the null test "nospec nospec2"; KV
 #                  pools of PAIR_MAX_TOKENS, --sleep-on-idle), windows taking turns between them
