@@ -161,6 +161,20 @@ def test_report_drops_a_window_in_which_the_server_stalled_and_says_so(tmp_path:
     assert line.startswith("| 32 | 1800 [17.0] |"), "the stalled window is out of the mean"
 
 
+def test_report_drops_a_window_whose_switch_failed_and_says_so(tmp_path: Path) -> None:
+    # the ninth MoE sitting: `specctl auto` was refused while the server paused, so "auto" ran forced off
+    path = tmp_path / "w.csv"
+    rows = [("nospec-x", 1, "-", 0, 190, 5, ""), ("specctl-x", 1, "on", 0, 300, 3, 0),
+            ("specctl-x", 1, "off", 0, 200, 5, 0), ("specctl-x", 1, "auto", 0, 135, 6, 1),
+            ("specctl-x", 1, "auto", 1, 310, 3, 0)]
+    write_csv(path, [*TOK_TPOT, "switch_rc"], rows)
+    done = tool(str(GPU / "report.py"), str(path))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "dropped a window whose switch failed (specctl-x c=1 mode=auto round=0, rc 1)" in done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("| 1 |"))
+    assert "| 310 [3.0] |" in line, "the failed switch's window is out of auto's mean"
+
+
 def test_report_reads_the_static_tree_beside_the_chain_under_specctl(tmp_path: Path) -> None:
     path = tmp_path / "w.csv"
     rows = [("nospec-x", 1, "-", 0, 200, 5), ("tree-x", 1, "-", 0, 250, 4), ("specctl-x", 1, "on", 0, 330, 3),

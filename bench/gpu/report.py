@@ -61,6 +61,11 @@ def read(paths: list[str]) -> Cells:
                           f"mode={row['mode']} round={row.get('round', '?')}): the server stalled in it",
                           file=sys.stderr)
                     continue
+                if row.get("switch_rc") not in (None, "", "0"):  # interleave.py could not switch: the state before ran
+                    print(f"report.py: {path}: dropped a window whose switch failed ({row['label']} "
+                          f"c={row['concurrency']} mode={row['mode']} round={row.get('round', '?')}, "
+                          f"rc {row['switch_rc']}): it ran in the state before it", file=sys.stderr)
+                    continue
                 parts = row["label"].split("-")
                 kind = "-".join(parts[:2]) if parts[0] in OFFCOST_LOADS else parts[0]
                 tpot = float(row["tpot_ms"]) if row.get("tpot_ms") else float("nan")
