@@ -48,6 +48,15 @@ SWEEP_KINDS = ("nospec", "specctl", "adaptive", "tree")
 OFFCOST_LOADS = {"decodeonly": "decode only", "mixed": "with arrivals"}
 
 
+def unmeasured(row: dict[str, str]) -> tuple[str, str] | None:
+    """Why a window measures nothing of its mode (what it is, the rest of the message), or None."""
+    if float(row["tok_s"]) == 0.0:  # a stall, not a rate: no window of a live server yields nothing
+        return "with no tokens", "): the server stalled in it"
+    if row.get("switch_rc") not in (None, "", "0"):  # interleave.py could not switch: the state before ran
+        return "whose switch failed", f", rc {row['switch_rc']}): it ran in the state before it"
+    return None
+
+
 def read(paths: list[str]) -> Cells:
     """(kind, mode, concurrency) -> windows (tok_s, tpot_ms)."""
     cells: Cells = defaultdict(list)
@@ -56,15 +65,10 @@ def read(paths: list[str]) -> Cells:
             for row in csv.DictReader(fh):
                 if not row.get("tok_s"):
                     continue
-                if float(row["tok_s"]) == 0.0:  # a stall, not a rate: no window of a live server yields nothing
-                    print(f"report.py: {path}: dropped a window with no tokens ({row['label']} c={row['concurrency']} "
-                          f"mode={row['mode']} round={row.get('round', '?')}): the server stalled in it",
-                          file=sys.stderr)
-                    continue
-                if row.get("switch_rc") not in (None, "", "0"):  # interleave.py could not switch: the state before ran
-                    print(f"report.py: {path}: dropped a window whose switch failed ({row['label']} "
-                          f"c={row['concurrency']} mode={row['mode']} round={row.get('round', '?')}, "
-                          f"rc {row['switch_rc']}): it ran in the state before it", file=sys.stderr)
+                why = unmeasured(row)
+                if why:
+                    print(f"report.py: {path}: dropped a window {why[0]} ({row['label']} c={row['concurrency']} "
+                          f"mode={row['mode']} round={row.get('round', '?')}{why[1]}", file=sys.stderr)
                     continue
                 parts = row["label"].split("-")
                 kind = "-".join(parts[:2]) if parts[0] in OFFCOST_LOADS else parts[0]
