@@ -115,6 +115,35 @@ def test_generate_returns_the_asked_tokens(start_sim: Start) -> None:
         assert text.json()["meta_info"]["completion_tokens"] == 3
 
 
+def test_a_batched_generate_answers_each_prompt_in_order_and_decodes_them_together(start_sim: Start) -> None:
+    _, url = start_sim("--load", "idle", "--set", "mode=off")  # off: every step adds one token to each
+    with httpx.Client(base_url=url, timeout=60) as client:
+        prompts = [list(range(n, n + 5 + n)) for n in range(6)]
+        answers = client.post("/generate", json={"input_ids": prompts, "sampling_params": {
+            "max_new_tokens": 4, "temperature": 0}}).json()
+        assert [a["meta_info"]["prompt_tokens"] for a in answers] == [len(p) for p in prompts]
+        assert all(a["meta_info"]["completion_tokens"] == 4 for a in answers)
+        assert _spec(client)["batch_size"] == 6  # queued at once, decoded as one batch to the end
+        alone = client.post("/generate", json={"input_ids": prompts[2], "sampling_params": {
+            "max_new_tokens": 4, "temperature": 0}}).json()
+        assert alone["output_ids"] == answers[2]["output_ids"]  # greedy: the prompt alone decides
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ({"input_ids": [[1, 2], [3, 4]], "stream": True}, "cannot be streamed"),
+    ({"input_ids": [[1, 2], []]}, "non-empty list of integers"),
+    ({"input_ids": [[1, 2], [3, 4]], "rid": "x"}, "no rid"),
+    ({"input_ids": [[1, 2], [3] * 200_000]}, "longer than"),
+])
+def test_a_bad_batch_is_refused_whole(start_sim: Start, body: dict[str, Any], why: str) -> None:
+    _, url = start_sim("--load", "idle")
+    with httpx.Client(base_url=url, timeout=60) as client:
+        response = client.post("/generate", json=body)
+        assert response.status_code == 400 and why in response.json()["error"]
+        assert client.get("/server_info").json()["internal_states"][0]["num_running_reqs"] == 0
+        assert _spec(client)["step"] == 0  # nothing of it was queued
+
+
 def test_a_greedy_prompt_gets_the_same_output_every_time_a_sampled_one_does_not(start_sim: Start) -> None:
     _, url = start_sim("--load", "idle")
     greedy = {"input_ids": list(range(7, 47)), "sampling_params": {"max_new_tokens": 20, "temperature": 0.0}}
@@ -195,7 +224,7 @@ def test_abort_request_ends_the_matching_requests_with_what_they_have(start_sim:
 
 
 MALFORMED = [b"[1,", b'"text"', b'{"input_ids": "abc"}', b'{"text": ""}', b"\xff\xfe",
-             b'{"text": "x", "sampling_params": {"max_new_tokens": -1}}', b'{"input_ids": [[1, 2]]}']
+             b'{"text": "x", "sampling_params": {"max_new_tokens": -1}}', b'{"input_ids": [[1, 2], "x"]}']
 
 
 def test_malformed_requests_are_4xx_json_errors(start_sim: Start) -> None:

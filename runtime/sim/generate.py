@@ -29,7 +29,7 @@ def parse_generate(body: Any) -> tuple[int, int]:
     ids, text = body.get("input_ids"), body.get("text")
     if ids is not None:
         if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
-            raise BadRequest("input_ids must be a non-empty list of integers (batches are not supported)")
+            raise BadRequest("input_ids must be a non-empty list of integers, or a list of them (a batch)")
         prompt = len(ids)
     elif isinstance(text, str) and text:
         prompt = max(1, -(-len(text) // 4))  # about four characters a token
@@ -44,6 +44,28 @@ def parse_generate(body: Any) -> tuple[int, int]:
     if type(max_new) is not int or not 0 <= max_new <= MAX_NEW_TOKENS:
         raise BadRequest(f"sampling_params.max_new_tokens must be an integer 0..{MAX_NEW_TOKENS}")
     return prompt, max_new
+
+
+MAX_BATCH = 4096  # prompts in one batched /generate
+
+
+def split_batch(body: Any) -> list[dict[str, Any]] | None:
+    """A batched /generate (``input_ids`` a list of prompts) as one body per prompt; None for a single one.
+
+    SGLang answers a batch with a list, one answer per prompt in order; the
+    prompts share the sampling parameters. A batch cannot be streamed here.
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("input_ids"), list) or not body["input_ids"] \
+            or not isinstance(body["input_ids"][0], list):
+        return None
+    prompts = body["input_ids"]
+    if len(prompts) > MAX_BATCH or not all(isinstance(p, list) for p in prompts):
+        raise BadRequest(f"a batch is a list of at most {MAX_BATCH} prompts, each a list of integers")
+    if body.get("stream"):
+        raise BadRequest("a batch cannot be streamed; send its prompts one request each")
+    if body.get("rid") is not None:
+        raise BadRequest("a batch takes no rid here")
+    return [{**body, "input_ids": ids} for ids in prompts]
 
 
 def client_rid(body: dict[str, Any]) -> str | None:

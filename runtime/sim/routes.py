@@ -18,7 +18,14 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from specctl.runtime.sim import admin, api
-from specctl.runtime.sim.generate import BadRequest, client_rid, generate_answer, greedy_key, parse_generate
+from specctl.runtime.sim.generate import (
+    BadRequest,
+    client_rid,
+    generate_answer,
+    greedy_key,
+    parse_generate,
+    split_batch,
+)
 from specctl.runtime.sim.load import parse_load
 from specctl.runtime.sim.server import SimServer
 
@@ -82,6 +89,9 @@ def build_app(server: SimServer) -> web.Application:
         if not server.ready:
             return _error(503, "starting")
         body = await _json_body(request)
+        batch = split_batch(body)
+        if batch is not None:
+            return web.json_response(await server.generate_batch(batch))
         if isinstance(body, dict) and body.get("stream"):
             return await generate_stream(request, body)
         return web.json_response(await server.generate(body))
