@@ -15,6 +15,7 @@ import logging
 import sys
 import tomllib
 import types
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings
+from specctl.runtime.core.wire import WARMUP_ENV
 from specctl.runtime.probes.server_info import PREFILL_GRAPH_ARGS
 from specctl.runtime.sglang_plugin import (
     compat,
@@ -31,6 +33,7 @@ from specctl.runtime.sglang_plugin import (
     fast_off,
     plugin,
     server_args_check,
+    switch_warmup,
     tree_switch,
 )
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
@@ -46,6 +49,7 @@ from support.sglang_source import (
     required_parameter_names,
     run_module,
 )
+from support.sim_process import sim_process
 from support.stand_in_modules import stand_in_modules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +82,8 @@ def all_hooks(release: Release) -> list[tuple[HookSpec, Any]]:
     core, fast = plugin.core_handlers(release), fast_off.handlers(release)
     width, tree = draft_extend_graphs.around_resolve_num_tokens_per_req, tree_switch.handlers(release)
     return ([(s, core[s.handler]) for s in release.hooks] + [(s, fast[s.handler]) for s in release.fast_off_hooks]
-            + [(s, width) for s in release.draft_extend_hooks] + [(s, tree[s.handler]) for s in release.tree_hooks])
+            + [(s, width) for s in release.draft_extend_hooks] + [(s, tree[s.handler]) for s in release.tree_hooks]
+            + [(s, switch_warmup.around_wait_and_warmup) for s in release.warmup_hooks])
 
 
 def test_every_hook_target_exists_with_the_parameters_the_plugin_expects(sglang_source: SglangSource) -> None:
@@ -517,6 +522,9 @@ class StandIns:
         self._set("sglang.srt.runtime_context.get_spec", lambda: self.spec_bag)
         for spec in source.release.draft_extend_hooks:
             self._set(spec.target, self._launch_width())
+        self.warmups: list[str] = []  # what SGLang's warm-up thread ran, in order
+        for spec in source.release.warmup_hooks:
+            self._set(spec.target, self._wait_and_warmup())
 
     def _module(self, name: str) -> types.ModuleType:
         """``name`` and its parent packages, created empty where missing."""
@@ -577,6 +585,15 @@ class StandIns:
 
         return resolve_num_tokens_per_req
 
+    def _wait_and_warmup(self) -> Any:
+        """SGLang's warm-up thread's target: its warm-up function (its own request), then "ready to roll"."""
+        def _wait_and_warmup(server_args: Any, launch_callback: Any = None, execute_warmup_func: Any = None,
+                             post_warmup_callback: Any = None) -> None:
+            if execute_warmup_func(server_args):
+                self.warmups.append("ready to roll")
+
+        return _wait_and_warmup
+
     def resolve(self, dotted: str) -> Any:
         return compat.resolve(dotted)
 
@@ -604,7 +621,7 @@ def world(sglang_source: SglangSource, monkeypatch) -> StandIns:
     """Stand-ins and a fresh HookRegistry; nothing registered yet, fast off on by default."""
     monkeypatch.setenv("SPECCTL_SETTINGS", json.dumps(QUICK.as_dict()))
     for name in ("PROMETHEUS_MULTIPROC_DIR", fast_off.ENV_ENABLE, draft_warmth.SKIP_DRAFT_EXTEND_ENV,
-                 draft_extend_graphs.ENV_ENABLE, tree_switch.ENV_ENABLE):
+                 draft_extend_graphs.ENV_ENABLE, tree_switch.ENV_ENABLE, WARMUP_ENV):
         monkeypatch.setenv(name, "")  # recorded, so that what fast_off.install sets is undone
         monkeypatch.delenv(name)
     monkeypatch.setattr(fast_off, "STATS", fast_off.FastOffStats())
@@ -667,6 +684,63 @@ def test_sglang_only_requests_pass_through(hooked) -> None:
     world, _ = hooked
     assert world.call("set_internal_state", Request({"pp_max_micro_batch_size": 4})).updated is True
     assert world.reached == [{"pp_max_micro_batch_size": 4}]
+
+
+def test_the_warm_up_key_holds_a_built_depth_and_never_reaches_sglang(hooked) -> None:
+    world, params = hooked
+    assert world.call("set_internal_state", Request({"specctl_warmup": 0})).updated is True
+    assert params.get_steps_for_batch(1) == 0 and params.state()["held"] == 0
+    assert world.call("set_internal_state", Request({"specctl_warmup": -1})).updated is True
+    assert params.get_steps_for_batch(1) == 3 and params.state()["held"] is None
+    assert world.reached == []
+
+
+@pytest.mark.parametrize("wire", [{"specctl_warmup": 2}, {"specctl_warmup": 0, "specctl_mode": 2},
+                                  {"specctl_warmup": 0, "pp_max_micro_batch_size": 4}])
+def test_the_warm_up_key_with_another_key_or_an_unbuilt_depth_is_refused(hooked, caplog, wire) -> None:
+    world, params = hooked
+    before = params.state()
+    with caplog.at_level(logging.WARNING, logger="specctl.plugin"):
+        assert world.call("set_internal_state", Request(wire)).updated is False
+    assert params.state() == before and world.reached == []
+    assert "specctl_warmup" in caplog.text
+
+
+def test_sglangs_warm_up_thread_runs_specctls_warm_up_before_its_own_request(hooked, sglang_source: SglangSource,
+                                                                           tmp_path: Path) -> None:
+    """Through HookRegistry: SGLang's thread target calls its warm-up function, which now warms every state first."""
+    world, _ = hooked
+    target = world.resolve(sglang_source.release.warmup_hooks[0].target)
+    assert hasattr(target, "__wrapped__")
+    with sim_process(tmp_path, "--load", "idle", "--gpus", "1") as url:
+        def sglang_request(server_args: Any) -> bool:  # SGLang's own warm-up: one request, then "up"
+            with urllib.request.urlopen(url + "/server_info", timeout=10) as r:
+                spec = json.loads(r.read())["internal_states"][0]["specctl"]
+            world.warmups.append(f"sglang's request, held {spec['held']}, policy step {spec['step']}")
+            return True
+
+        server_args = types.SimpleNamespace(url=lambda: url, api_key=None, admin_api_key=None)
+        target(server_args, None, sglang_request)
+    assert world.warmups == ["sglang's request, held None, policy step 0", "ready to roll"]
+
+
+def test_start_up_stops_when_sglang_did_not_apply_the_warm_up_hook(hooked, sglang_source: SglangSource,
+                                                                   config: str) -> None:
+    world, _ = hooked
+    spec = sglang_source.release.warmup_hooks[0]
+    world.unhook(spec)
+    with pytest.raises(SpecctlPluginError) as err:
+        world.call("check_server_args", types.SimpleNamespace(**good_args(sglang_source.release, config)))
+    message = str(err.value.code)
+    assert f"switch warm-up hook on {spec.target} " in message and "SPECCTL_WARMUP=0 runs without it" in message
+
+
+def test_with_the_warm_up_skipped_nothing_is_hooked_and_the_start_up_check_passes(
+        world: StandIns, sglang_source: SglangSource, config: str, monkeypatch) -> None:
+    monkeypatch.setenv(WARMUP_ENV, "0")
+    install_all(world)
+    assert not hasattr(world.resolve(sglang_source.release.warmup_hooks[0].target), "__wrapped__")
+    assert world.call("check_server_args", types.SimpleNamespace(**good_args(sglang_source.release, config))) is None
 
 
 def test_internal_state_gains_the_policy_state(hooked) -> None:

@@ -338,3 +338,34 @@ def test_cost_table_from_the_launchers_variable(tmp_path: Path) -> None:
         costs_from_env({"SPECCTL_DEPTH_COSTS": str(path)})
     assert isinstance(err.value, SystemExit) and "SPECCTL_DEPTH_COSTS" in str(err.value.code)
     assert "depths, step_ms" in str(err.value.code)
+
+
+# -- the switch warm-up's hold (switch_warmup.py) ------------------------------
+
+
+def test_a_held_depth_runs_every_batch_and_leaves_the_policy_as_it_was(config: str) -> None:
+    p = make(config)
+    p.get_steps_for_batch(2)
+    p.on_verify_complete([2, 2], 2)
+    before = p.state()
+    p.hold(0)
+    assert [p.get_steps_for_batch(bs) for bs in (1, 64, 256)] == [0, 0, 0]  # off_at 8 would say the same at 64
+    p.hold(3)
+    assert [p.get_steps_for_batch(bs) for bs in (1, 64)] == [3, 3]  # auto would be off at 64
+    for _ in range(5):
+        p.on_verify_complete([0, 0, 0], 3)  # the warm-up's acceptance: not the traffic's
+    assert p.state()["held"] == 3
+    p.hold(-1)
+    after = p.state()
+    assert after["held"] is None and after["built"] == [0, 3]
+    assert {k: v for k, v in after.items() if k != "held"} == {k: v for k, v in before.items() if k != "held"}
+
+
+@pytest.mark.parametrize("depth", [2, 4, -2, 1.5, True, "0", None])
+def test_a_hold_of_a_depth_the_server_did_not_build_is_refused_and_changes_nothing(config: str, depth: object) -> None:
+    p = make(config)
+    with pytest.raises(SettingsError) as err:
+        p.hold(depth)  # type: ignore[arg-type]
+    assert err.value.field == "warmup"
+    assert p.state()["held"] is None
+    assert p.get_steps_for_batch(1) == 3

@@ -26,3 +26,9 @@ def env_flag(raw: str | None, default: bool) -> bool:
     if raw is None or raw.strip() == "":
         return default
     return raw.strip().lower() not in FALSE_WORDS
+# The switch warm-up's /set_internal_state key (runtime/sglang_plugin/switch_warmup.py), never an operator's:
+# a built depth to run every decode batch at while the policy stands aside (it neither decides nor hears
+# acceptance, so a warm-up leaves no trace in its state), or HAND_BACK to give the decisions back to it.
+WARMUP_KEY = "specctl_warmup"
+HAND_BACK = -1
+WARMUP_ENV = "SPECCTL_WARMUP"  # "0" skips the switch warm-up; a number caps its largest batch

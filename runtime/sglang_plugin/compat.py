@@ -164,6 +164,8 @@ class Release:
     tree_hooks: tuple[HookSpec, ...] = ()
     tree_declare: str | None = None
     tree_page_one: bool = False
+    # switch_warmup's hook (the launcher process): SGLang's wait-and-warm-up, whose warm-up function it wraps.
+    warmup_hooks: tuple[HookSpec, ...] = ()
 
 
 _PARAMS_HOOK = HookSpec(PARAMS_CLASS, "REPLACE", "params", ("initial_steps", "cfg_path"))
@@ -226,6 +228,15 @@ _TREE_TOKENS = HookSpec("sglang.srt.arg_groups.speculative_hook._init_adaptive_s
 _TREE_BOUND = HookSpec("sglang.srt.speculative.spec_info.SpeculativeAlgorithm.resolve_max_speculative_num_draft_tokens",
                        "AROUND", "resolve_max_speculative_num_draft_tokens", ("server_args",))
 
+# switch_warmup.py: the warm-up thread's target, looked up by name when the thread starts (a source fact).
+_WARMUP_TARGET = "sglang.srt.entrypoints.http_server._wait_and_warmup"
+_WARMUP_PARAMS = ("server_args", "launch_callback", "execute_warmup_func")
+_WARMUP_FACTS = (
+    ("entrypoints/http_server.py", "target=_wait_and_warmup,"),
+    ("entrypoints/http_server.py", "if not execute_warmup_func(server_args):"),
+    ("server_args.py", "    def url(self"),
+)
+
 RELEASES: dict[str, Release] = {
     "0.5.17": Release(
         version="0.5.17",
@@ -251,6 +262,7 @@ RELEASES: dict[str, Release] = {
             ("managers/scheduler.py", "(GetInternalStateReq, self.get_internal_state)"),
             ("entrypoints/engine.py", "server_args.check_server_args()"),
             *_COLD_PREFILL_FACTS,
+            *_WARMUP_FACTS,
         ),
         fast_off_hooks=(
             _FAST_OFF_BUILD,
@@ -267,6 +279,7 @@ RELEASES: dict[str, Release] = {
         scheduler_attr=None,
         draft_extend_hooks=(_DRAFT_EXTEND_WIDTH,),
         tree_hooks=(_TREE_REASON, _TREE_TOKENS),
+        warmup_hooks=(HookSpec(_WARMUP_TARGET, "AROUND", "wait_and_warmup", _WARMUP_PARAMS),),
     ),
     "0.5.23": Release(
         version="0.5.23",
@@ -302,6 +315,7 @@ RELEASES: dict[str, Release] = {
             ("entrypoints/engine.py", "server_args.check_server_args()"),
             ("server_args.py", "from sglang.srt.arg_groups.validation_hook import check_server_args"),
             *_COLD_PREFILL_FACTS,
+            *_WARMUP_FACTS,
             # The cold prefill: the target's prefill publishes no read-done event for EAGLE
             # (drafted or not, the barrier after a prefill is the whole-forward one) ...
             ("speculative/spec_info.py", "return self.is_none() or self.is_dflash_family()"),
@@ -332,6 +346,8 @@ RELEASES: dict[str, Release] = {
         tree_hooks=(_TREE_REASON, _TREE_TOKENS, _TREE_BOUND),
         tree_declare="sglang.srt.arg_groups.overrides.declare_resolution",
         tree_page_one=True,
+        warmup_hooks=(HookSpec(_WARMUP_TARGET, "AROUND", "wait_and_warmup",
+                               (*_WARMUP_PARAMS, "post_warmup_callback")),),
     ),
 }
 

@@ -23,6 +23,7 @@ from specctl.runtime.core.adaptive_config import read_candidate_steps
 from specctl.runtime.core.depth_model import DepthCosts
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import PolicySettings, SettingsError, settings_from_wire
+from specctl.runtime.core.wire import HAND_BACK
 
 # Observer of the policy's state (SpecPolicy.state()). Called only when the depth changes.
 Observer = Callable[[Mapping[str, Any]], None]
@@ -62,7 +63,8 @@ class SpecctlParams:
         self._check_steps(settings)
         self.policy = SpecPolicy(settings, costs)
         self._cuda_graph_bs: list[int] | None = None
-        self._in_flight: deque[int] = deque(maxlen=IN_FLIGHT)
+        self._in_flight: deque[tuple[int, bool]] = deque(maxlen=IN_FLIGHT)  # (depth, held)
+        self._held: int | None = None  # the switch warm-up's depth while it runs (hold)
         self._observer = observer
         self._reported: int | None = None
         self._report()
@@ -89,9 +91,15 @@ class SpecctlParams:
         return list(self._cuda_graph_bs)
 
     def get_steps_for_batch(self, batch_size: int) -> int:
-        """One policy step per decode batch: the depth to draft, one of the candidates (0 = off)."""
+        """One policy step per decode batch: the depth to draft, one of the candidates (0 = off).
+
+        While the switch warm-up holds a depth, that depth, and the policy is not asked.
+        """
+        if self._held is not None:
+            self._in_flight.append((self._held, True))
+            return self._held
         steps = self.policy.decide(batch_size)
-        self._in_flight.append(steps)
+        self._in_flight.append((steps, False))
         self._report()
         return steps
 
@@ -104,10 +112,26 @@ class SpecctlParams:
         know which positions were tried). A batch that ran at steps 0 drafted
         nothing, so its zeros are not acceptance and are skipped.
         """
-        drafted = self._in_flight.popleft() if self._in_flight else self._current_steps()
-        if drafted > 0:
+        drafted, held = self._in_flight.popleft() if self._in_flight else self._now()
+        if drafted > 0 and not held:  # a warm-up batch's acceptance is its prompts', not the traffic's
             self.policy.on_verify(num_correct_drafts_per_req, drafted)
         return None
+
+    # -- the switch warm-up (switch_warmup.py) ---------------------------
+    def hold(self, depth: int) -> None:
+        """Run every decode batch at ``depth`` (a built one) until ``hold(HAND_BACK)``; raises SettingsError.
+
+        The policy stands aside meanwhile: it neither decides nor hears
+        acceptance, so its step count, switches and acceptance window are
+        what they were before the warm-up.
+        """
+        if isinstance(depth, bool) or not isinstance(depth, (int, float)) or int(depth) != depth:
+            raise SettingsError("warmup", f"must be a depth or {HAND_BACK}, got {depth!r}")
+        depth = int(depth)
+        if depth != HAND_BACK and depth not in self._candidates:
+            raise SettingsError("warmup", f"must be one of {self._candidates} (the built depths) or {HAND_BACK}, "
+                                          f"got {depth}")
+        self._held = None if depth == HAND_BACK else depth
 
     # -- settings (the /set_internal_state path) -------------------------
     def validate_wire(self, wire: Mapping[str, Any]) -> PolicySettings:
@@ -121,7 +145,8 @@ class SpecctlParams:
         self.policy.apply(settings.as_dict())
 
     def state(self) -> dict[str, Any]:
-        return self.policy.state()
+        """The policy's state, the depth the switch warm-up holds (None: the policy decides) and the built depths."""
+        return {**self.policy.state(), "held": self._held, "built": list(self._candidates)}
 
     # -- internals ------------------------------------------------------
     def _check_steps(self, settings: PolicySettings) -> None:
@@ -134,8 +159,9 @@ class SpecctlParams:
             raise SettingsError("candidates", f"depths {extra} have no runtime state "
                                               f"(the adaptive config has {self._candidates})")
 
-    def _current_steps(self) -> int:
-        return self.policy.depth
+    def _now(self) -> tuple[int, bool]:
+        """(depth, held) of a verify whose decision was not recorded: what is in force now."""
+        return (self.policy.depth, False) if self._held is None else (self._held, True)
 
     def _report(self) -> None:
         """Tell the observer about a change; cheap when nothing changed (runs every decode batch)."""

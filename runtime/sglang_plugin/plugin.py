@@ -27,9 +27,18 @@ from specctl.runtime.core.wire import (
     ENABLE_ENV,
     EXPERTS_KEY,
     SETTINGS_ENV,
+    WARMUP_ENV,
+    WARMUP_KEY,
     WIRE_PREFIX,
 )
-from specctl.runtime.sglang_plugin import compat, draft_extend_graphs, fast_off, server_args_check, tree_switch
+from specctl.runtime.sglang_plugin import (
+    compat,
+    draft_extend_graphs,
+    fast_off,
+    server_args_check,
+    switch_warmup,
+    tree_switch,
+)
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.gauges import metrics_observer
 from specctl.runtime.sglang_plugin.params import SpecctlParams, active, observers
@@ -125,6 +134,8 @@ def set_internal_state(original: Callable[..., Any], owner: Any, recv_req: Any) 
     if params is None:
         logger.warning("specctl: refused %s: no speculative worker in this process", sorted(ours))
         return compat.set_state_output(False)
+    if WARMUP_KEY in ours:
+        return _hold(params, ours, rest_of_wire=len(wire) - len(ours))
     try:
         new = params.validate_wire(ours)
     except SettingsError as exc:
@@ -137,6 +148,19 @@ def set_internal_state(original: Callable[..., Any], owner: Any, recv_req: Any) 
     params.apply_settings(new)
     logger.info("specctl: settings updated: %s", ours)
     return result if result is not None else compat.set_state_output(True)
+
+
+def _hold(params: SpecctlParams, ours: dict[str, Any], rest_of_wire: int) -> Any:
+    """The switch warm-up's key: alone in its request (it is no setting), a built depth or HAND_BACK."""
+    if len(ours) > 1 or rest_of_wire:
+        logger.warning("specctl: refused /set_internal_state: %s goes alone, got %s", WARMUP_KEY, sorted(ours))
+        return compat.set_state_output(False)
+    try:
+        params.hold(ours[WARMUP_KEY])
+    except SettingsError as exc:
+        logger.warning("specctl: refused /set_internal_state: %s%s: %s", WIRE_PREFIX, exc.field, exc.message)
+        return compat.set_state_output(False)
+    return compat.set_state_output(True)
 
 
 def get_internal_state(release: Release, result: Any, owner: Any, recv_req: Any) -> Any:
@@ -233,6 +257,7 @@ def check_hooks_applied(release: Release) -> None:
         ("draft-extend graph hook", draft_extend_graphs.hooks_for(release),
          f"; unset {draft_extend_graphs.ENV_ENABLE} to run without it"),
         ("tree-draft hooks", tree_switch.hooks_for(release), f"; unset {tree_switch.ENV_ENABLE} to run without them"),
+        ("switch warm-up hook", switch_warmup.hooks_for(release), f"; {WARMUP_ENV}=0 runs without it"),
     )
     for what, specs, remedy in groups:
         missing = unapplied_hooks(specs)
@@ -276,7 +301,7 @@ def install_core_hooks(release: Release) -> None:
 # takes the Release here, keep its SGLang-specific targets as data in
 # compat.py (as fast_off's are) and cover them in check_hooks_applied.
 INSTALLERS: list[Callable[[Release], object]] = [install_core_hooks, fast_off.install, draft_extend_graphs.install,
-                                                  tree_switch.install]
+                                                  tree_switch.install, switch_warmup.install]
 
 
 def load() -> None:
@@ -286,6 +311,7 @@ def load() -> None:
     release = compat.release_for(compat.installed_version())
     settings = settings_from_env()  # refuse bad settings in the launcher process, before any GPU work
     costs_from_env()  # and an unreadable cost table
+    switch_warmup.cap_from_env()  # and a warm-up cap that is no count
     for install in INSTALLERS:
         install(release)
     logger.info("specctl: plugin loaded for SGLang %s, settings %s", release.version, settings.as_dict())

@@ -88,6 +88,8 @@ class SimEngine:
         self.fast_off = fast_off
         self.workload = workload
         self.policy = policy
+        # the switch warm-up's depth (the plugin's specctl_warmup): every step runs it, the policy stands aside
+        self.held: int | None = None
         self.alpha = alpha_for(accept_len, accept_steps)
         self.max_running = max_running
         self.kv_pool_tokens = kv_pool_tokens
@@ -162,10 +164,10 @@ class SimEngine:
         prompts = self._admit()
         duration = prefill_s(self.params, prompts, with_draft=self._draft_prefills())
         bs = len(self.running)
-        steps = self.policy.decide(bs) if self.policy is not None else 0
+        steps = self._depth(bs)
         if steps > 0:
             duration += spec_s(self.params, bs, self.ctx_tokens, steps, self.topk, self.draft_tokens)
-            tokens, finished = self._advance_spec(steps)
+            tokens, finished = self._advance_spec(steps, feed_policy=self.held is None)
         else:
             duration += self._plain_s(bs)
             tokens, finished = self._advance_plain()
@@ -180,6 +182,12 @@ class SimEngine:
                 self.on_finish(req)
         return StepReport(duration, bs, steps, tokens, sum(prompts), tuple(finished))
 
+    def _depth(self, bs: int) -> int:
+        """This step's draft depth: none without speculation, the held one, else the policy's decision."""
+        if self.policy is None:
+            return 0
+        return self.held if self.held is not None else self.policy.decide(bs)
+
     def _draft_prefills(self) -> bool:
         """Whether the draft model prefills new prompts: drafting, or off with the draft warm.
 
@@ -189,7 +197,8 @@ class SimEngine:
         """
         if self.policy is None:
             return False
-        if self.policy.on or not self.fast_off:
+        drafting = self.policy.on if self.held is None else self.held > 0
+        if drafting or not self.fast_off:
             return True
         return self.policy.last_batch < self.policy.settings.warm_below
 
@@ -237,8 +246,9 @@ class SimEngine:
         self._drop(finished)
         return n, finished
 
-    def _advance_spec(self, steps: int) -> tuple[int, list[SimRequest]]:
-        """Each request gains its accepted drafts plus the bonus token; the policy sees the drafts."""
+    def _advance_spec(self, steps: int, feed_policy: bool = True) -> tuple[int, list[SimRequest]]:
+        """Each request gains its accepted drafts plus the bonus token; the policy sees the drafts
+        (not while the warm-up holds the depth: a warm-up's acceptance is not the traffic's)."""
         accepted = self._draw_accepted(len(self.running), steps)
         finished: list[SimRequest] = []
         tokens = 0
@@ -251,7 +261,8 @@ class SimEngine:
                 finished.append(req)
         self.ctx_tokens += tokens
         assert self.policy is not None
-        self.policy.on_verify(accepted)
+        if feed_policy:
+            self.policy.on_verify(accepted)
         self._gauges.accept.append(1.0 + sum(accepted) / len(accepted))
         self._drop(finished)
         return tokens, finished

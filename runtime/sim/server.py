@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from specctl.runtime.core.depth_model import DepthCosts
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError, settings_from_wire
-from specctl.runtime.core.wire import EXPERTS_KEY, WIRE_PREFIX
+from specctl.runtime.core.wire import EXPERTS_KEY, HAND_BACK, WARMUP_KEY, WIRE_PREFIX
 from specctl.runtime.sim import nospec
 from specctl.runtime.sim.costs import tree_tokens
 from specctl.runtime.sim.depth import policy_costs
@@ -176,6 +176,19 @@ class SimServer:
     def ready(self) -> bool:
         return time.monotonic() - self._started >= self.cfg.startup_delay_s
 
+    def _hold(self, args: dict[str, Any]) -> bool:
+        """The switch warm-up's key, as the plugin takes it: alone, a built depth or HAND_BACK."""
+        depth = args[WARMUP_KEY]
+        if len(args) > 1 or isinstance(depth, bool) or not isinstance(depth, (int, float)) or int(depth) != depth:
+            return False
+        if int(depth) == HAND_BACK:
+            self.engine.held = None
+            return True
+        if int(depth) not in self.built_depths:
+            return False
+        self.engine.held = int(depth)
+        return True
+
     # -- read-outs ------------------------------------------------------
     def internal_state(self) -> dict[str, Any]:
         """What SGLang's scheduler reports per DP rank, plus the specctl policy's state."""
@@ -191,7 +204,8 @@ class SimServer:
             del state["avg_spec_accept_length"]
         if self.cfg.plugin:  # the plugin adds its block; a server without it has none
             # the plugin says the target's routed experts (0: dense), as it reads SGLang's HF config
-            block = {**self.policy.state(), "off_state": self.off_state(), EXPERTS_KEY: self.experts()}
+            block = {**self.policy.state(), "held": self.engine.held, "built": list(self.built_depths),
+                     "off_state": self.off_state(), EXPERTS_KEY: self.experts()}
             state = {"specctl": block, **state}
         return state
 
@@ -308,6 +322,14 @@ class SimServer:
         return self.answer(generate_answer(prompt_tokens, ids, done.accept_len, done.finished_at - t0,
                                            done.decode_steps, aborted=done.done < max_new))
 
+    async def generate_batch(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A batched /generate: every prompt checked first (a bad one queues none), then all queued at once."""
+        for body in bodies:
+            prompt_tokens, max_new = parse_generate(body)
+            if problem := self.fit_problem(prompt_tokens, max_new):
+                raise BadRequest(problem)
+        return list(await asyncio.gather(*(self.generate(body) for body in bodies)))
+
     def answer(self, out: dict[str, Any]) -> dict[str, Any]:
         """A /generate answer as this server sends it: without speculation, no speculative meta_info."""
         return out if self.cfg.speculation else nospec.plain_answer(out)
@@ -337,6 +359,8 @@ class SimServer:
         args: dict[str, Any] = body["server_args"]
         if not self.cfg.plugin:  # SGLang without the plugin knows none of our keys
             return [False]
+        if WARMUP_KEY in args:
+            return [self._hold(args)]
         for key, value in args.items():
             if not key.startswith(WIRE_PREFIX) or isinstance(value, bool) or not isinstance(value, (int, float)):
                 return [False]
