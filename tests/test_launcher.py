@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
 from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.sglang_plugin.plugin import settings_from_env
+from specctl.runtime.sglang_plugin.switch_warmup import warm
 from specctl.runtime.supervisor import launcher
 from specctl.runtime.supervisor.launcher import StartupProgress, build_command, launch_env
 
 from support.sglang_source import SglangSource, class_fields
+from support.sim_process import sim_process
 
 
 def command(**overrides) -> list[str]:
@@ -265,3 +269,26 @@ def test_a_bad_cost_table_or_candidate_set_is_refused_before_the_launch(tmp_path
         SupervisorConfig(backend="sglang", model="/m", draft="/d", depth_costs=bad)
     with pytest.raises(ConfigError, match=r"--speculative-num-steps \(default 3\): must be one of the candidates"):
         SupervisorConfig(backend="sglang", model="/m", draft="/d", settings={"candidates": "0,1,2"})
+
+
+def test_the_switch_warm_up_is_a_phase_between_the_captures_and_ready() -> None:
+    progress = StartupProgress()
+    progress.feed("Capture target verify CUDA graph begin. backend=full")
+    assert progress.feed("[2026-12-03 10:00:01] specctl: switch warm-up 5/20: off at batch 16, 0.31 s") == {
+        "phase": "warmup", "fraction": 0.25}
+    assert progress.feed("Capture draft CUDA graph begin.") is None  # never back
+    assert progress.feed("The server is fired up and ready to roll!") == {"phase": "ready", "fraction": 1.0}
+
+
+def test_the_warm_up_log_line_is_the_one_the_progress_reads(caplog: pytest.LogCaptureFixture,
+                                                            tmp_path: Path) -> None:
+    """The plugin's own line, as it logs it against a simulator, moves the supervisor's progress."""
+
+
+
+    progress = StartupProgress()
+    with sim_process(tmp_path, "--load", "idle", "--gpus", "1") as url, \
+            caplog.at_level(logging.INFO, logger="specctl.plugin"):
+        asyncio.run(warm(url, cap=2))
+    seen = [progress.feed(r.getMessage()) for r in caplog.records]
+    assert [s for s in seen if s] == [{"phase": "warmup", "fraction": f / 4} for f in (1, 2, 3, 4)]

@@ -14,7 +14,7 @@ from textual.widgets import Label, ProgressBar
 from specctl.runtime.core.records import Progress
 
 PHASES = {"weights": "loading weights", "kv_cache": "allocating KV cache",
-          "cuda_graphs": "capturing CUDA graphs", "ready": "ready"}
+          "cuda_graphs": "capturing CUDA graphs", "warmup": "warming every speculation state", "ready": "ready"}
 
 
 class StartupProgress(Widget):

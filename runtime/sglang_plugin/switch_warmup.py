@@ -152,17 +152,21 @@ async def warm(base_url: str, *, cap: int, api_key: str | None = None, admin_key
         if spec is None or not isinstance(spec.get("built"), list):
             return WarmupReport(skipped="the server reports no specctl policy with built depths")
         depths = sorted(int(d) for d in spec["built"])  # 0 first: the state whose first use paused
+        sizes = batches(min(cap, _max_running(info) or cap))
         report = WarmupReport()
         admin = _auth(admin_key or api_key)
         sent = 0
         try:
             for depth in depths:
                 await _hold(http, admin, depth)
-                for n in batches(min(cap, _max_running(info) or cap)):
+                for n in sizes:
                     t0 = time.monotonic()
                     await _burst(http, _auth(api_key), n, first_id=sent)
-                    report.seconds[(depth, n)] = time.monotonic() - t0
+                    report.seconds[(depth, n)] = seconds = time.monotonic() - t0
                     sent += n
+                    # the supervisor's start-up progress reads "k/total" (launcher.StartupProgress)
+                    logger.info("specctl: switch warm-up %d/%d: %s at batch %d, %.2f s", len(report.seconds),
+                                len(depths) * len(sizes), "off" if depth == 0 else f"depth {depth}", n, seconds)
         finally:
             await _hold(http, admin, HAND_BACK)
         return report

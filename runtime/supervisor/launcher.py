@@ -155,7 +155,7 @@ def launch_env(settings: PolicySettings, base_env: Mapping[str, str] | None = No
     return env
 
 
-PHASES = ("weights", "kv_cache", "cuda_graphs", "ready")
+PHASES = ("weights", "kv_cache", "cuda_graphs", "warmup", "ready")
 
 # Log strings of SGLang 0.5.17 and 0.5.23 (model_runner.py, memory_pool.py,
 # kv_cache_configurator.py, cuda_graph_setup.py, decode_cuda_graph_runner.py,
@@ -170,6 +170,8 @@ _KV_END = "Memory pool end."
 _GRAPHS_BEGIN = re.compile(r"Capture .* (?:CUDA|CPU) graph begin\.")
 _GRAPHS_BAR = re.compile(r"Capturing batches \([^)]*\):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)")
 _READY = "The server is fired up and ready to roll!"
+# The plugin's switch warm-up (runtime/sglang_plugin/switch_warmup.py), between the captures and "ready".
+_WARMUP_BAR = re.compile(r"specctl: switch warm-up (\d+)/(\d+):")
 
 
 class StartupProgress:
@@ -206,6 +208,8 @@ class StartupProgress:
     def _read(self, text: str) -> None:
         if _READY in text:
             self._move("ready", 1.0)
+        elif match := _WARMUP_BAR.search(text):
+            self._move("warmup", int(match[1]) / int(match[2]))
         elif match := _GRAPHS_BAR.search(text):
             self._move("cuda_graphs", int(match[1]) / int(match[2]))
         elif _GRAPHS_BEGIN.search(text):
