@@ -121,6 +121,18 @@
 #                  nospecref's reference too, KV before / after, SGLang's start-up lines -> treecheck-TAG.txt
 #   treesweep      the same server at TREE_ACC: forced on / off / auto taking turns over CONCS2 (labels
 #                  treesw-ATTN), beside the static tree (tree) and no speculation (nospec2)
+#   coldswitch     the first-use pause of each state: on a fresh machine the first switch to off paused the server
+#                  7-10 s while kernels on that path compiled into the JIT caches. coldA: a specctl server (simulated
+#                  acceptance) with the switch warm-up off (SPECCTL_WARMUP=0) on cold caches (any there moved aside
+#                  first, never deleted); first_use.py sets off and STEPS in turn at every COLD_BUCKETS batch size
+#                  (ascending), two bursts of fresh prompts each: the first's excess over the second, and the kernels
+#                  that appeared in $ROOT/jitcache/{triton,tvm-ffi} and $ROOT/.cache/flashinfer during it. Then those
+#                  caches (and ~/.nv/ComputeCache, /tmp/torchinductor_USER) move aside to DIR.coldA, and coldB, the
+#                  same with the warm-up on (the default: the plugin's bursts before ready; its "switch warm-up"
+#                  lines are logged), shows what pause is left. CSV $OUT/coldswitch-TAG.csv (labels coldA-ATTN,
+#                  coldB-ATTN), start-up seconds, cache sizes and tables in $WORK/coldswitch-TAG.txt. Two MoE cold
+#                  starts take 160-195 s each: a start is refused below COLD_NEED s of BUDGET_S (default 250);
+#                  COLD_RUNS="coldA" then COLD_RUNS="coldB" splits it over two calls
 #   compare        greedy outputs of every run against the no-speculation reference
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
@@ -154,6 +166,8 @@
 #   JOURNAL_CONCS (depthjournal's concurrencies, default "4 16 64")
 #   TRACE_S TRACE_SEED TRACE_CONFIGS TRACE_NOSPEC (depthtrace: trace length, schedule seed, configurations,
 #   1|0|only for the server without speculation)
+#   COLD_BUCKETS COLD_RUNS COLD_NEED (coldswitch: batch sizes, default 1 2 4 ... 256; runs, default "coldA coldB";
+#   the seconds a cold start and its bursts need, default 250)
 set -uo pipefail
 T0=$(date +%s)
 REPO=$(pwd)
@@ -1284,6 +1298,82 @@ phase_depthtrace() {  # issue 22's trace: every static depth, off and auto on on
   cp -f "$WORK/trace-table-$TAG.txt" "$OUT/"
 }
 
+# ------------------------------------------------------------------ first use of each state (coldswitch)
+COLD_BUCKETS=${COLD_BUCKETS:-"1 2 4 8 16 32 64 128 256"}
+COLD_RUNS=${COLD_RUNS:-"coldA coldB"}   # coldA: the switch warm-up off; coldB: on (the plugin's default)
+COLD_NEED=${COLD_NEED:-250}             # seconds of BUDGET_S a cold start (MoE: 160-195 s) and its bursts need
+cold_dirs() {  # the JIT caches a start fills; outside ROOT only on the GPU (a dry run must not touch this machine's)
+  echo "$ROOT/jitcache" "$ROOT/.cache/flashinfer"
+  [ "${DRY_RUN:-}" = sim ] || echo "$HOME/.nv/ComputeCache" "/tmp/torchinductor_$(whoami)"
+}
+cache_sizes() {  # cache_sizes WHEN: each cache's size and file count, logged and kept in the phase's file
+  local d
+  for d in "$ROOT/jitcache/triton" "$ROOT/jitcache/tvm-ffi" "$ROOT/.cache/flashinfer"; do
+    if [ -d "$d" ]; then log "cache $1: $d $(du -sh "$d" | cut -f1), $(find "$d" -type f | wc -l) files"
+    else log "cache $1: $d absent"; fi
+  done | tee -a "$WORK/coldswitch-$TAG.txt"
+}
+caches_aside() {  # caches_aside SUFFIX: move every cache to DIR.SUFFIX (never deleted) so the next start is as cold as
+  # a fresh machine's; the Triton and TVM-FFI dirs (exported above) are made again, empty
+  local d to
+  for d in $(cold_dirs); do
+    [ -e "$d" ] || continue
+    to=$d.$1; [ -e "$to" ] && to=$to-$(date +%s)   # a second sitting on this machine keeps the first's
+    mv "$d" "$to" && log "moved $d aside to $to"
+  done
+  mkdir -p "$TRITON_CACHE_DIR" "$TVM_FFI_CACHE_DIR"
+}
+cold_run() {  # cold_run coldA|coldB: a specctl server on the caches as they are, then first_use.py against it
+  local name=$1 P=$WORK/coldswitch-$TAG.txt ts up rc timeout
+  local send=(); [ "${DRY_RUN:-}" = sim ] && send=(--send each)   # the simulator has no batched /generate
+  if [ "$(left)" -lt "$COLD_NEED" ]; then
+    log "$name: not started: $(left)s of BUDGET_S remain, a cold start and its bursts need $COLD_NEED s" \
+      "(COLD_RUNS=$name in a call of its own)" | tee -a "$P"
+    return 1
+  fi
+  case $name in
+    coldA) XENV=(SPECCTL_WARMUP=0) ;;
+    coldB) XENV=() ;;
+    *) log "COLD_RUNS holds coldA and coldB only, got '$name'"; return 1 ;;
+  esac
+  ts=$(date +%s)
+  start_server "$name" specctl 1 || { XENV=(); return 1; }
+  XENV=()
+  up=$(( $(date +%s) - ts ))
+  log "$name: start-up ${up}s with the switch warm-up $([ "$name" = coldA ] && echo "off (SPECCTL_WARMUP=0)" || echo on)" \
+    | tee -a "$P"
+  grep -h "switch warm-up" "$WORK/server-$name.log" | cut -c1-300 | tee -a "$P"
+  grep -q "switch warm-up" "$WORK/server-$name.log" || log "$name: no 'switch warm-up' line in the server's log" | tee -a "$P"
+  timeout=$(( $(left) - 30 )); [ "$timeout" -gt 300 ] && timeout=300; [ "$timeout" -lt 30 ] && timeout=30
+  "${LOAD_PIN[@]}" python3 "$HERE/first_use.py" --url "$URL" --states "off $STEPS" --buckets "$COLD_BUCKETS" \
+    --new-tokens 4 --prompt-len 8 --label "$name-$ATTN$MTAG" --csv "$OUT/coldswitch-$TAG.csv" --append \
+    --cache-dirs "$ROOT/jitcache/triton,$ROOT/jitcache/tvm-ffi,$ROOT/.cache/flashinfer" --seed "$IL_SEED" \
+    --timeout "$timeout" "${send[@]}" 2>&1 | tee -a "$P"
+  rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || log "$name: first_use.py failed (exit $rc)"
+  server_facts "$name"
+  stop_server
+  cache_sizes "after $name"
+  return "$rc"
+}
+
+phase_coldswitch() {  # the first-use pause per state and batch bucket: coldA without the switch warm-up, coldB with it
+  local run prev=before-coldswitch n failed=0
+  n=$(echo $COLD_RUNS | wc -w)
+  log "coldswitch: $n cold start(s) (MoE: 160-195 s each) + $(echo $COLD_BUCKETS | wc -w) buckets x 2 states x 2" \
+    "bursts each; BUDGET_S has $(left)s" | tee -a "$WORK/coldswitch-$TAG.txt"
+  cache_sizes "before coldswitch"
+  if [ -n "$(find $(cold_dirs) -type f -print -quit 2>/dev/null)" ]; then caches_aside "$prev"
+  else log "coldswitch: the caches are empty (cold) already"; fi
+  for run in $COLD_RUNS; do
+    [ "$prev" = before-coldswitch ] || caches_aside "$prev"
+    cold_run "$run" || failed=1
+    prev=$run
+  done
+  cp -f "$OUT/coldswitch-$TAG.csv" "$WORK/" 2>/dev/null   # in pack's tgz too
+  [ "$failed" = 0 ]
+}
+
 # ------------------------------------------------------------------ phases
 phase_nospec() {
   start_server nospec nospec 0 || return 1
@@ -1406,6 +1496,7 @@ run_phase() {  # run_phase PHASE: one phase; its status says whether it did its 
     depthauto) phase_depthauto ;;
     depthjournal) phase_depthjournal ;;
     depthtrace) phase_depthtrace ;;
+    coldswitch) phase_coldswitch ;;
     compare) phase_compare ;;
     pack) phase_pack ;;
     *) log "unknown phase $1"; return 1 ;;
