@@ -41,9 +41,9 @@ COLUMNS = ["label", "state", "batch", "first_s", "second_s", "excess_s", "kernel
 
 
 def run_first_use(url: str, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """first_use.py as the phase runs it in a dry run (the simulator has no batched /generate: --send each)."""
+    """first_use.py as the phase runs it (one batched /generate a burst, which the simulator takes too)."""
     return subprocess.run([sys.executable, str(GPU / "first_use.py"), "--url", url, "--csv", str(out),
-                           "--new-tokens", "4", "--prompt-len", "8", "--send", "each", *args],
+                           "--new-tokens", "4", "--prompt-len", "8", *args],
                           capture_output=True, text=True)
 
 

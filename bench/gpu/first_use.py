@@ -14,14 +14,13 @@ should appear.
 
     first_use.py --url http://127.0.0.1:30000 --states "off 3" --buckets "1 2 4 8 16 32 64 128 256" \
         --new-tokens 4 --prompt-len 8 --label coldA-triton --csv OUT.csv \
-        [--cache-dirs DIR,DIR] [--seed N] [--timeout 300] [--append] [--send batch|each]
+        [--cache-dirs DIR,DIR] [--seed N] [--timeout 300] [--append]
 
 A state is "off" or a depth d (forced on at d), set through /set_internal_state;
 a refused one ends the run (exit 2). Mode auto (and the launch depth read at
 the start) is put back at the end, whatever happened. A burst is ONE /generate
 with N prompts (SGLang's batch form, so that the scheduler sees the batch at
-once); ``--send each`` sends N concurrent single requests instead, for
-specctl's simulator, which has no batch form. Every prompt is new to the
+once; specctl's simulator takes it too). Every prompt is new to the
 server (seeded, never repeated in the run): a radix-cache hit would make a
 later burst's prefill cheaper than the first's for another reason than a
 compile.
@@ -43,7 +42,6 @@ import sys
 import time
 import urllib.error
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,46 +161,36 @@ def new_kernels(before: dict[Path, int], after: dict[Path, int]) -> list[str]:
     return sorted(n for n in names if n)
 
 
-def burst(url: str, prompts: list[list[int]], new_tokens: int, send: str, timeout: float) -> float:
-    """Seconds from sending N prompts to the last answer."""
+def burst(url: str, prompts: list[list[int]], new_tokens: int, timeout: float) -> float:
+    """Seconds from sending N prompts (one batched /generate) to its answer, one per prompt."""
     params = {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}
-
     t0 = time.perf_counter()
-    if send == "batch":  # SGLang answers a list of input_ids lists with a list, one answer each
-        answer = call(url, "/generate", {"input_ids": prompts, "sampling_params": params}, timeout)
-        if not (isinstance(answer, list) and len(answer) == len(prompts)):
-            raise Stop(f"/generate answered {str(answer)[:200]} to a batch of {len(prompts)}")
-    else:
-        def one(ids: list[int]) -> Any:
-            return call(url, "/generate", {"input_ids": ids, "sampling_params": params}, timeout)
-
-        with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-            for answer in pool.map(one, prompts):
-                if not isinstance(answer, dict):
-                    raise Stop(f"/generate answered {str(answer)[:200]} to one prompt")
+    answer = call(url, "/generate", {"input_ids": prompts, "sampling_params": params}, timeout)
+    if not (isinstance(answer, list) and len(answer) == len(prompts)):
+        raise Stop(f"/generate answered {str(answer)[:200]} to a batch of {len(prompts)}")
     return time.perf_counter() - t0
 
 
-def measure(url: str, state: str, n: int, prompts: Prompts, dirs: list[Path], new_tokens: int, send: str,
+def measure(url: str, state: str, n: int, prompts: Prompts, dirs: list[Path], new_tokens: int,
             timeout: float) -> Row:
     """Two bursts of n in the state set now; the kernels that appeared during each."""
     times: list[float] = []
     kernels: list[list[str]] = []
     for _ in range(2):
         before = listing(dirs)
-        times.append(burst(url, prompts.take(n), new_tokens, send, timeout))
+        times.append(burst(url, prompts.take(n), new_tokens, timeout))
         kernels.append(new_kernels(before, listing(dirs)))
     return Row(state, n, times[0], times[1], kernels[0], kernels[1])
 
 
 def run(url: str, steps: int | None, states: list[str], buckets: list[int], prompts: Prompts, dirs: list[Path],
-        new_tokens: int, send: str, timeout: float, emit: Callable[[Row], None]) -> None:
+        new_tokens: int, timeout: float, emit: Callable[[Row], None]) -> None:
     """Every bucket ascending, every state in it; mode auto (and the launch depth, steps) restored at the end."""
     try:
         for n in buckets:
             for state in states:
                 set_state(url, state_args(state), timeout)
-                emit(measure(url, state, n, prompts, dirs, new_tokens, send, timeout))
+                emit(measure(url, state, n, prompts, dirs, new_tokens, timeout))
     finally:
         restore = {"specctl_mode": MODE_CODES["auto"]} | ({} if steps is None else {"specctl_steps": steps})
         try:
@@ -240,8 +228,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cache-dirs", default="", help="comma-separated JIT cache dirs to watch (missing ones skipped)")
     p.add_argument("--seed", type=int, default=0, help="the prompts' seed: give each run on one server its own")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds for each HTTP call (a cold compile is slow)")
-    p.add_argument("--send", choices=("batch", "each"), default="batch",
-                   help="one batched /generate (SGLang) or N concurrent single ones (the simulator)")
     args = p.parse_args(argv)
     args.states = args.states.split()
     for state in args.states:
@@ -286,7 +272,7 @@ def main(argv: list[str]) -> int:
 
         try:
             run(url, steps, args.states, args.buckets, Prompts(args.seed, args.prompt_len), dirs,
-                args.new_tokens, args.send, args.timeout, emit)
+                args.new_tokens, args.timeout, emit)
         except Stop as exc:
             print(f"first_use: {exc}", file=sys.stderr)
             return 2

@@ -1325,7 +1325,6 @@ caches_aside() {  # caches_aside SUFFIX: move every cache to DIR.SUFFIX (never d
 }
 cold_run() {  # cold_run coldA|coldB: a specctl server on the caches as they are, then first_use.py against it
   local name=$1 P=$WORK/coldswitch-$TAG.txt ts up rc timeout
-  local send=(); [ "${DRY_RUN:-}" = sim ] && send=(--send each)   # the simulator has no batched /generate
   if [ "$(left)" -lt "$COLD_NEED" ]; then
     log "$name: not started: $(left)s of BUDGET_S remain, a cold start and its bursts need $COLD_NEED s" \
       "(COLD_RUNS=$name in a call of its own)" | tee -a "$P"
@@ -1348,7 +1347,7 @@ cold_run() {  # cold_run coldA|coldB: a specctl server on the caches as they are
   "${LOAD_PIN[@]}" python3 "$HERE/first_use.py" --url "$URL" --states "off $STEPS" --buckets "$COLD_BUCKETS" \
     --new-tokens 4 --prompt-len 8 --label "$name-$ATTN$MTAG" --csv "$OUT/coldswitch-$TAG.csv" --append \
     --cache-dirs "$ROOT/jitcache/triton,$ROOT/jitcache/tvm-ffi,$ROOT/.cache/flashinfer" --seed "$IL_SEED" \
-    --timeout "$timeout" "${send[@]}" 2>&1 | tee -a "$P"
+    --timeout "$timeout" 2>&1 | tee -a "$P"
   rc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] || log "$name: first_use.py failed (exit $rc)"
   server_facts "$name"
