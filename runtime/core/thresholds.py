@@ -90,8 +90,9 @@ BY_BACKEND: dict[str, dict[str, float]] = {  # dense targets (MEASURED_WITH)
 # 10 s + 30 s, the geometric law and SGLang's) auto >= 0.99x max(static, off) at c = 1-256 and
 # accept lengths 1.5, 2.0, 2.8 and 3.3 but for 0.93-0.94 at 2.0 and 4-8 requests; the row it
 # replaces (off_at 12 / on_at 8, floor 0.75 + 0.13 x, fitted to token-100 windows) reads 0.72-0.80
-# at 2.8 and 8-64 there, as the GPU found it (0.73-0.78 at 16-64). One round of GPU windows: a
-# second round and auto with this row on the GPU are next (docs/results/README.md).
+# at 2.8 and 8-64 there, as the GPU found it (0.73-0.78 at 16-64). On the GPU since (ninth and
+# tenth sittings, docs/results/moe.md) the crossover at 2.8 read between 96 and 128, not 182: the
+# floor's slope moves (0.0105 would put it at 112) once the preset is refitted to all three sittings.
 # A MoE target on FA3 (seventh sitting, 2026-12-02; docs/results/moe-fa3.md): static EAGLE-3
 # (forced on) read 1.88x forced off at 1 request, 1.47x at 4, 1.02-1.04 at 16-32 (level),
 # 1.18-1.53x at 64-256, at accept length 2.8: never off for load, as the dense FA3 row. With the
@@ -102,10 +103,9 @@ BY_BACKEND: dict[str, dict[str, float]] = {  # dense targets (MEASURED_WITH)
 # (0.60-1.01). In the envelope (policy_envelope.py, accept 1.5 / 2.0 / 2.8 / 3.3): >= 0.95x
 # max(static, off) everywhere but 2.0 at 8-32 requests (0.90-0.94: on with 1 accepted draft where
 # 1.15-1.22 break even); the defaults 0.62-0.80 at 2.8-3.3 from 32. Not yet run on the GPU.
-# The FA3 row is provisional: its sweeps ran with SGLang's fixed simulated token (id 100 for every
-# emitted token, off state included), so the batch routed to the same experts; with real tokens
-# the off state read slower on Triton (half at 16 requests), so static's lead on FA3 likely grows
-# and the row holds; measured next (run_fast_off.sh SIM_TOKENS, docs/results/moe-fa3.md).
+# Measured with real tokens (tenth sitting, 2026-12-03, docs/results/moe-fa3.md "Real tokens"):
+# static read 1.50-1.88x no speculation at 1-256 requests and auto with this row stayed on in
+# every window; the row holds (its first sweeps had run with SGLang's fixed token id 100).
 MOE_BY_BACKEND: dict[str, dict[str, float]] = {
     "triton": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.62, "accept_slope": 0.0065},
     "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.6, "accept_slope": 0.0016},
