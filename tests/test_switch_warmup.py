@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import types
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from specctl.runtime.sglang_plugin import switch_warmup
 from specctl.runtime.sglang_plugin.compat import SpecctlPluginError
 from specctl.runtime.sglang_plugin.switch_warmup import NEW_TOKENS, WarmupReport, batches, cap_from_env, warm
 
@@ -82,8 +85,7 @@ def test_a_server_without_specctls_policy_is_left_alone(tmp_path: Path, flag: st
 
 
 def test_a_server_that_never_answers_ends_the_warm_up_with_why(tmp_path: Path) -> None:
-    from specctl.runtime.sglang_plugin.switch_warmup import WarmupFailed
-    with pytest.raises(WarmupFailed, match="did not answer /server_info within 1 s"):
+    with pytest.raises(switch_warmup.WarmupFailed, match="did not answer /server_info within 1 s"):
         asyncio.run(warm("http://127.0.0.1:9", cap=8, ready_wait_s=1))
 
 
@@ -109,3 +111,19 @@ def test_the_report_line_names_the_slowest_batch_of_each_depth() -> None:
     report = WarmupReport(seconds={(0, 1): 0.1, (0, 64): 7.5, (3, 1): 0.2, (3, 64): 0.3})
     assert report.line() == ("specctl: switch warm-up: off at batches 1-64 in 7.6 s (slowest: batch 64, 7.5 s); "
                              "depth 3 at batches 1-64 in 0.5 s (slowest: batch 64, 0.3 s) (SPECCTL_WARMUP=0 skips it)")
+
+
+def test_a_warm_up_that_fails_says_why_and_sglangs_own_warm_up_still_decides(monkeypatch, caplog) -> None:
+    """The launch never fails for the warm-up: SGLang's function runs and its answer is the thread's."""
+    monkeypatch.setattr(switch_warmup, "READY_WAIT_S", 1.0)
+    calls: list[str] = []
+
+    def sglang_warmup(server_args: Any) -> bool:
+        calls.append(server_args.url())
+        return False  # SGLang's own verdict (its request failed): passed on as it is
+
+    server_args = types.SimpleNamespace(url=lambda: "http://127.0.0.1:9", api_key=None, admin_api_key=None)
+    with caplog.at_level(logging.WARNING, logger="specctl.plugin"):
+        assert switch_warmup.warm_first(sglang_warmup, server_args) is False
+    assert calls == ["http://127.0.0.1:9"]
+    assert "specctl: switch warm-up did not finish (the server did not answer /server_info within 1 s)" in caplog.text

@@ -143,11 +143,14 @@ def warm_first(sglang_warmup: Callable[[Any], bool], server_args: Any) -> bool:
 
 # ------------------------------------------------------------------ the warm-up itself
 async def warm(base_url: str, *, cap: int, api_key: str | None = None, admin_key: str | None = None,
-               ready_wait_s: float = READY_WAIT_S, timeout_s: float = REQUEST_TIMEOUT_S) -> WarmupReport:
-    """Hold every built depth in turn and run a burst at each batch bucket; hand back whatever happens."""
+               ready_wait_s: float | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> WarmupReport:
+    """Hold every built depth in turn and run a burst at each batch bucket; hand back whatever happens.
+
+    ``ready_wait_s``: how long to wait for the server to answer at all (READY_WAIT_S unless given).
+    """
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(base_url, timeout=timeout) as http:
-        info = await _server_info(http, _auth(api_key), ready_wait_s)
+        info = await _server_info(http, _auth(api_key), READY_WAIT_S if ready_wait_s is None else ready_wait_s)
         spec = spec_state(info)
         if spec is None or not isinstance(spec.get("built"), list):
             return WarmupReport(skipped="the server reports no specctl policy with built depths")
