@@ -42,7 +42,6 @@ from typing import Any
 import aiohttp
 
 from specctl.runtime.core.wire import FALSE_WORDS, HAND_BACK, WARMUP_ENV, WARMUP_KEY
-from specctl.runtime.probes.server_info import spec_state
 from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError, register_hook
 
 logger = logging.getLogger("specctl.plugin")
@@ -151,8 +150,8 @@ async def warm(base_url: str, *, cap: int, api_key: str | None = None, admin_key
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(base_url, timeout=timeout) as http:
         info = await _server_info(http, _auth(api_key), READY_WAIT_S if ready_wait_s is None else ready_wait_s)
-        spec = spec_state(info)
-        if spec is None or not isinstance(spec.get("built"), list):
+        spec = _first_state(info).get("specctl")
+        if not isinstance(spec, dict) or not isinstance(spec.get("built"), list):
             return WarmupReport(skipped="the server reports no specctl policy with built depths")
         depths = sorted(int(d) for d in spec["built"])  # 0 first: the state whose first use paused
         sizes = batches(min(cap, _max_running(info) or cap))
@@ -196,10 +195,18 @@ async def _server_info(http: aiohttp.ClientSession, headers: dict[str, str], wai
         await asyncio.sleep(1.0)
 
 
+def _first_state(info: dict[str, Any]) -> dict[str, Any]:
+    """The first DP rank's internal state in /server_info (the plugin's block is in it), else {}.
+
+    Read here rather than through runtime/probes: the plugin imports only the core.
+    """
+    states = info.get("internal_states")
+    return states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+
+
 def _max_running(info: dict[str, Any]) -> int | None:
     """The scheduler's resolved max running requests (per DP rank), else the launch's, else None."""
-    states = info.get("internal_states")
-    state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    state = _first_state(info)
     for value in (state.get("effective_max_running_requests_per_dp"), info.get("max_running_requests")):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
