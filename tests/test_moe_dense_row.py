@@ -32,7 +32,7 @@ from support.sim_process import sim_process
 EVENT = "dense_thresholds_on_moe"
 ROW_KEYS = ("off_at", "on_at", "min_accept", "accept_slope")
 MOE_ROW = {"off_at": 1 << 20, "on_at": (1 << 20) - 1, "min_accept": 0.62,  # Triton, a MoE, one H200:
-           "accept_slope": 0.0065}  # never off for load; the floor decides
+           "accept_slope": 0.0105}  # never off for load; the floor decides
 
 
 def triton_on_h200(tmp_path: Path, *extra: str) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def test_an_attached_moe_running_the_dense_row_is_told_once_with_both_fixes(tmp_
             assert "target is a MoE (128 experts)" in why and "triton thresholds measured on a dense model" in why
             assert "(off_at 56, on_at 24, min_accept 0.3, accept_slope 0.05)" in why, why
             relaunch = "`specctl sglang-args --experts 128` prints"
-            live = "specctl set off_at=1048576 on_at=1048575 min_accept=0.62 accept_slope=0.0065"
+            live = "specctl set off_at=1048576 on_at=1048575 min_accept=0.62 accept_slope=0.0105"
             assert relaunch in why and f"run the triton thresholds measured on a MoE now with `{live}`" in why, why
             # the operator watching the terminal reads it, whole, once
             assert wait_for(lambda: EVENT in h.told(), "the line on stderr")
@@ -99,7 +99,7 @@ def test_only_the_group_the_operator_left_to_the_row_is_named(tmp_path: Path) ->
             said = h.wait_event(EVENT)
             assert said["settings"] == {"min_accept": 0.3, "accept_slope": 0.05}, said
             assert "(min_accept 0.3, accept_slope 0.05)" in said["why"], said["why"]
-            assert said["why"].endswith("`specctl set min_accept=0.62 accept_slope=0.0065`"), said["why"]
+            assert said["why"].endswith("`specctl set min_accept=0.62 accept_slope=0.0105`"), said["why"]
         finally:
             assert h.stop() == 0
 
@@ -137,7 +137,7 @@ def test_the_live_fix_is_offered_only_where_the_server_would_take_it() -> None:
     for steps in (3, 1):
         moe = dense_row_on_moe("triton", 128, row, {"steps": steps, **row}, MOE_ROW)
         assert moe.endswith("run the triton thresholds measured on a MoE now with "
-                            "`specctl set min_accept=0.62 accept_slope=0.0065`"), moe
+                            "`specctl set min_accept=0.62 accept_slope=0.0105`"), moe
     # elsewhere (another GPU, unread GPUs) the policy's defaults are
     at_three = dense_row_on_moe("triton", 128, row, {"steps": 3, **row})
     assert at_three.endswith("run the policy's defaults now with `specctl set min_accept=1.3 accept_slope=0`"), at_three

@@ -215,18 +215,19 @@ H200_LLAMA8B_TREE = replace(
 # - draft: 1 layer with the same 32 query heads of 128 as Llama's head; its fitted 3.9 ns is
 #   3.8x its HBM floor, i.e. the draft extend's kernel (same scaling as verify: x 1) dominates: kept.
 # - prefill: h200-llama8b's value scaled by layers x query width (48 x 4096 / 32 x 4096 = 1.5).
-# Calibrated to the eighth sitting (2026-12-02, bench/gpu/results/moe/triton-realtok-sweep2.csv: one
-# specctl server, forced on / off / auto windows taking turns, SGLang's simulated acceptance emitting
-# real tokens): calibrate --fit moe_spread,step_overhead_s,verify_kv_s,req_overhead_s,draft_overhead_s,
-# prefill_overhead_s from the prediction's spread 1 (from 0.25 it lands at 0.83 and the same worst point):
-# - moe_spread 0.88 (the prediction: 1): with real tokens the batch's requests route nearly on their own.
+# Calibrated to three sittings of 2026-12-02/03 (docs/results/moe.md, eighth, ninth and tenth: five specctl
+# servers, forced on / off / auto windows taking turns, SGLang's simulated acceptance 2.8 emitting real tokens;
+# each sitting's mean window a state, then the mean over the sittings that ran the point): calibrate --fit
+# moe_spread,step_overhead_s,verify_kv_s,req_overhead_s,draft_overhead_s,prefill_overhead_s from the eighth
+# sitting's fit (spread 0.88, 3.0 ms, 0.77 us, 137 us, 0.16 ms, 6.4 ms), within 12.1 %:
+# - moe_spread 1.06 (the prediction: 1): with real tokens the batch's requests route on their own.
 #   The first sitting's windows fitted 0.25: SGLang's fixed simulated token (id 100 for every request)
 #   sent the whole off-state batch down one route, and that fit is kept for the FA3 preset below, whose
 #   windows were all token 100 (docs/results/moe.md, "Eighth sitting").
-# - verify_kv_s 0.77 us: the prediction's 0.74 (Triton's extend kernel by query heads x layers); the
-#   token-100 fit had 1.03, carrying the off state's routing into the verify.
-# - step_overhead_s 3.0 ms (Llama 1.1): a MoE forward has 2-2.5x the kernels.
-# - req_overhead_s 137 us (Llama 9.4), draft_overhead_s 0.16 ms (0.28), prefill_overhead_s 6.4 ms (3.6):
+# - verify_kv_s 0.95 us: the prediction's 0.74 (Triton's extend kernel by query heads x layers) and more;
+#   the token-100 fit had 1.03.
+# - step_overhead_s 3.09 ms (Llama 1.1): a MoE forward has 2-2.5x the kernels.
+# - req_overhead_s 117 us (Llama 9.4), draft_overhead_s 0.077 ms (0.28), prefill_overhead_s 7.7 ms (3.6):
 #   effective values, the per-request and per-cycle costs the routing adds, not measured apart.
 _TRITON = H200_LLAMA8B.params
 H200_QWEN3MOE = replace(
@@ -249,33 +250,37 @@ H200_QWEN3MOE = replace(
         prefill_attn_s=_TRITON.prefill_attn_s * (moe.LAYERS * moe.Q_HEADS) / (32 * 32),
         # fitted (above); the prediction's: 1, 1.1 ms, 739.5 ns (Triton's 493 x query heads x layers,
         # 48 x 32 / 32 x 32), 9.4 us, 0.28 ms, 3.6 ms
-        moe_spread=0.88,
-        step_overhead_s=3.0e-3,
-        verify_kv_s=0.77e-6,
-        req_overhead_s=137e-6,
-        draft_overhead_s=0.16e-3,
-        prefill_overhead_s=6.4e-3,
+        moe_spread=1.06,
+        step_overhead_s=3.09e-3,
+        verify_kv_s=0.95e-6,
+        req_overhead_s=117e-6,
+        draft_overhead_s=0.077e-3,
+        prefill_overhead_s=7.7e-3,
     ),
     # docs/results/moe.md: 119.3 GiB - 56.9 weights - 0.85 draft - 1.2 = about 646,000 tokens of
     # 98 KiB for a specctl server, 669,000 without speculation; h200-llama8b carries its
     # no-speculation pool (845,000), so this one does too. Neither binds: 256 requests hold ~200,000.
     kv_pool_tokens=669_000,
-    # One specctl server's windows (6 s each, one unbroken load, real tokens): nospec = forced off and
-    # the auto windows that ran off (16-256); eagle3 = forced on and the auto windows that ran on (1-4):
-    # the mean where two windows of the same state exist (they read 1819 and 2161 at c=64). The two
-    # no-spec servers (first and eighth sittings, both real tokens) read 0.80-1.05 of the off state at
-    # 1-128; at 256 they read 1.30-1.43x it, where the ninth sitting's off state read like them (its
-    # check below): checks, not the basis, since the policy chooses between the states of one server.
-    # The on windows' accept_len falls under load (1.71 at 128, 1.13 at 256)
-    # because SGLang refreshes that gauge every 40 decode batches (decode_log_interval): it reads the
-    # previous window's state; forced on drafts 3 steps at 2.8 throughout, as on Llama.
+    # Five specctl servers' windows (6 s each, one unbroken load a server, real tokens): nospec = forced off
+    # and the auto windows that ran off, eagle3 = forced on and the auto windows that ran on; each sitting's
+    # mean a state, then the mean over the sittings that ran the point (tests/test_sim_qwen3moe.py derives
+    # it from the raw CSVs). Left out: the ninth sitting's windows of a cold first switch to off (the server
+    # paused 7-10 s compiling, since warmed away) and the tenth's first window after its start (1,317 on at 96,
+    # beside 2,476-2,589 for the same state). Single 6 s windows of one state read up to 25 % apart across
+    # days (the ninth sitting's static 18-24 % under the eighth's at 16-64), hence the tolerance. The two
+    # no-spec servers (first and eighth sittings) are checks, not the basis: the policy chooses between the
+    # states of one server. The on windows' accept_len gauge falls under load because SGLang refreshes it
+    # every 40 decode batches; forced on drafts 3 steps at 2.8 throughout, as on Llama.
     measured={
-        "nospec": {1: 208.8, 4: 506.6, 16: 976.0, 32: 1388.8, 64: 1990.0, 128: 2824.7, 256: 3440.3},
-        "eagle3": {1: 312.1, 4: 691.7, 16: 1331.6, 32: 1952.1, 64: 2494.7, 128: 2850.8, 256: 3285.8},
+        "nospec": {1: 208.8, 4: 449.4, 16: 941.2, 32: 1322.5, 64: 1892.8, 96: 2205.1, 128: 2927.5, 192: 3584.8,
+                   256: 4111.9},
+        "eagle3": {1: 310.6, 4: 702.0, 16: 1197.2, 32: 1778.3, 64: 2195.8, 96: 2520.9, 128: 2649.5, 192: 2770.7,
+                   256: 3172.0},
     },
-    source="bench/gpu/results/moe/triton-realtok-sweep2.csv (SGLang 0.5.17, random weights, real tokens, "
-           "prefill CUDA graphs off): one specctl server, forced off / on and auto windows of its state",
-    tolerance=0.07,  # fitted within 6.6 %; single 6 s windows of one state read up to 17 % apart (c=64)
+    source="bench/gpu/results/moe/triton-realtok-sweep2.csv, triton-newrow-{a,b,c}.csv, triton-crossover.csv "
+           "(SGLang 0.5.17, random weights, real tokens, prefill CUDA graphs off): five specctl servers, forced "
+           "off / on and auto windows of its state",
+    tolerance=0.125,  # fitted within 12.1 %; the sittings' windows of one state read up to 25 % apart
     checks=(
         Check("no-spec server", {
             "nospec": {1: 204.9, 4: 515.9, 16: 848.7, 32: 1405.0, 64: 2083.9, 128: 2706.4, 256: 4464.8},
@@ -285,12 +290,6 @@ H200_QWEN3MOE = replace(
             "nospec": {1: 186.6, 4: 502.2, 16: 780.6, 32: 1382.0, 64: 1820.3, 128: 2709.2, 256: 4904.3},
         }, "bench/gpu/results/moe/triton-realtok-nospec2.csv: the eighth sitting's no-speculation server "
            "(the call before the basis's), one 6 s window per point"),
-        Check("ninth sitting (auto on the new row)", {
-            "nospec": {4: 392.2, 16: 906.5, 32: 1256.3, 64: 1795.6, 128: 3025.0, 256: 4783.6},
-            "eagle3": {1: 309.0, 4: 712.2, 16: 1062.8, 32: 1604.5, 64: 1896.9, 128: 2546.1, 256: 3058.2},
-        }, "bench/gpu/results/moe/triton-newrow-{a,b,c}.csv: three specctl servers on two machines, forced "
-           "off / on and auto's windows of each state, the mean where a point ran twice; the off windows "
-           "of a cold first switch (a and b at 1, b at 128) left out (docs/results/moe.md, \"Ninth sitting\")"),
         Check("token 100 (the first fit's basis)", {
             "nospec": {1: 212.2, 4: 655.3, 16: 1812.8, 32: 2291.2, 64: 3115.0, 128: 3704.3, 256: 5956.8},
             "eagle3": {1: 312.3, 4: 795.3, 16: 1227.0, 32: 1909.9, 64: 2300.6, 128: 2681.2, 256: 3188.4},

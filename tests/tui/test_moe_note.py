@@ -40,6 +40,6 @@ async def test_the_console_log_shows_the_dense_row_note_with_its_fix(tmp_path: P
             assert f"SETTINGS {EVENT} backend=triton experts=128" in text, text
             assert "`specctl sglang-args --experts 128` prints" in text, text
             # the simulator's GPU is an H200, so the live fix is the Triton row measured on a MoE
-            assert "`specctl set off_at=1048576 on_at=1048575 min_accept=0.62 accept_slope=0.0065`" in text, text
+            assert "`specctl set off_at=1048576 on_at=1048575 min_accept=0.62 accept_slope=0.0105`" in text, text
         said = [r for r in read_journal(tmp_path / "run.jsonl") if r.get("event") == EVENT]
         assert len(said) == 1
