@@ -38,9 +38,13 @@ def http(url: str, path: str, payload: dict[str, Any] | None = None, timeout: fl
 
 def specctl_state(url: str) -> Any:
     """The plugin's state as /server_info reports it (None if absent)."""
-    info = http(url, "/server_info")
-    states = info.get("internal_states") or [{}]
-    return states[0].get("specctl")
+    return spec_block(http(url, "/server_info"))
+
+
+def spec_block(info: Any) -> Any:
+    """The plugin's block of a decoded /server_info answer (None if absent)."""
+    states = (info.get("internal_states") if isinstance(info, dict) else None) or [{}]
+    return states[0].get("specctl") if isinstance(states, list) and isinstance(states[0], dict) else None
 
 
 def set_server_args(url: str, args: dict[str, Any]) -> Any:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ctl import MODE_CODES, http, refused  # bench/gpu is not a package
+from ctl import MODE_CODES, http, refused, spec_block  # bench/gpu is not a package
 
 COLUMNS = ("label", "state", "batch", "first_s", "second_s", "excess_s", "kernels_first", "kernels_second")
 ID_LOW, ID_HIGH = 100, 30_000        # token ids every vocabulary here has, clear of special tokens
@@ -106,9 +106,7 @@ def set_state(url: str, args: dict[str, int], timeout: float) -> None:
 
 def launch_steps(url: str, timeout: float) -> int | None:
     """The plugin's depth before this run (restored with auto at the end); None without the plugin's state."""
-    info = call(url, "/server_info", None, timeout)
-    states = info.get("internal_states") if isinstance(info, dict) else None
-    spec = (states or [{}])[0].get("specctl") if isinstance(states, list) else None
+    spec = spec_block(call(url, "/server_info", None, timeout))
     steps = ((spec or {}).get("settings") or {}).get("steps")
     return steps if isinstance(steps, int) else None
 

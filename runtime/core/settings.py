@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 from specctl.runtime.core.depth_model import MAX_DEPTH
-from specctl.runtime.core.wire import WIRE_PREFIX
+from specctl.runtime.core.wire import HAND_BACK, WIRE_PREFIX
 
 Mode = Literal["auto", "on", "off"]
 MODES: tuple[Mode, ...] = ("auto", "on", "off")
@@ -277,3 +277,16 @@ def _candidates_from_mask(mask: Any) -> list[int]:
     if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask < 1 << (MAX_DEPTH + 1):
         raise SettingsError("candidates", f"must be a bit mask of depths 0..{MAX_DEPTH} on the wire, got {mask!r}")
     return [d for d in range(MAX_DEPTH + 1) if mask >> d & 1]
+
+
+def warmup_hold(value: Any, built: Iterable[int]) -> int | None:
+    """The depth a ``specctl_warmup`` value holds (None: hand back); SettingsError for anything else.
+
+    One rule for the plugin and the simulator: a built depth, or HAND_BACK.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise SettingsError("warmup", f"must be a depth or {HAND_BACK}, got {value!r}")
+    depth, depths = int(value), sorted(built)
+    if depth != HAND_BACK and depth not in depths:
+        raise SettingsError("warmup", f"must be one of {depths} (the built depths) or {HAND_BACK}, got {depth}")
+    return None if depth == HAND_BACK else depth

@@ -22,8 +22,7 @@ from typing import Any
 from specctl.runtime.core.adaptive_config import read_candidate_steps
 from specctl.runtime.core.depth_model import DepthCosts
 from specctl.runtime.core.policy import SpecPolicy
-from specctl.runtime.core.settings import PolicySettings, SettingsError, settings_from_wire
-from specctl.runtime.core.wire import HAND_BACK
+from specctl.runtime.core.settings import PolicySettings, SettingsError, settings_from_wire, warmup_hold
 
 # Observer of the policy's state (SpecPolicy.state()). Called only when the depth changes.
 Observer = Callable[[Mapping[str, Any]], None]
@@ -125,13 +124,7 @@ class SpecctlParams:
         acceptance, so its step count, switches and acceptance window are
         what they were before the warm-up.
         """
-        if isinstance(depth, bool) or not isinstance(depth, (int, float)) or int(depth) != depth:
-            raise SettingsError("warmup", f"must be a depth or {HAND_BACK}, got {depth!r}")
-        depth = int(depth)
-        if depth != HAND_BACK and depth not in self._candidates:
-            raise SettingsError("warmup", f"must be one of {self._candidates} (the built depths) or {HAND_BACK}, "
-                                          f"got {depth}")
-        self._held = None if depth == HAND_BACK else depth
+        self._held = warmup_hold(depth, self._candidates)
 
     # -- settings (the /set_internal_state path) -------------------------
     def validate_wire(self, wire: Mapping[str, Any]) -> PolicySettings:

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from specctl.runtime.core.depth_model import DepthCosts
 from specctl.runtime.core.policy import SpecPolicy
-from specctl.runtime.core.settings import SettingsError, settings_from_wire
-from specctl.runtime.core.wire import EXPERTS_KEY, HAND_BACK, WARMUP_KEY, WIRE_PREFIX
+from specctl.runtime.core.settings import SettingsError, settings_from_wire, warmup_hold
+from specctl.runtime.core.wire import EXPERTS_KEY, WARMUP_KEY, WIRE_PREFIX
 from specctl.runtime.sim import nospec
 from specctl.runtime.sim.costs import tree_tokens
 from specctl.runtime.sim.depth import policy_costs
@@ -178,15 +178,12 @@ class SimServer:
 
     def _hold(self, args: dict[str, Any]) -> bool:
         """The switch warm-up's key, as the plugin takes it: alone, a built depth or HAND_BACK."""
-        depth = args[WARMUP_KEY]
-        if len(args) > 1 or isinstance(depth, bool) or not isinstance(depth, (int, float)) or int(depth) != depth:
+        if len(args) > 1:
             return False
-        if int(depth) == HAND_BACK:
-            self.engine.held = None
-            return True
-        if int(depth) not in self.built_depths:
+        try:
+            self.engine.held = warmup_hold(args[WARMUP_KEY], self.built_depths)
+        except SettingsError:
             return False
-        self.engine.held = int(depth)
         return True
 
     # -- read-outs ------------------------------------------------------
