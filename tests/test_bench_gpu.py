@@ -87,6 +87,36 @@ def test_interleave_rotates_which_mode_takes_the_first_window(sim: str, tmp_path
     assert {r["mode"]: r["steps"] for r in rows if r["concurrency"] == "8"} == {"on": "3.0", "off": "0.0"}
 
 
+def test_auto_gets_its_own_settle_before_its_window(sim: str, tmp_path: Path) -> None:
+    """--auto-settle: auto's window starts that long after its switch, every other mode's after --settle.
+
+    A window ends (t_unix) a settle plus a window after the one before it ended; the sleep makes
+    each gap at least that long, so the lower bounds below hold on any machine, however loaded.
+    """
+    out = tmp_path / "windows.csv"
+    done = tool(str(GPU / "interleave.py"), "--url", sim, "--concs", "4", "--modes", "off", "auto", "on",
+                "--rounds", "1", "--window", "0.5", "--settle", "0.2", "--auto-settle", "2.5", "--warmup", "0.3",
+                "--input-len", "32", "--output-len", "16", "--label", "specctl-sim", "--csv", str(out),
+                "--switch", f"{sys.executable} {GPU / 'ctl.py'} {sim} mode {{mode}}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert [r["mode"] for r in rows] == ["off", "auto", "on"]
+    ends = [float(r["t_unix"]) for r in rows]
+    assert ends[1] - ends[0] >= 2.5 + 0.5 - 0.1  # t_unix is rounded to 0.1 s
+    assert ends[2] - ends[1] >= 0.2 + 0.5 - 0.1
+
+
+def test_an_auto_settle_that_does_not_fit_the_budget_skips_the_load(sim: str, tmp_path: Path) -> None:
+    out = tmp_path / "windows.csv"
+    done = tool(str(GPU / "interleave.py"), "--url", sim, "--concs", "4", "--modes", "off", "auto",
+                "--rounds", "1", "--window", "0.5", "--settle", "0.2", "--auto-settle", "60", "--warmup", "0.3",
+                "--budget-s", "20", "--input-len", "32", "--output-len", "16", "--csv", str(out),
+                "--switch", f"{sys.executable} {GPU / 'ctl.py'} {sim} mode {{mode}}")
+    assert done.returncode == 1, done.stdout + done.stderr  # no window measured
+    assert "skip c=4 and above: budget" in done.stdout
+    assert not out.exists() or len(list(csv.DictReader(out.open()))) == 0
+
+
 def test_the_steps_column_reads_specctls_gauge_before_sglangs() -> None:
     """SGLang 0.5.17 refreshes its steps gauge every 40 batches; specctl's plugin sets its own at every switch.
 

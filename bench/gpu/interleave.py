@@ -276,6 +276,21 @@ def turn_order(modes: list[str], shift: int) -> list[str]:
     return row[::-1] if k >= n else row
 
 
+def settle_s(mode: str, args: argparse.Namespace) -> float:
+    """Seconds after switching to ``mode`` that no window measures.
+
+    Auto gets its own: after a forced-off window it resumes with an empty acceptance
+    window (64 verifies), which on a slow server outlasts a short settle, so its
+    window would show the resume rather than the state it settles in (a MoE at 128
+    requests verifies about 7 times a second: docs/results/moe.md, "Eleventh sitting").
+    """
+    if mode == "-":
+        return 0.0
+    if mode == "auto" and args.auto_settle is not None:
+        return args.auto_settle
+    return args.settle
+
+
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     modes = [] if args.modes == ["-"] else args.modes
@@ -285,7 +300,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         load = Load(http, args)
         try:
             for ci, c in enumerate(args.concs):
-                need = args.warmup + args.rounds * max(1, len(modes)) * (args.window + args.settle + 0.5)
+                need = args.warmup + args.rounds * sum(args.window + settle_s(m, args) + 0.5 for m in modes or ["-"])
                 if time.perf_counter() + need > deadline:
                     print(f"[interleave] skip c={c} and above: budget", flush=True)
                     break
@@ -294,7 +309,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for rnd in range(args.rounds):
                     for mode in turn_order(modes, ci + rnd if args.rotate else 0):
                         rc = await switch(args.switch, mode, 30.0) if mode != "-" else ""
-                        await asyncio.sleep(args.settle if mode != "-" else 0.0)
+                        await asyncio.sleep(settle_s(mode, args))
                         row = await window(http, load, args.window, cpus)
                         row.update(label=args.label, concurrency=c, mode=mode, round=rnd,
                                    switch_rc=rc, t_unix=round(time.time(), 1))
@@ -318,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="change the modes' order each round and each concurrency (a Williams design)")
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--settle", type=float, default=1.0, help="seconds after a switch, not measured")
+    p.add_argument("--auto-settle", type=float, default=None,
+                   help="seconds after a switch to auto, not measured (default: --settle); long enough for "
+                        "auto's acceptance window to fill after a resume on a slow server")
     p.add_argument("--warmup", type=float, default=6.0, help="seconds after the load grows, not measured")
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=256)

@@ -145,6 +145,8 @@
 #   FAST_OFF (1|0: SPECCTL_FAST_OFF for the specctl servers) EARLY_PUBLISH (SPECCTL_EARLY_PUBLISH for
 #   the specctl servers: 1|decode|0|auto; unset = the plugin's default, auto: on where the scheduler waits on the host, FlashInfer) EARLY_CHECK (SPECCTL_EARLY_PUBLISH_CHECK) CONCS2 ROUNDS WINDOW IL_WARMUP
 #   IL_INPUT IL_OUTPUT IL_JITTER (interleave.py's request lengths: mean input, mean output, +-share) ROTATE
+#   AUTO_SETTLE (seconds after a switch to auto that no window measures; default the 1 s every switch gets: a
+#   slow server needs longer for auto's 64-verify acceptance window to fill after a resume, e.g. 10 on a MoE from 128)
 #   DEPTH_ROW (depthauto: 1 sets ATTN's thresholds row after the start, as the supervisor does; 0 keeps the defaults)
 #   SWEEP_MODES (sweep2's modes, default "on off auto") REQUIRE_ROW (sweep2: 1, the default, stops where
 #   ATTN has a measured thresholds row and the supervisor did not apply it; 0 runs on with the defaults) CG_BS (decode graph batch sizes; default: all to 256)
@@ -563,7 +565,8 @@ interleave() {  # interleave LABEL ROUNDS "CONCS" "MODES" [SWITCH-COMMAND]
   local budget=$(( $(left) - 25 ))
   [ "$budget" -gt 20 ] || { log "skip $1: $(left)s left"; return 0; }
   "${LOAD_PIN[@]}" python3 "$HERE/interleave.py" --url "$URL" --label "$1$MTAG" --rounds "$2" --concs $3 --modes $4 \
-    --switch "${5:-}" --window "$WINDOW" --warmup "$IL_WARMUP" --settle 1 --budget-s "$budget" --csv "$CSV2" \
+    --switch "${5:-}" --window "$WINDOW" --warmup "$IL_WARMUP" --settle 1 --auto-settle "${AUTO_SETTLE:-1}" \
+    --budget-s "$budget" --csv "$CSV2" \
     --input-len "$IL_INPUT" --output-len "$IL_OUTPUT" --len-jitter "$IL_JITTER" --seed "$IL_SEED" --cpus "$PIN_SERVER" \
     $([ "$ROTATE" = 1 ] && echo --rotate) || log "interleave $1 failed"
 }
