@@ -90,8 +90,9 @@ BY_BACKEND: dict[str, dict[str, float]] = {  # dense targets (MEASURED_WITH)
 # 1.5, 2.0, 2.8 and 3.3 but for 0.92-0.95 at 2.0 and 4-8 requests. The row before it (the same floor at
 # 0.0065 x, from the eighth sitting alone) turned 2.8 off from 182 requests: on the GPU auto served
 # 0.79-0.90 of forced off at 128-192 (tenth sitting), 0.93 at 128 in the refitted simulator.
-# This row on the GPU (eleventh sitting): auto on at 64-128, off at 192, 1.045-1.066 of the better
-# forced state's mean at each load; on and off within about 10 % of each other from 64 to 192.
+# This row on the GPU (eleventh sitting): auto on at 64-128 (at 128 its 64-verify window had not filled
+# inside the 6 s windows), off at 192, 1.045-1.066 of the better forced state's mean at each load; on
+# and off within about 10 % of each other from 64 to 192.
 # A MoE target on FA3 (seventh sitting, 2026-12-02; docs/results/moe-fa3.md): static EAGLE-3
 # (forced on) read 1.88x forced off at 1 request, 1.47x at 4, 1.02-1.04 at 16-32 (level),
 # 1.18-1.53x at 64-256, at accept length 2.8: never off for load, as the dense FA3 row. With the
