@@ -772,3 +772,46 @@ def test_ctl_exits_non_zero_when_the_server_refuses_a_set(sim: str) -> None:
     accepted = tool(str(GPU / "ctl.py"), sim, "set", "on_at=500")
     assert accepted.returncode == 0 and accepted.stderr == ""
     assert json.loads(accepted.stdout)["specctl"]["settings"]["on_at"] == 500
+
+
+def decode_line(ts: str, running: int, tps: float, spec: bool = False) -> str:
+    """One `Decode batch` line as SGLang 0.5.17 logs it (the tree's off server adds accept len and rate)."""
+    accept = "accept len: 1.00, accept rate: 0.00, " if spec else ""
+    return (f"[2026-12-03 {ts}] Decode batch, #running-req: {running}, #token: 36059, token usage: 0.11, "
+            f"{accept}cuda graph: True, gen throughput (token/s): {tps}, #queue-req: 0")
+
+
+def test_decode_lines_reads_each_servers_decode_rate_per_load(tmp_path: Path) -> None:
+    base, other = tmp_path / "server-pair-nospec.log", tmp_path / "server-pair-treeoff.log"
+    base.write_text("\n".join([
+        "[2026-12-03 12:50:40] Prefill batch, #new-seq: 8, #new-token: 4096",
+        decode_line("12:50:55", 64, 17.8),  # a turn's first line: it spans the other server's turn
+        decode_line("12:50:55", 64, 5000.0), decode_line("12:50:56", 63, 5200.0), decode_line("12:50:56", 64, 5400.0),
+        decode_line("12:50:57", 40, 3000.0),  # the load ramping: not 64
+        decode_line("12:51:30", 256, 10.0),  # a new turn's first line
+        decode_line("12:51:30", 255, 9000.0), decode_line("12:51:31", 256, 9200.0),
+    ]) + "\n")
+    other.write_text("\n".join([
+        decode_line("12:51:10", 64, 20.0, spec=True),
+        decode_line("12:51:11", 64, 4600.0, spec=True), decode_line("12:51:11", 65, 4700.0, spec=True),
+        decode_line("12:51:12", 64, 4800.0, spec=True),
+    ]) + "\n")
+    done = tool(str(GPU / "decode_lines.py"), "--concs", "64 256", str(base), str(other))
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in done.stdout.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
+    assert rows["64"] == ["5200 (3)", "4700 (3)", f"{4700 / 5200:.3f}"]
+    assert rows["256"] == ["9100 (2)", "- (0)", "-"]  # no line of the other server at 256
+
+
+@pytest.mark.parametrize("concs", ["64 x", "0 64", ""])
+def test_decode_lines_refuses_a_load_that_is_not_a_request_count(tmp_path: Path, concs: str) -> None:
+    log = tmp_path / "a.log"
+    log.write_text(decode_line("12:00:00", 64, 1.0) + "\n")
+    done = tool(str(GPU / "decode_lines.py"), "--concs", concs, str(log))
+    assert done.returncode == 2 and "--concs" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_decode_lines_names_a_missing_log(tmp_path: Path) -> None:
+    done = tool(str(GPU / "decode_lines.py"), "--concs", "64", str(tmp_path / "absent.log"))
+    assert done.returncode == 2 and "no such log" in done.stderr and "absent.log" in done.stderr

@@ -130,6 +130,9 @@ def test_offpair_and_earlypub_take_turns_between_two_resident_servers(sock_dir: 
     assert "| c | server | pairs | server / none per pair |" in run.log  # report.py's paired table
     assert re.search(r"^\| 4 \| off \| 1 \| ", run.log, re.M)
     assert "== nospec c=4: 1 turns" in run.log  # threads.py's table
+    # decode_lines.py's table over both servers' logs, the second's median against the first's
+    assert "| c | server-pair-nospec.log median tok/s (lines) | server-pair-off.log median tok/s (lines) |" in run.log
+    assert re.search(r"^\| 4 \| ", (run.work / "decode-lines-triton.txt").read_text(), re.M)
     if phase == "offpair":
         return
     # earlypub's check after its last round: fixcheck's greedy runs against the pair's no-spec server, no KV left

@@ -959,6 +959,9 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
   stop_pid "$SPID2"; SPID2=""
   stop_server
   python3 "$HERE/report.py" "$CSV2" | grep "^|"
+  log "decode steps only, SGLang's own lines (decode_lines.py):"
+  python3 "$HERE/decode_lines.py" --concs "$MIXED_CONCS" "$WORK/server-pair-${roles[0]}.log" \
+    "$WORK/server-pair-${roles[1]}.log" | tee "$WORK/decode-lines-$TAG.txt"
   python3 "$HERE/threads.py" table "$WORK/threads-$TAG.jsonl" | tee "$WORK/threads-$TAG.txt" | head -n 60
   local traces; traces=$(ls "$OUT"/trace-pair-*-"$ATTN".json.gz 2>/dev/null)
   [ -n "$traces" ] && python3 "$HERE/cpu_ops.py" $traces | grep -A1 "^=="
