@@ -59,7 +59,8 @@ def medians(rates: list[tuple[int, float]], concs: list[int]) -> dict[int, tuple
 def table(paths: list[Path], concs: list[int]) -> str:
     """A markdown table: per load, each log's median (lines) and its ratio to the first log's."""
     per = [medians(decode_rates(p.read_text(errors="replace").splitlines()), concs) for p in paths]
-    head = ["c"] + [f"{p.name} median tok/s (lines)" for p in paths] + [f"{p.name} / {paths[0].name}" for p in paths[1:]]
+    head = ["c", *(f"{p.name} median tok/s (lines)" for p in paths),
+            *(f"{p.name} / {paths[0].name}" for p in paths[1:])]
     rows = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---:"] * len(head)) + " |"]
     for c in concs:
         base = per[0][c][1]
