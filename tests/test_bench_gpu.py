@@ -815,3 +815,40 @@ def test_decode_lines_refuses_a_load_that_is_not_a_request_count(tmp_path: Path,
 def test_decode_lines_names_a_missing_log(tmp_path: Path) -> None:
     done = tool(str(GPU / "decode_lines.py"), "--concs", "64", str(tmp_path / "absent.log"))
     assert done.returncode == 2 and "no such log" in done.stderr and "absent.log" in done.stderr
+
+
+def depth_windows(path: Path, steps_ms: dict[int, float], accepts: dict[int, float], c: int = 4) -> None:
+    """Pinned windows of one load whose tok/s follow the given step times and acceptance (running = c)."""
+    fields = ["label", "concurrency", "mode", "round", "tok_s", "accept_len", "running"]
+    rows = [["depthauto-fa3", c, "off" if d == 0 else f"d{d}", r, c * (1 + accepts[d]) / steps_ms[d] * 1e3,
+             1.0 + accepts[d] if d else 1.0, c] for d in steps_ms for r in (0, 1)]
+    rows.append(["depthauto-fa3", c, "auto", 0, 1.0, 2.0, c])  # auto's own windows are not a pinned depth
+    write_csv(path, fields, rows)
+
+
+def test_depth_choice_shows_a_table_that_underprices_depth_picking_the_wrong_one(tmp_path: Path) -> None:
+    """Deeper drafts accept next to nothing more (as at 2.0): a table pricing them like depth 1 misses d1."""
+    steps = {0: 5.0, 1: 5.5, 2: 6.0, 3: 6.2}
+    depth_windows(tmp_path / "w.csv", steps, {0: 0.0, 1: 1.0, 2: 1.01, 3: 1.01})
+    flat = tmp_path / "flat.json"  # d3 measured cheapest: pooled, d1-d3 all cost 5.43 ms
+    flat.write_text(json.dumps({"buckets": [1, 8], "depths": [0, 1, 2, 3], "step_ms": [[5.0, 5.5, 5.5, 5.3]] * 2}))
+    true = tmp_path / "true.json"
+    true.write_text(json.dumps({"buckets": [1, 8], "depths": [0, 1, 2, 3], "step_ms": [list(steps.values())] * 2}))
+    done = tool(str(GPU / "depth_choice.py"), str(flat), str(true), "--windows", str(tmp_path / "w.csv"))
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| 4 |"))
+    d2_over_d1 = (2.01 / 6.0) / (2.0 / 5.5)
+    assert row == f"| 4 | 4 | d1 (1455) | d2* (+0.0 %) | {d2_over_d1:.3f} | d1 (+8.5 %) | 1.000 |"
+    assert "auto holds whichever of the two it is in (flat at c=4)." in done.stdout
+
+
+def test_depth_choice_refuses_windows_without_every_pinned_depth(tmp_path: Path) -> None:
+    depth_windows(tmp_path / "w.csv", {0: 5.0, 1: 5.5}, {0: 0.0, 1: 1.0})
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"buckets": [1], "depths": [0, 1, 2, 3], "step_ms": [[5, 6, 7, 8]]}))
+    done = tool(str(GPU / "depth_choice.py"), str(table), "--windows", str(tmp_path / "w.csv"))
+    assert done.returncode == 2 and "no concurrency with windows of off, d1, d2 and d3" in done.stderr
+    broken = tmp_path / "b.json"
+    broken.write_text('{"buckets": [1]}')
+    done = tool(str(GPU / "depth_choice.py"), str(broken), "--windows", str(tmp_path / "w.csv"))
+    assert done.returncode == 2 and "needs depths, step_ms" in done.stderr and "Traceback" not in done.stderr
