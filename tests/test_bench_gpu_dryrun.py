@@ -160,6 +160,24 @@ def test_offpair_puts_the_tree_under_the_switch_forced_off_beside_no_speculation
     assert re.search(r'^\{"set": \[true\], "specctl": \{"mode": "off", ', after, re.M), after[:600]
 
 
+def test_offpair_puts_each_server_on_its_own_cpus_when_asked(sock_dir: Path) -> None:
+    # the twelfth sitting's tree server ran every op 1.6-2.3x slower than its partner on the same CPU list
+    cpus = sorted(os.sched_getaffinity(0))
+    a, b = str(cpus[0]), str(cpus[-1])
+    run = dry_run(sock_dir, "offpair", PIN_SERVER="", PAIR_PIN_A=a, PAIR_PIN_B=b)
+    assert_clean(run, "offpair")
+    assert re.search(rf"starting pair-nospec: taskset -c {a} python3 -m specctl.runtime.sim ", run.log)
+    assert re.search(rf"starting pair-off: taskset -c {b} python3 -m specctl.runtime.sim ", run.log)
+
+
+def test_offpair_refuses_a_profile_whose_load_does_not_fit_the_pools(sock_dir: Path) -> None:
+    # 256 x (256 + 2,000) tokens against 340,000: the profile would run on a queue, not at 256
+    run = dry_run(sock_dir, "offpair", PAIR_PROFILE="1", PROF_CONCS="256")
+    assert run.rc == 3 and "the profile's load at 256 requests needs 577536 KV tokens" in run.log, run.log[-2000:]
+    assert "(lower PROF_OUTPUT: 1072 fits)" in run.log
+    assert "starting" not in run.log and "Traceback" not in run.log
+
+
 def test_offpair_refuses_two_moe_servers_that_cannot_share_one_h200(sock_dir: Path) -> None:
     # two 61 GB targets leave each KV pool half of what 256 requests need: no servers start, the reason is said
     run = dry_run(sock_dir, "offpair", MODEL="qwen3moe")

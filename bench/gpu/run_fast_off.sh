@@ -155,7 +155,8 @@
 #   PROF_CONCS PROF_INPUT PROF_OUTPUT PROF_STEPS PROF_JITTER (offprofile, offcost, prefillcost)
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
 #   PAIR PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE PAIR_LOAD PAIR_DECODE_OUTPUT (offpair) IL_SEED PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
-#   the servers' processes and the load generators; empty = not pinned)
+#   the servers' processes and the load generators; empty = not pinned) PAIR_PIN_A PAIR_PIN_B (offpair's first and
+#   second server's CPU lists, default PIN_SERVER for both: disjoint lists keep one server's scheduler off the other's CPUs)
 #   DRY_RUN (sim: every phase against specctl's simulator on a CPU machine, GPU-only steps skipped; see
 #   docs/benchmarks.md, "Dry run") BENCH_ROOT (default /root: keep/, models/, site/) BENCH_PORT (default 30000)
 #   SITE (default BENCH_ROOT/site: where install: and project install and what PYTHONPATH names; /root/site523
@@ -860,9 +861,10 @@ cpu_facts() {  # the CPUs the servers share (a virtual machine: which vCPUs are 
   } >> "$WORK/facts-$TAG.txt" 2>&1
 }
 
-pair_start() {  # pair_start ROLE PORT FRAC: one of offpair's servers (start_role's ROLE), its log
-  # server-pair-ROLE.log
-  local rc
+pair_start() {  # pair_start ROLE PORT FRAC PIN: one of offpair's servers (start_role's ROLE) on the CPUs PIN
+  # (empty: not pinned), its log server-pair-ROLE.log
+  local rc SERVER_PIN=()  # start_role reads the caller's SERVER_PIN: this server's own list
+  [ -n "$4" ] && SERVER_PIN=(taskset -c "$4")
   XARGS=(--mem-fraction-static "$3" --max-total-tokens "$PAIR_MAX_TOKENS" --sleep-on-idle)
   PORT=$2 URL=http://127.0.0.1:$2 start_role "$1" "pair-$1"; rc=$?
   XARGS=()
@@ -887,12 +889,17 @@ pair_load_problem() {  # why offpair cannot run as set, or nothing: decode-only 
          "about 200k; offab (fresh servers taking turns) compares them instead"
     return 0
   fi
+  local c=${PROF_CONCS##* }  # the profile's load: decode only, every request admitted before it starts
+  if [ "${PAIR_PROFILE:-0}" = 1 ] && [ $(( c * (PROF_INPUT + PROF_OUTPUT) )) -gt "$PAIR_MAX_TOKENS" ]; then
+    echo "the profile's load at $c requests needs $(( c * (PROF_INPUT + PROF_OUTPUT) )) KV tokens, more than" \
+         "PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS (lower PROF_OUTPUT: $(( PAIR_MAX_TOKENS / c - PROF_INPUT )) fits)"
+    return 0
+  fi
   case $PAIR_LOAD in
     arrivals) return 0 ;;
     decode) ;;
     *) echo "PAIR_LOAD must be arrivals or decode, got '$PAIR_LOAD'"; return 0 ;;
   esac
-  local c
   for c in $MIXED_CONCS; do
     if [ $(( c * (IL_INPUT + PAIR_DECODE_OUTPUT) )) -gt "$PAIR_MAX_TOKENS" ]; then
       echo "decode-only turns at $c requests need $(( c * (IL_INPUT + PAIR_DECODE_OUTPUT) )) KV tokens," \
@@ -934,9 +941,9 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
   [ "${#roles[@]}" = 2 ] && [ "${roles[0]}" != "${roles[1]}" ] || { log "PAIR needs two roles, got '$PAIR'"; return 1; }
   problem=$(pair_load_problem); [ -z "$problem" ] || { log "$problem"; return 1; }
   cpu_facts
-  pair_start "${roles[0]}" "$PORT" "$PAIR_FRAC_A" || return 1
+  pair_start "${roles[0]}" "$PORT" "$PAIR_FRAC_A" "${PAIR_PIN_A-$PIN_SERVER}" || return 1
   SPID2=$SPID; SPID=""
-  pair_start "${roles[1]}" "$((PORT + 1))" "$PAIR_FRAC_B" || { stop_pid "$SPID2"; SPID2=""; return 1; }
+  pair_start "${roles[1]}" "$((PORT + 1))" "$PAIR_FRAC_B" "${PAIR_PIN_B-$PIN_SERVER}" || { stop_pid "$SPID2"; SPID2=""; return 1; }
   log "KV pools: ${roles[0]} $(python3 "$HERE/ctl.py" "${urls[0]}" info max_total_num_tokens)," \
       "${roles[1]} $(python3 "$HERE/ctl.py" "${urls[1]}" info max_total_num_tokens)"
   for r in $(seq 1 "$PAIR_ROUNDS"); do
