@@ -10,6 +10,7 @@ import csv
 import gzip
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -601,6 +602,8 @@ def test_threads_finds_the_busy_thread_of_a_process_tree(tmp_path: Path) -> None
     rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "pathlib" in line]
     assert len(rows) == 1, table  # the burner's process; the sleeping parent is under 1 % or shown apart
     assert float(rows[0][2]) * wall / 100 >= 0.45
+    on = rows[0][4].rstrip(" |").split()  # the CPUs the burner was on at the two snapshots
+    assert on and {int(c) for c in on} <= os.sched_getaffinity(0), rows[0]
 
 
 def test_threads_refuses_a_command_it_does_not_know() -> None:

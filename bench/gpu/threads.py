@@ -12,7 +12,10 @@ detokenizer processes, anything spinning beside the scheduler on the CPUs
 the servers share. offpair takes a snapshot before and after each turn; the
 table gives each thread's CPU over the turn (the warm-up and the window) as
 a percentage of one CPU, and its involuntary context switches (preemptions)
-a second, averaged over the turns of one role at one load.
+a second, averaged over the turns of one role at one load, and the CPUs the
+thread was on at the snapshots: on this virtual machine one vCPU can run a
+server's ops at half the speed of another (docs/results/topk.md, "Twelfth
+sitting"), and the profile's CPU probe says that, not where.
 
 Uses psutil (SGLang's own dependency) and /proc for thread names.
 """
@@ -51,6 +54,16 @@ def thread_switches(pid: int, tid: int) -> int:
     return 0
 
 
+def thread_cpu(pid: int, tid: int) -> int | None:
+    """The CPU a thread last ran on (field 39 of its /proc stat; the name before it may hold spaces)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[36])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def process_title(argv: list[str], name: str) -> str:
     """The command line on one line, without the interpreter's directory, which would eat the 48 characters shown."""
     return " ".join(" ".join([os.path.basename(argv[0]), *argv[1:]]).split())[:48] if argv else name
@@ -60,7 +73,8 @@ def process_rows(proc: psutil.Process) -> dict[str, Any]:
     try:
         title = process_title(proc.cmdline(), proc.name())
         threads = [{"tid": t.id, "comm": thread_comm(proc.pid, t.id), "cpu": t.user_time + t.system_time,
-                    "preempt": thread_switches(proc.pid, t.id)} for t in proc.threads()]
+                    "preempt": thread_switches(proc.pid, t.id), "on": thread_cpu(proc.pid, t.id)}
+                   for t in proc.threads()]
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return {"pid": proc.pid, "title": "(gone)", "threads": []}
     return {"pid": proc.pid, "title": title, "threads": threads}
@@ -105,9 +119,21 @@ def pair_snapshots(snaps: list[dict[str, Any]]) -> dict[tuple[str, str], list[di
     return turns
 
 
+def cpus_seen(snaps: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[int]]:
+    """(role, process title, thread name) -> the CPUs its threads were on at the snapshots."""
+    seen: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+    for s in snaps:
+        for p in s["procs"]:
+            for t in p["threads"]:
+                if t.get("on") is not None:  # snapshots before 2026-12-03 did not record it
+                    seen[(s["role"], p["title"], t["comm"])].add(t["on"])
+    return seen
+
+
 def table(path: str) -> str:
     with open(path) as f:
         snaps = [json.loads(line) for line in f if line.strip()]
+    seen = cpus_seen(snaps)
     out = []
     for (role, conc), turns in sorted(pair_snapshots(snaps).items()):
         keys = {k for t in turns for k in t}
@@ -116,11 +142,12 @@ def table(path: str) -> str:
         busy = sorted((k for k in rows if rows[k][0] >= MIN_SHARE), key=lambda k: -rows[k][0])
         rest = sum(rows[k][0] for k in rows if rows[k][0] < MIN_SHARE)
         out.append(f"== {role} c={conc}: {len(turns)} turns, CPU % of one CPU over each turn, mean")
-        out.append("| process | thread | CPU % | preempted /s |")
-        out.append("| --- | --- | ---: | ---: |")
-        out += [f"| {p} | {t} | {rows[(p, t)][0]:.1f} | {rows[(p, t)][1]:.1f} |" for p, t in busy]
-        out.append(f"| (all) | (other threads) | {rest:.1f} | |")
-        out.append(f"| (all) | total | {sum(r[0] for r in rows.values()):.1f} | |")
+        out.append("| process | thread | CPU % | preempted /s | on CPUs |")
+        out.append("| --- | --- | ---: | ---: | --- |")
+        out += [f"| {p} | {t} | {rows[(p, t)][0]:.1f} | {rows[(p, t)][1]:.1f} | "
+                f"{' '.join(map(str, sorted(seen.get((role, p, t), ())))) or '-'} |" for p, t in busy]
+        out.append(f"| (all) | (other threads) | {rest:.1f} | | |")
+        out.append(f"| (all) | total | {sum(r[0] for r in rows.values()):.1f} | | |")
     return "\n".join(out)
 
 
