@@ -161,7 +161,7 @@ def test_offpair_puts_the_tree_under_the_switch_forced_off_beside_no_speculation
 
 
 def test_offpair_puts_each_server_on_its_own_cpus_when_asked(sock_dir: Path) -> None:
-    # the twelfth sitting's tree server ran every op 1.6-2.3x slower than its partner on the same CPU list
+    # the twelfth sitting's tree server ran its ops 1.1-1.7x slower than its partner on the same CPU list
     cpus = sorted(os.sched_getaffinity(0))
     a, b = str(cpus[0]), str(cpus[-1])
     run = dry_run(sock_dir, "offpair", PIN_SERVER="", PAIR_PIN_A=a, PAIR_PIN_B=b)

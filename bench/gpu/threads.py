@@ -13,8 +13,8 @@ the servers share. offpair takes a snapshot before and after each turn; the
 table gives each thread's CPU over the turn (the warm-up and the window) as
 a percentage of one CPU, and its involuntary context switches (preemptions)
 a second, averaged over the turns of one role at one load, and the CPUs the
-thread was on at the snapshots: on this virtual machine one vCPU can run a
-server's ops at half the speed of another (docs/results/topk.md, "Twelfth
+thread was on at the snapshots: one server's ops ran 1.1-1.7x slower than
+its partner's on the same CPU list (docs/results/topk.md, "Twelfth
 sitting"), and the profile's CPU probe says that, not where.
 
 Uses psutil (SGLang's own dependency) and /proc for thread names.
