@@ -86,7 +86,13 @@ class Sglang:
                                 ("_maybe_disable_adaptive", "_init_adaptive_speculative_params"),
                                 {"logger": logging.getLogger("sglang.speculative_hook"), **views})
         registry = exec_module(source, "plugins/hook_registry.py", {})
+        self.moved: list[int] = []  # the tree compaction's KV moves: SGLang's function runs, its torch work stood in
+        common = exec_definitions(source, "speculative/eagle_worker_common.py", ("_finalize_accept_tree_path",), {
+            "torch": types.SimpleNamespace(Tensor=object), "ScheduleBatch": object, "Any": Any,
+            "move_accept_tokens_to_target_kvcache": lambda batch, index, drafts, pool: self.moved.append(len(index)),
+            "_compact_accept_to_front": lambda x, index, bs, *, num_draft_tokens: ("compacted", x)})
         stand_in_modules(monkeypatch, {
+            "sglang.srt.speculative.eagle_worker_common": common,
             "sglang.srt.plugins.hook_registry": registry,
             "sglang.srt.arg_groups.overrides": views,
             "sglang.srt.arg_groups.speculative_hook": hook,
@@ -300,6 +306,21 @@ def test_the_start_up_check_finds_a_tree_hook_sglang_did_not_apply(sglang_source
     owner, name = specs[1].target.rsplit(".", 1)  # the draft tokens' hook, as if HookRegistry had failed on it
     setattr(compat.resolve(owner), name, compat.resolve(specs[1].target).__wrapped__)
     assert plugin.unapplied_hooks(specs) == [specs[1].target]
+
+
+def test_the_off_step_skips_the_tree_compaction_that_is_an_identity_at_one_draft_token(sglang: Sglang,
+                                                                                       monkeypatch) -> None:
+    # every verify of a tree server, off steps included, ends in SGLang's _finalize_accept_tree_path; at one
+    # draft token a request its KV move and gathers give back what they were given (SGLang's chain skips it)
+    monkeypatch.setenv(tree_switch.ENV_ENABLE, "1")
+    sglang.hook()
+    finalize = compat.resolve("sglang.srt.speculative.eagle_worker_common._finalize_accept_tree_path")
+    predict, logits = object(), types.SimpleNamespace(hidden_states="hidden")
+    off = finalize("batch", [[0]] * 4, 1, predict, logits, 4, token_to_kv_pool_allocator="pool", num_draft_tokens=1)
+    assert off is predict and logits.hidden_states == "hidden" and sglang.moved == []
+    on = finalize("batch", [[0, 1, 2]] * 4, 3, predict, logits, 4, token_to_kv_pool_allocator="pool",
+                  num_draft_tokens=16)
+    assert on == ("compacted", predict) and logits.hidden_states == ("compacted", "hidden") and sglang.moved == [4]
 
 
 # -- what `specctl sglang-args --topk` prints, started by SGLang's own start-up ----------------------------

@@ -1042,7 +1042,7 @@ phase_treecheck() {  # the tree under the switch, correctness first: fixcheck's 
   fixcheck_runs
   { cat "$WORK/fixcheck-$TAG.txt"
     echo "== start-up"
-    grep -h "specctl: tree draft\|speculative_adaptive disabled\|Built adaptive runtime state\|Switch adaptive runtime state" \
+    grep -h "specctl: tree draft\|specctl: tree compaction\|speculative_adaptive disabled\|Built adaptive runtime state\|Switch adaptive runtime state" \
       "$WORK/server-treecheck.log" | cut -c1-300 | head -n 20
     python3 "$HERE/ctl.py" "$URL" info speculative_eagle_topk speculative_num_steps speculative_num_draft_tokens \
       speculative_adaptive

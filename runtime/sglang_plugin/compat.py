@@ -225,6 +225,11 @@ _DRAFT_EXTEND_WIDTH = HookSpec("sglang.srt.speculative.spec_utils.resolve_num_to
 _TREE_REASON = HookSpec(ADAPTIVE_UNSUPPORTED, "AROUND", "adaptive_unsupported_reason", ("server_args",))
 _TREE_TOKENS = HookSpec("sglang.srt.arg_groups.speculative_hook._init_adaptive_speculative_params", "AROUND",
                         "init_adaptive_speculative_params", ("server_args",))
+# The off step of a tree server still runs SGLang's tree compaction, an identity at one draft token a request.
+_TREE_FINALIZE = HookSpec("sglang.srt.speculative.eagle_worker_common._finalize_accept_tree_path", "AROUND",
+                          "finalize_accept_tree_path", ("batch", "accept_index", "accept_lens", "predict",
+                                                        "logits_output", "bs", "token_to_kv_pool_allocator",
+                                                        "num_draft_tokens"))
 _TREE_BOUND = HookSpec("sglang.srt.speculative.spec_info.SpeculativeAlgorithm.resolve_max_speculative_num_draft_tokens",
                        "AROUND", "resolve_max_speculative_num_draft_tokens", ("server_args",))
 
@@ -278,7 +283,7 @@ RELEASES: dict[str, Release] = {
         )),
         scheduler_attr=None,
         draft_extend_hooks=(_DRAFT_EXTEND_WIDTH,),
-        tree_hooks=(_TREE_REASON, _TREE_TOKENS),
+        tree_hooks=(_TREE_REASON, _TREE_TOKENS, _TREE_FINALIZE),
         warmup_hooks=(HookSpec(_WARMUP_TARGET, "AROUND", "wait_and_warmup", _WARMUP_PARAMS),),
     ),
     "0.5.23": Release(
@@ -343,7 +348,7 @@ RELEASES: dict[str, Release] = {
              "return self._forward_prefill_batch(batch, on_publish, pp_proxy_tensors)"),
         )),
         scheduler_attr="scheduler",
-        tree_hooks=(_TREE_REASON, _TREE_TOKENS, _TREE_BOUND),
+        tree_hooks=(_TREE_REASON, _TREE_TOKENS, _TREE_BOUND, _TREE_FINALIZE),
         tree_declare="sglang.srt.arg_groups.overrides.declare_resolution",
         tree_page_one=True,
         warmup_hooks=(HookSpec(_WARMUP_TARGET, "AROUND", "wait_and_warmup",

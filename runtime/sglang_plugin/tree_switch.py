@@ -25,7 +25,15 @@ chain in three places, each reached here without editing SGLang (docs/topk.md,
 
 Nothing in fast off changes: the steps-0 state is one draft token a request
 whatever topk is, every draft input it makes is already (batch, topk), KV is
-reserved per step, and the tree is rebuilt every draft. server_args_check
+reserved per step, and the tree is rebuilt every draft. One thing is spared:
+after every verify of a tree server, off steps included, SGLang compacts the
+accepted path to the front of each request's block
+(``_finalize_accept_tree_path``: a KV move in every layer, two gathers with
+clones). With one draft token a request the path is the block's only slot, so
+the compaction is an identity, as SGLang's own comment says of topk 1, where it
+never runs; the AROUND hook skips it there (its zeros, gathers, clones and clamps are most of
+the 21 ops a tree's off step ran beyond a chain's in the twelfth sitting's profile,
+docs/results/topk.md). server_args_check
 allows only the candidates {0, launch steps} (SGLang would build any other
 depth as a chain) and page size 1 where the release needs it.
 """
@@ -69,6 +77,7 @@ def handlers(release: Release) -> dict[str, Callable[..., Any]]:
         "adaptive_unsupported_reason": around_adaptive_unsupported_reason,
         "init_adaptive_speculative_params": functools.partial(around_init_adaptive_params, release),
         "resolve_max_speculative_num_draft_tokens": functools.partial(around_resolve_bound, release),
+        "finalize_accept_tree_path": around_finalize_accept_tree_path,
     }
 
 
@@ -172,3 +181,26 @@ def tree_problem(release: Release, server_args: Any, view: Any, candidates: list
         return (f"SGLang sized this tree's KV for {bound} draft tokens, below its {tokens}: specctl's tree hook "
                 f"did not run before the server args were built (unset {ENV_ENABLE} to run without it)")
     return None
+
+
+_skipped_once = False  # whether the skip has been logged in this process (the off step's first time)
+
+
+def around_finalize_accept_tree_path(original: Callable[..., Any], batch: Any, accept_index: Any, accept_lens: Any,
+                                     predict: Any, logits_output: Any, bs: Any, token_to_kv_pool_allocator: Any,
+                                     num_draft_tokens: int) -> Any:
+    """SGLang's tree compaction, except at one draft token a request (the off step), where it is an identity.
+
+    With one node a request, ``accept_index`` names each request's own slot: the
+    KV move copies every slot onto itself, and the gathers give back ``predict``
+    and the hidden states as they are. Skipping it returns them as SGLang's chain
+    path (topk 1) does.
+    """
+    global _skipped_once
+    if num_draft_tokens != 1:
+        return original(batch, accept_index, accept_lens, predict, logits_output, bs,
+                        token_to_kv_pool_allocator=token_to_kv_pool_allocator, num_draft_tokens=num_draft_tokens)
+    if not _skipped_once:
+        _skipped_once = True
+        logger.info("specctl: tree compaction skipped at one draft token a request (the off step; an identity there)")
+    return predict
