@@ -31,11 +31,11 @@ accepted path to the front of each request's block
 (``_finalize_accept_tree_path``: a KV move in every layer, two gathers with
 clones). With one draft token a request the path is the block's only slot, so
 the compaction is an identity, as SGLang's own comment says of topk 1, where it
-never runs; the AROUND hook skips it there (its zeros, gathers, clones and clamps are most of
-the 21 ops a tree's off step ran beyond a chain's in the twelfth sitting's profile,
-docs/results/topk.md). server_args_check
-allows only the candidates {0, launch steps} (SGLang would build any other
-depth as a chain) and page size 1 where the release needs it.
+never runs; the AROUND hook skips it there (its zeros, gathers, clones and
+clamps are most of the 21 ops a tree's off step ran beyond a chain's in the
+twelfth sitting's profile, docs/results/topk.md). server_args_check allows
+only the candidates {0, launch steps} (SGLang would build any other depth as
+a chain) and page size 1 where the release needs it.
 """
 
 from __future__ import annotations
