@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,13 @@ from specctl.runtime.sglang_plugin.compat import RELEASES
 from support.sglang_source import SglangSource, cached_wheel, download_wheel, wheel_cache
 
 ONLINE_ENV = "SPECCTL_ONLINE"
+
+# A run started under nohup hands every process it starts an ignored SIGHUP, which specctl keeps
+# ignored by design (`nohup specctl run --headless &` asks to outlive the session): the tests that
+# hang up on the console or the supervisor assert what an operator's closed ssh session does, so
+# their processes start with the default; test_under_nohup_* runs nohup itself.
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
