@@ -48,7 +48,7 @@ Pinned = dict[int, dict[int, list[dict[str, float]]]]  # concurrency -> depth ->
 
 
 def read_pinned(paths: list[str]) -> Pinned:
-    """Windows of the pinned depths (off, d1-d3), by concurrency and depth, from one server kind per file."""
+    """Windows of the pinned depths (off, d1-d3) by concurrency and depth: depthauto's and depthsweep's rows alike."""
     pinned: Pinned = defaultdict(lambda: defaultdict(list))
     for path in paths:
         try:
