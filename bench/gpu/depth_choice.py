@@ -20,7 +20,7 @@ Give it the files of one acceptance length (the acceptance per depth is
 read per concurrency, across files). It imports specctl's runtime (run it
 with the project's environment): the step times are the policy's own
 ``DepthCosts.row`` and its ``DEPTH_MARGIN``; the score, one line, is
-``Policy._best``'s.
+``SpecPolicy._best``'s.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def choice(costs: DepthCosts, windows: dict[int, list[dict[str, float]]]) -> dic
     row = costs.row(bs)
     expected = {d: 0.0 if d == 0 else max(statistics.fmean(w["accept_len"] for w in windows[d]) - 1.0, 0.0)
                 for d in windows}
-    scores = {d: (1.0 + expected[d]) / row[d] for d in sorted(windows) if d < len(row)}  # Policy._best's score
+    scores = {d: (1.0 + expected[d]) / row[d] for d in sorted(windows) if d < len(row)}  # SpecPolicy._best's score
     ranked = sorted(scores, key=scores.__getitem__, reverse=True)
     tok = {d: statistics.fmean(w["tok_s"] for w in windows[d]) for d in windows}
     best = max(tok, key=tok.__getitem__)
