@@ -160,14 +160,34 @@ def test_offpair_puts_the_tree_under_the_switch_forced_off_beside_no_speculation
     assert re.search(r'^\{"set": \[true\], "specctl": \{"mode": "off", ', after, re.M), after[:600]
 
 
-def test_offpair_puts_each_server_on_its_own_cpus_when_asked(sock_dir: Path) -> None:
-    # the twelfth sitting's tree server ran its ops 1.1-1.7x slower than its partner on the same CPU list
+def test_offpair_splits_the_server_cpus_between_its_two_servers(sock_dir: Path) -> None:
+    # the twelfth sitting's tree server ran its ops 1.1-1.7x slower than its partner on the same CPU list;
+    # apart (thirteenth) they ran alike: a pair now splits PIN_SERVER unless told otherwise
     cpus = sorted(os.sched_getaffinity(0))
     a, b = str(cpus[0]), str(cpus[-1])
-    run = dry_run(sock_dir, "offpair", PIN_SERVER="", PAIR_PIN_A=a, PAIR_PIN_B=b)
+    run = dry_run(sock_dir, "offpair", PIN_SERVER=f"{a},{b}")
     assert_clean(run, "offpair")
+    assert f"pair CPUs: nospec on {a}, off on {b}" in run.log
     assert re.search(rf"starting pair-nospec: taskset -c {a} python3 -m specctl.runtime.sim ", run.log)
     assert re.search(rf"starting pair-off: taskset -c {b} python3 -m specctl.runtime.sim ", run.log)
+
+
+@pytest.mark.parametrize(("knobs", "expected"), [
+    ({"PIN_SERVER": "0-11"}, "0,1,2,3,4,5 6,7,8,9,10,11"),
+    ({"PIN_SERVER": "0-2,8,10-11"}, "0,1,2 8,10,11"),
+    ({"PIN_SERVER": "3"}, "3 3"),  # one CPU cannot be split: both on it
+    ({"PIN_SERVER": ""}, "- -"),  # not pinned
+    ({"PIN_SERVER": "0-11", "PAIR_PIN_A": "0-5"}, "0-5 0-11"),  # the caller's list; the other one PIN_SERVER's
+    ({"PIN_SERVER": "", "PAIR_PIN_A": "1", "PAIR_PIN_B": "2"}, "1 2"),
+])
+def test_pair_cpus_reads_the_lists_as_documented(knobs: dict[str, str], expected: str) -> None:
+    # the script's own function, sourced alone: what each server of a pair is pinned to
+    script = (GPU / "run_fast_off.sh").read_text()
+    body = script[script.index("pair_cpus() {"):]
+    body = body[:body.index("\n}\n") + 3]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAIR_PIN", "PIN_SERVER"))} | knobs
+    out = subprocess.run(["bash", "-c", body + "pair_cpus"], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.strip() == expected, out
 
 
 def test_offpair_refuses_a_profile_whose_load_does_not_fit_the_pools(sock_dir: Path) -> None:

@@ -285,6 +285,26 @@ def test_a_tree_that_cannot_run_under_the_switch_is_refused_and_nothing_written(
     assert "Traceback" not in out.stderr and not config.exists()
 
 
+def test_a_tree_on_triton_on_an_h200_is_printed_with_the_trees_own_row(tmp_path: Path) -> None:
+    # measured with the tree under the switch (docs/results/topk.md): off from 16 requests, on again at 8
+    config = str(tmp_path / "adaptive.json")
+    dense = specctl(*TREE, "--backend", "triton", "--gpu", "NVIDIA H200", "--experts", "0", "--format", "json",
+                    "--config", config)
+    assert dense.returncode == 0 and dense.stderr == "", dense.stderr
+    settings, defaults = printed_settings(dense), PolicySettings()
+    assert (settings["off_at"], settings["on_at"]) == (16, 8) != (BY_BACKEND["triton"]["off_at"], 24)
+    assert (settings["min_accept"], settings["accept_slope"]) == (defaults.min_accept, defaults.accept_slope)
+    unsaid = specctl(*TREE, "--backend", "triton", "--gpu", "NVIDIA H200", "--format", "json", "--config", config)
+    assert printed_settings(unsaid)["off_at"] == 16
+    assert "the triton tree thresholds were measured on a dense model and are printed" in unsaid.stderr
+    assert "add --experts N (its config's routed experts) for the policy's defaults" in unsaid.stderr
+    moe = specctl(*TREE, "--backend", "triton", "--gpu", "NVIDIA H200", "--experts", "128", "--format", "json",
+                  "--config", config)
+    assert moe.returncode == 0 and printed_settings(moe)["off_at"] == defaults.off_at
+    assert "a tree's were measured on Triton with a dense target on an H200 only" in moe.stderr
+    assert "the policy's defaults are printed" in moe.stderr and moe.stderr.count("\n") == 1
+
+
 def test_a_tree_is_printed_with_the_opt_in_and_without_a_chains_thresholds(tmp_path: Path) -> None:
     config = tmp_path / "adaptive.json"
     out = specctl(*TREE, "--backend", "fa3", "--gpu", "NVIDIA H200", "--format", "json", "--config", str(config))

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from specctl.runtime.core.settings import PolicySettings
-from specctl.runtime.core.thresholds import BY_BACKEND, MOE_BY_BACKEND
+from specctl.runtime.core.thresholds import BY_BACKEND, MOE_BY_BACKEND, TREE_BY_BACKEND
+from specctl.runtime.core.tree_drafts import TREE_SWITCH_ENV
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.lifecycle import Supervisor
 
@@ -175,6 +176,41 @@ async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
         await sup.poll_now()
         settings = sup.latest_sample["spec"]["settings"]
         assert (settings["off_at"], settings["on_at"]) == (48, 40)
+
+
+async def test_a_tree_under_the_switch_on_triton_gets_the_trees_own_row(standin: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # the report's topk-4 tree under specctl's switch on an H200 with Triton: the static tree fell below no
+    # speculation at 16 requests where a chain pays to 32 (docs/results/topk.md), so the chain's row stays out
+    monkeypatch.setenv(TREE_SWITCH_ENV, "1")
+    tree = {"topk": 4, "draft_tokens": 16, "spec_steps": 2}
+    async with launched(monkeypatch, "h200-llama8b-tree", gpu_source="sim", **tree) as sup:
+        [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the tree")
+        assert adopted["backend"] == "triton" and adopted["ok"] is True
+        assert adopted["changes"] == TREE_BY_BACKEND["triton"] == {"off_at": 16, "on_at": 8}
+        assert not events(sup, "backend_thresholds_skipped")
+        settings = await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings"),
+                               "settings read back")
+        defaults = PolicySettings()
+        assert (settings["off_at"], settings["on_at"]) == (16, 8)
+        assert (settings["min_accept"], settings["accept_slope"]) == (defaults.min_accept, defaults.accept_slope), \
+            "the floor stays the policy's: a tree's break-even was not measured (nor the chain's row's floor taken)"
+
+
+async def test_a_tree_on_another_gpu_keeps_the_defaults_and_the_journal_says_why(
+        standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the report's own system: its tree under the switch on Blackwell with FlashInfer, where nothing was measured
+    monkeypatch.setenv(TREE_SWITCH_ENV, "1")
+    tree = {"topk": 4, "draft_tokens": 16, "spec_steps": 2, "tp": 8}
+    async with launched(monkeypatch, "rtx-8gpu-report", gpu_source="sim", **tree) as sup:
+        [skipped] = await until(lambda: events(sup, "backend_thresholds_skipped"), "the rows refused")
+        assert skipped["backend"] == "flashinfer"
+        assert "a tree's were measured on Triton with a dense target on an H200 only" in skipped["why"]
+        assert "the policy's defaults stay" in skipped["why"] and "specctl set" in skipped["why"]
+        settings = await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings"),
+                               "settings read back")
+        assert settings["off_at"] == PolicySettings().off_at
+        assert not events(sup, "backend_thresholds")
 
 
 @pytest.mark.parametrize(("preset", "gpu_source", "why"), [

@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specctl.runtime.core.thresholds import BY_BACKEND, MEASURED_ON, MOE_BY_BACKEND, for_backend, for_server
+from specctl.runtime.core.thresholds import (
+    BY_BACKEND,
+    MEASURED_ON,
+    MOE_BY_BACKEND,
+    for_backend,
+    for_server,
+    for_tree_server,
+)
 
 H200 = "NVIDIA H200"
 RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
@@ -203,3 +210,23 @@ def test_a_grace_hopper_is_not_the_h200_the_rows_were_measured_on(name: str) -> 
 @pytest.mark.parametrize("name", ["NVIDIA H200", "NVIDIA H200 NVL", "nvidia h200"])
 def test_every_name_of_an_h200_gets_the_rows(name: str) -> None:
     assert for_server("triton", [name]) == (BY_BACKEND["triton"], None)
+
+
+@pytest.mark.parametrize(("backend", "gpus", "chosen", "experts", "row"), [
+    ("triton", ["NVIDIA H200"], {}, None, {"off_at": 16, "on_at": 8}),  # where the tree was measured
+    ("triton", ["NVIDIA H200"], {"min_accept": 0.5}, 0, {"off_at": 16, "on_at": 8}),  # the floor is not the row's
+    ("triton", ["NVIDIA H200"], {"off_at": 24}, None, None),  # the operator's own load pair: nothing said
+    ("triton", ["NVIDIA H200"], {}, 128, None),  # a MoE's tree: not measured
+    ("fa3", ["NVIDIA H200"], {}, None, None),  # FA3's chain row would never turn a tree off for load
+    ("triton", ["NVIDIA RTX PRO 6000 Blackwell Server Edition"], {}, None, None),
+    ("triton", [None], {}, None, None),  # GPUs not read
+])
+def test_a_tree_gets_its_own_row_only_where_it_was_measured(backend: str, gpus: list, chosen: dict,
+                                                            experts: int | None, row: dict | None) -> None:
+    got, why = for_tree_server(backend, gpus, chosen, experts=experts)
+    assert got == row
+    if row is None and not {"off_at", "on_at"} & chosen.keys():
+        assert why is not None and "a tree's were measured on Triton with a dense target on an H200 only" in why
+        assert "the policy's defaults stay" in why
+    else:
+        assert why is None

@@ -156,7 +156,8 @@
 #   RESUME_CONCS MIXED_CONCS MIXED_ROUNDS MIXED_WARMUP (offcost, prefillcost, offab) AB_ROUNDS (offab)
 #   PAIR PAIR_ROUNDS PAIR_FRAC_A PAIR_FRAC_B PAIR_MAX_TOKENS PAIR_PROFILE PAIR_LOAD PAIR_DECODE_OUTPUT (offpair) IL_SEED PIN_SERVER PIN_LOAD (CPU lists for taskset -c:
 #   the servers' processes and the load generators; empty = not pinned) PAIR_PIN_A PAIR_PIN_B (offpair's first and
-#   second server's CPU lists, default PIN_SERVER for both: disjoint lists keep one server's scheduler off the other's CPUs)
+#   second server's CPU lists; unset, PIN_SERVER's CPUs split in halves, first half to the first server: disjoint lists
+#   keep one server's scheduler off the other's CPUs; set one of them and the other defaults to all of PIN_SERVER)
 #   DRY_RUN (sim: every phase against specctl's simulator on a CPU machine, GPU-only steps skipped; see
 #   docs/benchmarks.md, "Dry run") BENCH_ROOT (default /root: keep/, models/, site/) BENCH_PORT (default 30000)
 #   SITE (default BENCH_ROOT/site: where install: and project install and what PYTHONPATH names; /root/site523
@@ -861,6 +862,26 @@ cpu_facts() {  # the CPUs the servers share (a virtual machine: which vCPUs are 
   } >> "$WORK/facts-$TAG.txt" 2>&1
 }
 
+pair_cpus() {  # pair_cpus: offpair's two CPU lists as "A B" ("-": not pinned). PAIR_PIN_A / PAIR_PIN_B where either
+  # is set (the other defaulting to PIN_SERVER), else PIN_SERVER's CPUs split in halves: two servers on one list ran
+  # the second one's ops 1.1-1.7x slower per call (docs/results/topk.md, "Twelfth" and "Thirteenth sitting")
+  if [ -n "${PAIR_PIN_A+set}${PAIR_PIN_B+set}" ]; then
+    echo "${PAIR_PIN_A-$PIN_SERVER}" "${PAIR_PIN_B-$PIN_SERVER}" | awk '{print ($1 == "" ? "-" : $1), ($2 == "" ? "-" : $2)}'
+    return
+  fi
+  python3 -c '
+import sys
+spec = sys.argv[1]
+cpus = [n for part in filter(None, spec.split(",")) for lo, _, hi in [part.partition("-")]
+        for n in range(int(lo), int(hi or lo) + 1)]
+if len(cpus) < 2:
+    print(spec or "-", spec or "-")
+else:
+    h = len(cpus) // 2
+    print(",".join(map(str, cpus[:h])), ",".join(map(str, cpus[h:])))
+' "$PIN_SERVER"
+}
+
 pair_start() {  # pair_start ROLE PORT FRAC PIN: one of offpair's servers (start_role's ROLE) on the CPUs PIN
   # (empty: not pinned), its log server-pair-ROLE.log
   local rc SERVER_PIN=()  # start_role reads the caller's SERVER_PIN: this server's own list
@@ -935,15 +956,18 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
   # specctl's auto with no spec; "nospec nospec2" is the null test: what the method reads between two
   # servers alike), windows taking turns between them
   # PAIR_ROUNDS times at MIXED_CONCS, each turn after its own MIXED_WARMUP, A B in odd rounds and B A in
-  # even ones: the same machine, the same minutes and (with PIN_SERVER) the same CPUs for both, where
+  # even ones: the same machine, the same minutes and (with PIN_SERVER) each on half its CPUs, where
   # offab's fresh servers differed in CPU speed from start to start (docs/results/README.md)
-  local roles=($PAIR) urls=(http://127.0.0.1:$PORT http://127.0.0.1:$((PORT + 1))) r c i problem
+  local roles=($PAIR) urls=(http://127.0.0.1:$PORT http://127.0.0.1:$((PORT + 1))) r c i problem pin_a pin_b
   [ "${#roles[@]}" = 2 ] && [ "${roles[0]}" != "${roles[1]}" ] || { log "PAIR needs two roles, got '$PAIR'"; return 1; }
   problem=$(pair_load_problem); [ -z "$problem" ] || { log "$problem"; return 1; }
   cpu_facts
-  pair_start "${roles[0]}" "$PORT" "$PAIR_FRAC_A" "${PAIR_PIN_A-$PIN_SERVER}" || return 1
+  read -r pin_a pin_b < <(pair_cpus)
+  [ "$pin_a" = - ] && pin_a=""; [ "$pin_b" = - ] && pin_b=""
+  log "pair CPUs: ${roles[0]} on ${pin_a:-any}, ${roles[1]} on ${pin_b:-any}"
+  pair_start "${roles[0]}" "$PORT" "$PAIR_FRAC_A" "$pin_a" || return 1
   SPID2=$SPID; SPID=""
-  pair_start "${roles[1]}" "$((PORT + 1))" "$PAIR_FRAC_B" "${PAIR_PIN_B-$PIN_SERVER}" || { stop_pid "$SPID2"; SPID2=""; return 1; }
+  pair_start "${roles[1]}" "$((PORT + 1))" "$PAIR_FRAC_B" "$pin_b" || { stop_pid "$SPID2"; SPID2=""; return 1; }
   log "KV pools: ${roles[0]} $(python3 "$HERE/ctl.py" "${urls[0]}" info max_total_num_tokens)," \
       "${roles[1]} $(python3 "$HERE/ctl.py" "${urls[1]}" info max_total_num_tokens)"
   for r in $(seq 1 "$PAIR_ROUNDS"); do

@@ -28,9 +28,10 @@ from specctl.runtime.core.thresholds import (
     MEASURED_WITH,
     MOE_BY_BACKEND,
     for_server,
+    for_tree_server,
     unset_groups,
 )
-from specctl.runtime.core.tree_drafts import TREE_ROWS, tree_problem
+from specctl.runtime.core.tree_drafts import tree_problem
 from specctl.runtime.supervisor import config, config_file, paths
 from specctl.runtime.supervisor.edges import no_depth_costs_line
 from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
@@ -52,8 +53,6 @@ REPLACING = (f"in place of your own {', '.join(SPEC_FLAGS)} "
              "(specctl steers a chain, topk 1: a tree's topk and draft tokens must go, docs/topk.md)")
 TREE_REPLACING = (f"in place of your own {', '.join(SPEC_FLAGS)} (the tree's, with the opt-in in the "
                   "environment; on SGLang 0.5.23 keep --page-size 1, docs/topk.md)")
-TREE_THRESHOLDS = (f"{TREE_ROWS}: the policy's defaults are printed, and --set off_at=16 --set on_at=8 "
-                   "is what that sitting ran (docs/topk.md)")
 WITHOUT = f"without your own {'/'.join(SPEC_FLAGS)}"
 
 
@@ -181,9 +180,10 @@ def _settings(args: argparse.Namespace, experts: int | None, from_file: dict[str
     if args.candidate_steps is not None:
         chosen["candidates"] = args.candidate_steps
     file_steps = "steps" in from_file and "steps" not in config.parse_pairs(args.settings)
-    measured, why_not = for_server(args.backend, [args.gpu] if args.gpu else [], chosen, experts=experts)
-    if args.topk > 1:  # the rows were measured with a chain: a tree's verify costs more, its crossover is lower
-        measured, why_not = None, None if {"off_at", "on_at"} & chosen.keys() else TREE_THRESHOLDS
+    rows = for_tree_server if args.topk > 1 else for_server  # a tree's verify costs more: its crossover is lower
+    measured, why_not = rows(args.backend, [args.gpu] if args.gpu else [], chosen, experts=experts)
+    if args.topk > 1:
+        why_not = why_not and why_not.replace("the policy's defaults stay", "the policy's defaults are printed")
     elif why_not is not None and args.gpu is None:
         # Would --gpu help? Not for a MoE on a backend with no MoE row, which stays off on an H200 too:
         # then that is the reason to give, not a hint that leads to a second refusal.
@@ -191,9 +191,11 @@ def _settings(args: argparse.Namespace, experts: int | None, from_file: dict[str
         why_not = still or (f"the {args.backend} thresholds were measured on an {MEASURED_ON}: add --gpu "
                             f"'NVIDIA {MEASURED_ON}' if the server runs on one; the policy's defaults are printed")
     if measured is not None and experts is None and unset_groups(measured, chosen):
-        instead = ("the thresholds measured on a MoE" if args.backend in MOE_BY_BACKEND else "the policy's defaults")
-        why_not = (f"the {args.backend} thresholds were measured on a {MEASURED_WITH} model and are printed: "
-                   f"if the target is a MoE, add --experts N (its config's routed experts) for {instead}")
+        tree = args.topk > 1  # a tree's row has no MoE twin
+        instead = ("the thresholds measured on a MoE" if args.backend in MOE_BY_BACKEND and not tree
+                   else "the policy's defaults")
+        why_not = (f"the {args.backend} {'tree ' * tree}thresholds were measured on a {MEASURED_WITH} model and are "
+                   f"printed: if the target is a MoE, add --experts N (its config's routed experts) for {instead}")
     if why_not is not None:
         print(f"specctl sglang-args: {why_not}", file=sys.stderr)
     # the row's groups the operator left wholly alone, as the supervisor applies them: no half pair

@@ -223,6 +223,36 @@ def for_server(backend: str | None, gpu_names: Sequence[str | None], chosen: dic
     return None, _said(reasons, list(left)) if left else None
 
 
+# A tree under specctl's switch (topk 4, 2 steps, 16 draft tokens: the report's launch line; SPECCTL_TREE_SWITCH=1)
+# has rows of its own: the chain's were measured with a chain's verify, and a tree's checks 16 tokens a request, so it
+# stops paying at fewer requests. Measured on Triton only (docs/results/topk.md, "Measured: the tree under the switch",
+# one H200, Llama-3.1-8B shapes, tree accept 2.7): the static tree read 1.76x / 1.51x no speculation at 1 / 4 requests
+# and 0.86x at 16; auto with off_at 16 / on_at 8 ran the tree at 1-4 and off from 16 (1.00-1.03x the better static
+# at 1-4, 1.03-1.05 at 128-256), and the off state is at no speculation's speed from 64 to 256 (thirteenth sitting).
+# The load pair only: that sitting kept the policy's floor, and a tree's acceptance break-even was not measured.
+TREE_BY_BACKEND: dict[str, dict[str, float]] = {"triton": {"off_at": 16, "on_at": 8}}
+TREE_ROWS = ("the thresholds measured per backend are a chain's; a tree's verify costs more, so it stops paying at "
+             "fewer requests (on one H200 with Triton the static topk-4 tree fell below no speculation at 16)")
+
+
+def for_tree_server(backend: str | None, gpu_names: Sequence[str | None], chosen: dict[str, Any] | None = None,
+                    experts: int | None = None) -> tuple[dict[str, float] | None, str | None]:
+    """:func:`for_server` for a tree under the switch: the tree's row where it was measured, else why not.
+
+    A chain's row never applies to a tree (its crossover is later). The tree's row applies on
+    the backend, model class and GPU it was measured with (Triton, dense, H200); elsewhere the
+    policy's defaults stay, and the why says so unless the operator set the load pair.
+    """
+    if {"off_at", "on_at"} & (chosen or {}).keys():
+        return None, None  # the operator's own pair: nothing measured to add, nothing to say
+    row = TREE_BY_BACKEND.get(backend or "")
+    if row is not None and not is_moe(experts) and _why_not(backend, gpu_names) is None:
+        return row, None
+    where = f"a tree's were measured on Triton with a dense target on an {MEASURED_ON} only"
+    return None, (f"{TREE_ROWS}; {where}: the policy's defaults stay "
+                  "(set off_at and on_at with specctl set; docs/topk.md)")
+
+
 def _said(reasons: Sequence[str], left: Sequence[str]) -> str:
     """Every reason a row stays out, then what happens instead, once.
 

@@ -36,8 +36,6 @@ RUN_FIX = (f"drop {TOPK_FLAG}, --speculative-num-steps and --speculative-num-dra
 
 
 #: Why a backend's thresholds row is not applied to a tree: measured with a chain, whose verify is cheaper.
-TREE_ROWS = ("the thresholds measured per backend are a chain's; a tree's verify costs more, so it stops paying at "
-             "fewer requests (on one H200 with Triton the static topk-4 tree fell below no speculation at 16)")
 
 
 def keep_tree(topk: object, steps: object = "N", tokens: object = "T", tp: object = None) -> str:

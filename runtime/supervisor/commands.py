@@ -24,12 +24,12 @@ from specctl.runtime.core.thresholds import (
     attention_backend,
     for_backend,
     for_server,
+    for_tree_server,
     groups_touched,
     is_moe,
     set_together,
     unset_groups,
 )
-from specctl.runtime.core.tree_drafts import TREE_ROWS
 from specctl.runtime.probes.server_info import draft_topk, spec_state, target_experts
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 
@@ -192,10 +192,8 @@ class CommandHandler:
         ``apply`` False (the simulator): only that is said; nothing is sent.
         """
         backend, experts = attention_backend(info), target_experts(info)
-        row, why_not = for_server(backend, gpu_names, self.desired, experts=experts)
-        if (draft_topk(info) or 1) > 1:  # a tree under the switch: no row was measured with one (docs/topk.md)
-            row, why_not = None, (f"{TREE_ROWS}: the policy's defaults stay (set off_at and on_at with "
-                                  "specctl set; docs/topk.md)")
+        rows = for_tree_server if (draft_topk(info) or 1) > 1 else for_server  # a tree's crossover is its own
+        row, why_not = rows(backend, gpu_names, self.desired, experts=experts)
         if why_not is not None:
             self.sup.emit(records.event(records.BACKEND_THRESHOLDS_SKIPPED, backend=backend, experts=experts,
                                         gpus=sorted({n for n in gpu_names if n}), why=why_not))
