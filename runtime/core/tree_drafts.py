@@ -35,9 +35,6 @@ RUN_FIX = (f"drop {TOPK_FLAG}, --speculative-num-steps and --speculative-num-dra
            "(specctl launches topk 1 at its own --speculative-num-steps N, before --)")
 
 
-#: Why a backend's thresholds row is not applied to a tree: measured with a chain, whose verify is cheaper.
-
-
 def keep_tree(topk: object, steps: object = "N", tokens: object = "T", tp: object = None) -> str:
     """The other way out: the tree under specctl's switch, and the command that prints its launch.
 
