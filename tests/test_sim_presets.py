@@ -10,6 +10,7 @@ from specctl.runtime.core.thresholds import for_backend
 from specctl.runtime.sim.calibrate import points, table
 from specctl.runtime.sim.offline import run_point
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
+from specctl.runtime.sim.rows import supervised_settings
 
 TRITON = get_preset("h200-llama8b")
 FA3 = get_preset("h200-llama8b-fa3")
@@ -97,9 +98,20 @@ def test_the_h200_tree_differs_from_triton_only_in_the_draft_and_its_two_refitte
 
 @pytest.mark.parametrize("concurrency", [1, 4, 64, 256])
 def test_the_h200_tree_under_the_switch_serves_the_better_of_the_tree_and_none(concurrency: int) -> None:
-    # what the sixth sitting measured (docs/topk.md): the tree at 1-4 requests, off from 16 (off_at 16 / on_at 8)
+    # what the sixth sitting measured (docs/topk.md): the tree at 1-4 requests, off from 16 (off_at 16 / on_at 8),
+    # the row the supervisor gives a tree it launches there (sim/rows.py asks as the supervisor does)
     tree = get_preset("h200-llama8b-tree")
     best = max(run_point(tree, concurrency, "on").tok_s, run_point(tree, concurrency, "nospec").tok_s)
-    auto = run_point(tree, concurrency, "auto", settings={"off_at": 16, "on_at": 8})
+    settings, said = supervised_settings(tree, {})
+    assert settings == {"off_at": 16, "on_at": 8} and "the triton row for a tree applies" in said
+    auto = run_point(tree, concurrency, "auto", settings=settings)
     assert auto.tok_s >= 0.97 * best
     assert auto.on_fraction == (1.0 if concurrency <= 4 else 0.0)
+
+
+def test_the_reports_tree_keeps_the_defaults_and_says_why() -> None:
+    # the report's topk-4 tree on Blackwell with FlashInfer: no tree row was measured there, and a chain's never fits
+    settings, said = supervised_settings(get_preset("rtx-8gpu-report"), {})
+    assert settings == {}
+    assert "a tree's were measured on Triton with a dense target on an H200 only" in said
+    assert "the policy's defaults stay" in said

@@ -4,15 +4,16 @@ The supervisor applies a backend's measured row only on the GPU and to the model
 it was measured on (``thresholds.for_server``). A preset says both, its GPU as NVML
 names it and its routed experts, so every bench that runs auto on a preset asks here:
 a MoE preset gets the backend's MoE row where one was measured (h200-qwen3moe: Triton),
-and one without a row for its class, or on another GPU, keeps the defaults there as it
-would on a server.
+a tree preset (topk > 1, under the switch) the tree's row where one was measured
+(h200-llama8b-tree: Triton), and one without a row for its class, or on another GPU,
+keeps the defaults there as it would on a server.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from specctl.runtime.core.thresholds import for_backend, for_server, is_moe, unset_groups
+from specctl.runtime.core.thresholds import for_backend, for_server, for_tree_server, is_moe, unset_groups
 from specctl.runtime.sim.preset_model import Preset
 
 
@@ -22,12 +23,14 @@ def supervised_settings(preset: Preset, settings: dict[str, Any]) -> tuple[dict[
     The operator's ``settings`` win, group by group; the line gives ``for_server``'s
     reason where the row stays out.
     """
-    experts = preset.params.moe_experts
-    row, why = for_server(preset.attention_backend, [preset.gpu.name] * preset.tp_size, settings, experts=experts)
+    experts, tree = preset.params.moe_experts, preset.topk > 1
+    rows = for_tree_server if tree else for_server  # a tree under the switch has rows of its own
+    row, why = rows(preset.attention_backend, [preset.gpu.name] * preset.tp_size, settings, experts=experts)
     applied = unset_groups(row or {}, settings)
     said = f"preset {preset.name} ({preset.attention_backend}, {preset.gpu.name}, {_model_class(preset)}): "
     if applied:
-        which = f"the {preset.attention_backend} row" + (" for a MoE" if is_moe(experts) else "")
+        which = f"the {preset.attention_backend} row" + (" for a MoE" if is_moe(experts) else "") \
+            + (" for a tree" if tree else "")
         return {**applied, **settings}, said + f"{which} applies: {applied}"
     if why is not None:
         return dict(settings), said + why
