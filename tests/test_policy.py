@@ -52,6 +52,34 @@ def test_low_accept_switches_off_then_probes() -> None:
     assert p.accept_mean() is None, "a resume starts a fresh acceptance window"
 
 
+def test_a_window_of_large_batches_is_full_in_fewer_verifies() -> None:
+    # 64 verifies of one request, or 8 verifies of 64: the same 512 samples (a MoE at 192 requests took 12 s
+    # to fill 64 verifies after every resume on the H200, docs/results/moe.md); never fewer than 8 verifies
+    wide = SpecPolicy(PolicySettings(min_accept=1.0, off_at=1000, on_at=999, dwell=0))
+    assert run(wide, [64] * 7, accept=0.5) == [3] * 7, "7 verifies: not yet, whatever their requests"
+    assert wide.decide(64) == 3, "the 8th decision comes before the 8th verify"
+    wide.on_verify([0.5] * 64)
+    assert wide.decide(64) == 0 and wide.state()["reason"] == "low_accept"
+    narrow = SpecPolicy(PolicySettings(min_accept=1.0, off_at=1000, on_at=999, dwell=0))
+    assert run(narrow, [4] * 64, accept=0.5) == [3] * 64, "4 requests a verify: the 64 verifies it always was"
+    assert narrow.decide(4) == 0 and narrow.state()["reason"] == "low_accept"
+
+
+def test_the_first_verify_after_a_resume_is_left_out_of_the_window() -> None:
+    # the draft model did not follow the requests while off: that verify accepts about nothing
+    p = SpecPolicy(PolicySettings(min_accept=1.0, off_at=1000, on_at=999, dwell=0))
+    p.apply({"mode": "off"})
+    assert p.decide(64) == 0
+    p.apply({"mode": "auto"})
+    assert p.decide(64) == 3 and p.state()["reason"] == "quiet"
+    p.on_verify([0] * 64)  # the cold one
+    assert p.accept_mean() is None and p.state()["verifies"] == 1, "heard, counted, not in the window"
+    assert run(p, [64] * 8, accept=2.0) == [3] * 8
+    assert p.accept_mean() == 2.0 and p.decide(64) == 3, "8 warm verifies of 2.0 accepted: on"
+    p.on_verify([0] * 64)
+    assert p.accept_mean() == pytest.approx(16 / 9), "a verify that is not the first after a resume counts"
+
+
 def floor_policy(**changes: float) -> SpecPolicy:
     """Floor 0.3 + 0.05 per request, a 4-verify window, never off for load."""
     base = {"min_accept": 0.3, "accept_slope": 0.05, "accept_window": 4, "probe_after": 1000, "dwell": 0,

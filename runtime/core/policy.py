@@ -44,6 +44,13 @@ DEPTH_MARGIN = 0.03
 # on/off rules: two verifies of a large batch hold enough requests, but their mean scatters by
 # more than the margin, and one unlucky read that switches off for load would never be revised.
 DEPTH_MIN_VERIFIES = 8
+# The acceptance window is full at ``accept_window`` verifies, or sooner once its verifies hold
+# ACCEPT_REQUESTS_PER_SLOT x ``accept_window`` requests, ACCEPT_MIN_VERIFIES verifies at least: a
+# verify of 192 requests is 192 samples, and on a slow target 64 of them took 12 s after every resume
+# (a MoE at 192 requests on one H200: docs/results/moe.md, "Twelfth sitting"). Up to 8 requests a
+# batch the window is the 64 verifies it always was; from 64 requests it is 8 verifies.
+ACCEPT_REQUESTS_PER_SLOT = 8
+ACCEPT_MIN_VERIFIES = 8
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,9 @@ class SpecPolicy:
         self._held_off = False  # off at the ceiling off_at, until the batch falls to on_at (the depth choice)
         self._accepts: deque[float] = deque(maxlen=self._settings.accept_window)
         self._accept_sum = 0.0
+        self._accept_reqs: deque[int] = deque(maxlen=self._settings.accept_window)  # requests of each verify
+        self._accept_req_sum = 0
+        self._cold_verify = False  # the next verify is the first after a resume from off: not recorded
         self._stats = AcceptStats(self._settings.accept_window)
         self._switches: deque[Switch] = deque(maxlen=RECENT_SWITCHES)
         self._switch_count = 0
@@ -116,6 +126,8 @@ class SpecPolicy:
         if new.accept_window != self._settings.accept_window:
             self._accepts = deque(self._accepts, maxlen=new.accept_window)
             self._accept_sum = float(sum(self._accepts))
+            self._accept_reqs = deque(self._accept_reqs, maxlen=new.accept_window)
+            self._accept_req_sum = sum(self._accept_reqs)
             self._stats.set_window(new.accept_window)
         self._settings = new
         self._depths = new.depths()
@@ -154,9 +166,9 @@ class SpecPolicy:
         depth when not given.
         """
         values = accepted if isinstance(accepted, (list, tuple)) else list(accepted)
-        if not values:
+        if not values or self._skip_cold_verify():
             return
-        self._record_mean(sum(values) / len(values))
+        self._record_mean(sum(values) / len(values), len(values))
         if len(self._depths) > 2:  # only a choice among depths reads acceptance per position
             self._stats.add(values, self._depth if depth is None else depth)
 
@@ -164,16 +176,31 @@ class SpecPolicy:
         """Same as :meth:`on_verify` for a caller that already holds the batch mean.
 
         A mean says nothing of how acceptance falls along the draft, so it
-        feeds the on/off rules only, not the depth choice.
+        feeds the on/off rules only, not the depth choice; it counts as a
+        verify of the last decision's batch.
         """
-        self._record_mean(float(mean))
+        if not self._skip_cold_verify():
+            self._record_mean(float(mean), max(1, self._last_batch))
 
-    def _record_mean(self, mean: float) -> None:
+    def _skip_cold_verify(self) -> bool:
+        """Count a verify heard; True where it is the first after a resume from off, left out of the window.
+
+        While off the draft model does not follow the requests (``warm_below`` aside), so the
+        first verify after a resume accepts about nothing but its bonus token: a sample of the
+        switch, not of the traffic, and in a window of 8 verifies it would weigh an eighth.
+        """
         self._verifies += 1
+        cold, self._cold_verify = self._cold_verify, False
+        return cold
+
+    def _record_mean(self, mean: float, requests: int) -> None:
         if len(self._accepts) == self._accepts.maxlen:
             self._accept_sum -= self._accepts[0]
+            self._accept_req_sum -= self._accept_reqs[0]
         self._accepts.append(mean)
         self._accept_sum += mean
+        self._accept_reqs.append(requests)
+        self._accept_req_sum += requests
 
     # -- the automatic rules --------------------------------------------
     def _auto(self, bs: int) -> None:
@@ -238,8 +265,7 @@ class SpecPolicy:
         if self._depth == 0 and self._low_accept_since is not None:
             if self._step - self._low_accept_since >= s.probe_after:
                 self._stats.reset()  # measure afresh: the on/off rules run at steps until evidence is in
-                self._accepts.clear()
-                self._accept_sum = 0.0
+                self._clear_window()
                 self._to(s.steps, "probe", bs)
             return
         if self._depth == 0 and self._last_switch_step is not None \
@@ -279,7 +305,16 @@ class SpecPolicy:
         return last is None or self._step - last >= self._settings.dwell
 
     def _window_full(self) -> bool:
-        return len(self._accepts) == self._accepts.maxlen
+        """``accept_window`` verifies, or enough requests in fewer (ACCEPT_REQUESTS_PER_SLOT)."""
+        n, most = len(self._accepts), self._accepts.maxlen or 0
+        return n == most or (n >= ACCEPT_MIN_VERIFIES
+                             and self._accept_req_sum >= ACCEPT_REQUESTS_PER_SLOT * most)
+
+    def _clear_window(self) -> None:
+        self._accepts.clear()
+        self._accept_sum = 0.0
+        self._accept_reqs.clear()
+        self._accept_req_sum = 0
 
     def _set(self, on: bool, reason: str, bs: int) -> None:
         """The on/off machine's switch: on is ``steps``."""
@@ -299,8 +334,8 @@ class SpecPolicy:
         if on or reason != "low_accept":
             self._low_accept_since = None
         if on and not before:  # a fresh window after every resume, so old acceptance cannot switch it off again
-            self._accepts.clear()
-            self._accept_sum = 0.0
+            self._clear_window()
+            self._cold_verify = True
         self._switches.append(Switch(self._switch_count, self._step, on, reason, bs, before, depth))
 
     # -- read-out -------------------------------------------------------
