@@ -179,6 +179,7 @@ def test_offpair_splits_the_server_cpus_between_its_two_servers(sock_dir: Path) 
     ({"PIN_SERVER": ""}, "- -"),  # not pinned
     ({"PIN_SERVER": "0-11", "PAIR_PIN_A": "0-5"}, "0-5 0-11"),  # the caller's list; the other one PIN_SERVER's
     ({"PIN_SERVER": "", "PAIR_PIN_A": "1", "PAIR_PIN_B": "2"}, "1 2"),
+    ({"PIN_SERVER": "0-11", "PAIR_PIN_A": "", "PAIR_PIN_B": "2"}, "- 2"),  # the first unpinned on purpose
 ])
 def test_pair_cpus_reads_the_lists_as_documented(knobs: dict[str, str], expected: str) -> None:
     # the script's own function, sourced alone: what each server of a pair is pinned to

@@ -866,7 +866,8 @@ pair_cpus() {  # pair_cpus: offpair's two CPU lists as "A B" ("-": not pinned). 
   # is set (the other defaulting to PIN_SERVER), else PIN_SERVER's CPUs split in halves: two servers on one list ran
   # the second one's ops 1.1-1.7x slower per call (docs/results/topk.md, "Twelfth" and "Thirteenth sitting")
   if [ -n "${PAIR_PIN_A+set}${PAIR_PIN_B+set}" ]; then
-    echo "${PAIR_PIN_A-$PIN_SERVER}" "${PAIR_PIN_B-$PIN_SERVER}" | awk '{print ($1 == "" ? "-" : $1), ($2 == "" ? "-" : $2)}'
+    local a=${PAIR_PIN_A-$PIN_SERVER} b=${PAIR_PIN_B-$PIN_SERVER}
+    echo "${a:--} ${b:--}"
     return
   fi
   python3 -c '
