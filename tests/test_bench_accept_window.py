@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 from specctl.runtime.core import policy
 from specctl.runtime.sim.presets import get_preset
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "accept_window.py"
+from support.benches import BENCH_DIR, load_bench
 
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("accept_window", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+BENCH = BENCH_DIR / "accept_window.py"
 
 
 def test_the_request_counted_window_settles_a_slow_target_sooner_than_the_verify_counted_one() -> None:
     # the MoE at 256 requests and accept length 2.8: off pays, auto starts on, and runs on until its window is full
-    bench, moe = load_bench(), get_preset("h200-qwen3moe")
+    bench, moe = load_bench("accept_window"), get_preset("h200-qwen3moe")
     by_verifies = bench.auto_tok_s(moe, 256, 10.0, 30.0, bench.VERIFIES_ONLY)
     by_requests = bench.auto_tok_s(moe, 256, 10.0, 30.0, policy.ACCEPT_REQUESTS_PER_SLOT)
     assert by_requests > by_verifies

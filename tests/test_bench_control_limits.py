@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from hypothesis import given
 from hypothesis import strategies as st
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "control_limits.py"
+from support.benches import load_bench
 
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("control_limits", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-control_limits = _bench()
+control_limits = load_bench("control_limits")
 
 
 def test_p99_of_ten_tries_is_not_above_the_slowest() -> None:

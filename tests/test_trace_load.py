@@ -10,7 +10,6 @@ prompt log and its table as the operator would.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import re
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 from test_bench_gpu_dryrun import assert_clean, dry_run
 
+from support.benches import load_bench
 from support.sim_process import sim_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,10 +79,7 @@ def depth_switch(tmp_path: Path, url: str) -> str:
 
 def test_the_gpu_trace_is_the_first_phases_of_the_simulators() -> None:
     """policy_envelope's run_trace and trace_load draw from one function: a shorter trace is a prefix."""
-    spec = importlib.util.spec_from_file_location("policy_envelope", REPO / "bench" / "policy_envelope.py")
-    assert spec is not None and spec.loader is not None
-    envelope = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(envelope)
+    envelope = load_bench("policy_envelope")
     assert envelope.trace_levels is trace_levels
     full, short = trace_levels(0, TRACE_S), trace_levels(0, 120.0)
     assert short == full[:len(short)] and 120.0 <= short[-1][0] < 140.0
@@ -94,10 +91,7 @@ def test_the_gpu_trace_is_the_first_phases_of_the_simulators() -> None:
 
 def test_the_traces_ceiling_prices_each_phase_at_the_sweeps_best_static() -> None:
     """policy_envelope's ceiling: the seconds at each level (trace_schedule.phase_seconds) times the best rate there."""
-    spec = importlib.util.spec_from_file_location("policy_envelope", REPO / "bench" / "policy_envelope.py")
-    assert spec is not None and spec.loader is not None
-    envelope = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(envelope)
+    envelope = load_bench("policy_envelope")
     from specctl.runtime.sim.offline import PointResult
 
     spent = envelope.phase_seconds(0, 120.0)
