@@ -265,8 +265,7 @@ class SpecPolicy:
         if self._depth == 0 and self._low_accept_since is not None:
             if self._step - self._low_accept_since >= s.probe_after:
                 self._stats.reset()  # measure afresh: the on/off rules run at steps until evidence is in
-                self._clear_window()
-                self._to(s.steps, "probe", bs)
+                self._to(s.steps, "probe", bs)  # a resume from off: _to clears the window
             return
         if self._depth == 0 and self._last_switch_step is not None \
                 and self._step - self._last_switch_step >= s.probe_after:
