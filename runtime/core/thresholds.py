@@ -1,28 +1,23 @@
 """Load thresholds that suit the server's attention backend, from measurement.
 
 Where speculation stops paying depends less on the model than on how fast the
-attention backend serves a verify: on one H200 (docs/results/, SGLang
-0.5.17, Llama-8B shapes, acceptance length 2.8) static EAGLE-3 and no
-speculation are level at 32 requests with Triton, whose verify runs its extend
-kernel, while with FA3 static EAGLE-3 was ahead at every concurrency measured
-(1.1-1.2x at 256), and FlashInfer lies between (static ahead 1.04x at 32,
-behind 0.94x at 64). One threshold cannot serve them all, so when specctl
-launches a server, the supervisor reads the backend SGLang chose from
-/server_info and applies the matching settings below, each one the operator did
-not set. Each row comes from one GPU sweep on one H200 through the simulator
-(a preset calibrated to it), and applies only where NVML names the server's
-GPUs as that GPU (:func:`for_server`): a FlashInfer server on other hardware
-(SGLang's default below Hopper) keeps the defaults, and the journal says why.
-Rows are keyed by model class too, by the target's routed experts as the plugin
-reports them: ``BY_BACKEND`` was measured with a dense target (Llama-3.1-8B) and
-applies only to a dense one, ``MOE_BY_BACKEND`` with a mixture of experts
-(Qwen3-30B-A3B's shapes, 128 experts), Triton and FA3 so far: on Triton static
-EAGLE-3 paid up to 128 requests with real tokens, the crossover between 128 and
-256, not near 32 as on Llama (docs/results/moe.md, "Eighth sitting"); on FA3 it
-paid at every load measured, as on Llama (docs/results/moe-fa3.md). A MoE on a
-backend without a MoE row (FlashInfer) keeps the defaults, and the journal says why.
-Backends not listed (trtllm, ...) keep the policy's defaults: they were not
-measured.
+attention backend serves a verify: on one H200 (SGLang 0.5.17, Llama-8B shapes,
+acceptance length 2.8) static EAGLE-3 and no speculation are level at 32
+requests with Triton, whose verify runs its extend kernel; with FA3 static
+EAGLE-3 is ahead at every concurrency measured (1.1-1.2x at 256); FlashInfer
+lies between (1.04x at 32, 0.94x at 64). One threshold cannot serve them all,
+so when specctl launches a server, the supervisor reads the backend SGLang chose
+from /server_info and applies the matching row below to every group of settings
+the operator did not set. Each row comes from one GPU sweep on one H200 through
+the simulator (a preset calibrated to it), and applies only where NVML names the
+server's GPUs as that GPU (:func:`for_server`): elsewhere the defaults stay, and
+the journal says why. Rows are keyed by model class too, by the target's routed
+experts as the plugin reports them: ``BY_BACKEND`` holds dense targets
+(Llama-3.1-8B), ``MOE_BY_BACKEND`` a mixture of experts (Qwen3-30B-A3B's shapes,
+128 experts), whose crossover on Triton lies between 128 and 256 requests rather
+than near 32. A MoE on a backend without a MoE row keeps the defaults. Backends
+not listed (trtllm, ...) keep the policy's defaults: they were not measured.
+How each floor follows the simulated break-even: docs/policy.md.
 """
 
 from __future__ import annotations
@@ -33,81 +28,31 @@ from typing import Any
 
 from specctl.runtime.core.settings import MAX_BATCH
 
-# The acceptance floor (min_accept + accept_slope * batch size) follows the
-# break-even of bench/accept_breakeven.py's closed loop (the simulator calibrated
-# to each sweep), bisected over the accept length, in accepted draft tokens a
-# verify (docs/policy.md):
-#   Triton: 0.46 at 1 request, 0.86 at 8, 1.25 at 16, 1.64 at 24, 2.0 at 32, 2.56 at 48;
-#   FA3:    0.21-0.26 up to 48 requests, 0.38 at 64, 0.86 at 128, 1.04 at 192, 1.17 at 256;
-#   FlashInfer: 0.68 at 1, 0.74 at 4, 1.02 at 16, 1.33 at 32, 1.57 at 48, 1.97 at 64, 2.61 at 96,
-#           2.91 at 112, 3.0 at 120 (python bench/accept_breakeven.py --breakeven).
-# The lines sit about 0.1 under those points at small batches: at one request a
-# 64-verify mean scatters by about 0.1, and a dip under the floor costs
-# probe_after steps off where drafting pays (bench/policy_envelope.py
-# --accept-lens found the misses there with the floor on the curve).
-# Triton's floor passes 3 accepted drafts (all of steps) at 54 requests, so off_at 56 loses nothing
-# and spares the window a probe costs.
-# off_at above any max-running-requests means "never off for load": with FA3
-# static EAGLE-3 was ahead at every measured concurrency, and only the floor
-# turns it off.
-# FlashInfer (preset h200-llama8b-flashinfer, one sweep of 2026-12-01): the curve is
-# nearly a line, 0.66 + 0.0195 x. The floor 0.5 + 0.022 x sits 0.13-0.18 under it up to
-# 32 requests, meets it at 48 and 96 and passes 3 at 114 requests (0.05 over the curve
-# at 112, where on and off are level within 2 %), so off_at 114 turns off for load only
-# where no acceptance pays (the curve reaches 3 at 120). It is steeper than the curve
-# because the GPU crossed over earlier than the model: at the sweep's acceptance (2.8,
-# 1.8 accepted drafts) the measured static / none was 1.04 at 32 and 0.94 at 64 (the
-# model: 1.15 and 0.96), and this floor turns speculation off from 60 requests, with
-# 0.11 to spare at 64 (a line under the curve everywhere, 0.5 + 0.021 x, had 0.04).
-# A floor 0.05 higher at one request (0.55 + 0.02 x) missed there at accept length
-# 1.8 (0.93: a window's dip under it at 0.8 accepted drafts, where drafting pays only
-# 7 %). on_at 48: after a switch for load speculation comes back at 48 requests (on /
-# off 1.06 there in the model; measured 1.04 at 32, 0.94 at 64), not at 24, where it
-# wins 1.2x; the floor takes over from there.
-# The rows are keyed by backend and model class, and apply only on the GPU they were
-# measured on (MEASURED_ON, below).
+# The acceptance floor (min_accept + accept_slope * batch size) sits about 0.1 accepted drafts
+# under the simulated break-even (bench/accept_breakeven.py --breakeven) at small batches: at one
+# request a 64-verify mean scatters by about 0.1, and a dip under the floor costs probe_after steps
+# off where drafting pays. off_at is where the floor passes 3 accepted drafts (all of steps), so it
+# turns off for load only where no acceptance could pay. off_at NEVER: no load turns speculation
+# off, the floor decides. Curves and envelopes: docs/policy.md.
 NEVER = MAX_BATCH  # the largest off_at the policy takes
 BY_BACKEND: dict[str, dict[str, float]] = {  # dense targets (MEASURED_WITH)
+    # fitted on bench/gpu/results/anchor/anchor-2026-11-29.csv (preset h200-llama8b)
     "triton": {"off_at": 56, "on_at": 24, "min_accept": 0.3, "accept_slope": 0.05},
+    # fitted on bench/gpu/results/fa3/sweep-single-windows.csv (preset h200-llama8b-fa3)
     "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.15, "accept_slope": 0.0042},
+    # fitted on bench/gpu/results/flashinfer/sweep-*-earlypub.csv (preset h200-llama8b-flashinfer);
+    # on_at 48: speculation still wins there at the sweep's acceptance
     "flashinfer": {"off_at": 114, "on_at": 48, "min_accept": 0.5, "accept_slope": 0.022},
 }
-# A MoE target on Triton (preset h200-qwen3moe, calibrated to three sittings of 2026-12-02/03, docs/results/
-# moe.md eighth to tenth: Qwen3-30B-A3B's shapes with random weights, one H200, SGLang 0.5.17, SGLang's
-# simulated acceptance 2.8 emitting real tokens; static / forced off over the sittings 1.49 at 1 request,
-# 1.56 at 4, 1.27 at 16, 1.16 at 64, 1.14 at 96, 0.91 at 128, 0.77 at 192). Its break-even
-# (bench/accept_breakeven.py --preset h200-qwen3moe --breakeven), in accepted draft tokens a verify:
-# 0.78 at 1 request, 1.02 at 2, 1.16 at 4, 1.09 at 8, 0.94 at 16, 0.97 at 24, 1.07 at 32, 1.24 at 48,
-# 1.43 at 64, 2.06 at 128, 2.49 at 192, 2.75 at 256: a hump at 4-8 (a verify's extra tokens reach more
-# experts than a decode of few requests), a dip at 16-24 (a decode of the batch already reads most
-# experts), then a rise, under 3 to 256. So no load turns it off whatever the acceptance, and the row is
-# FA3's kind: never off for load, the floor decides. The floor 0.62 + 0.0105 x sits 0.10-0.16 under the
-# curve at 1 and 16-64 requests (a 64-verify mean scatters by about 0.1 at one request), under it to about
-# 150 and over it from about 170, so accept length 2.8 (1.8 accepted drafts) turns speculation off from 112
-# requests (simulated crossover 94; measured between 96 and 128), 2.0 from 36. It cannot follow the hump:
-# at 2.0 and 4-8 requests it stays on where off pays 6-8 %. In the simulator (policy_envelope.py, 10 s +
-# 30 s, the geometric law and SGLang's) auto >= 0.98x max(static, off) at c = 1-256 and accept lengths
-# 1.5, 2.0, 2.8 and 3.3 but for 0.92-0.95 at 2.0 and 4-8 requests. The row before it (the same floor at
-# 0.0065 x, from the eighth sitting alone) turned 2.8 off from 182 requests: on the GPU auto served
-# 0.79-0.90 of forced off at 128-192 (tenth sitting), 0.93 at 128 in the refitted simulator.
-# This row on the GPU (eleventh sitting): auto on at 64-128 (at 128 its 64-verify window had not filled
-# inside the 6 s windows), off at 192, 1.045-1.066 of the better forced state's mean at each load; on
-# and off within about 10 % of each other from 64 to 192.
-# A MoE target on FA3 (seventh sitting, 2026-12-02; docs/results/moe-fa3.md): static EAGLE-3
-# (forced on) read 1.88x forced off at 1 request, 1.47x at 4, 1.02-1.04 at 16-32 (level),
-# 1.18-1.53x at 64-256, at accept length 2.8: never off for load, as the dense FA3 row. With the
-# defaults (off_at 32) auto ran off from 32 and served 0.66-0.82x static at 64-256. The floor:
-# the preset h200-qwen3moe-fa3 (calibrated to that sitting, within 19 %) breaks even at 0.69
-# accepted drafts at 1 request, 1.22 at 16, 0.90 at 64-128, 1.05 at 256 (accept_breakeven.py
-# --breakeven): a hump a line cannot follow, so the floor stays under its low ends, 0.6 + 0.0016 x
-# (0.60-1.01). In the envelope (policy_envelope.py, accept 1.5 / 2.0 / 2.8 / 3.3): >= 0.95x
-# max(static, off) everywhere but 2.0 at 8-32 requests (0.90-0.94: on with 1 accepted draft where
-# 1.15-1.22 break even); the defaults 0.62-0.80 at 2.8-3.3 from 32. Not yet run on the GPU.
-# Measured with real tokens (tenth sitting, 2026-12-03, docs/results/moe-fa3.md "Real tokens"):
-# static read 1.50-1.88x no speculation at 1-256 requests and auto with this row stayed on in
-# every window; the row holds (its first sweeps had run with SGLang's fixed token id 100).
+# A MoE's break-even is a hump (a verify's extra tokens reach more experts than a decode of few
+# requests does) that stays under 3 accepted drafts to 256 requests: no load turns it off, the floor
+# decides, and a line cannot follow the hump (at accept length 2.0 and 4-8 requests it stays on where
+# off pays 6-8 %).
 MOE_BY_BACKEND: dict[str, dict[str, float]] = {
+    # fitted on bench/gpu/results/moe/triton-realtok-sweep2.csv, triton-newrow-{a,b,c}.csv (preset h200-qwen3moe)
     "triton": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.62, "accept_slope": 0.0105},
+    # fitted on bench/gpu/results/moe/fa3-sweep2.csv, fa3-sweep2-r2.csv (preset h200-qwen3moe-fa3);
+    # held with real tokens in bench/gpu/results/moe/fa3-realtok-sweep2.csv
     "fa3": {"off_at": NEVER, "on_at": NEVER - 1, "min_accept": 0.6, "accept_slope": 0.0016},
 }
 
@@ -173,19 +118,12 @@ def for_backend(backend: str | None, experts: int | None = None) -> dict[str, fl
     return dict(pair) if pair else None
 
 
-# Every row above was measured on one NVIDIA H200 (docs/results/). Where speculation stops
-# paying moves with the GPU as much as with the backend: the report's 8x RTX PRO 6000 with
-# FlashInfer loses drafting at 2-16 requests, where this FlashInfer row keeps it on (the
-# simulator: 0.84-0.94 of the better state at accept length 2.02). So a row applies only on
-# the GPU it was measured on; elsewhere the policy's defaults stay, and the operator is told.
+# Every row above was measured on one NVIDIA H200. Where speculation stops paying moves with the
+# GPU as much as with the backend (the report's 8x RTX PRO 6000 with FlashInfer loses drafting at
+# 2-16 requests, where the H200's FlashInfer row keeps it on), so a row applies only on that GPU.
 MEASURED_ON = "H200"
-# ... and BY_BACKEND with a dense target (Llama-3.1-8B). Where speculation stops paying moves
-# with the model class too: a MoE's verify reads more experts' weights the more tokens it
-# checks, while a decode of many requests reads most experts anyway; on Triton the GPU put the
-# crossover between 128 and 256 requests with real tokens (Llama: about 32), where the dense
-# row's floor turns speculation off from 30 requests at accept length 2.8 (docs/results/moe.md).
-# So a MoE gets MOE_BY_BACKEND's row where one was measured (Triton, FA3), and the defaults on the
-# other backends, with the reason.
+# ... and BY_BACKEND with a dense target (Llama-3.1-8B): a MoE's verify reads more experts' weights
+# the more tokens it checks, so its crossover moves (Triton: between 128 and 256 requests, not 32).
 MEASURED_WITH = "dense"
 
 
@@ -223,13 +161,10 @@ def for_server(backend: str | None, gpu_names: Sequence[str | None], chosen: dic
     return None, _said(reasons, list(left)) if left else None
 
 
-# A tree under specctl's switch (topk 4, 2 steps, 16 draft tokens: the report's launch line; SPECCTL_TREE_SWITCH=1)
-# has rows of its own: the chain's were measured with a chain's verify, and a tree's checks 16 tokens a request, so it
-# stops paying at fewer requests. Measured on Triton only (docs/results/topk.md, "Measured: the tree under the switch",
-# one H200, Llama-3.1-8B shapes, tree accept 2.7): the static tree read 1.76x / 1.51x no speculation at 1 / 4 requests
-# and 0.86x at 16; auto with off_at 16 / on_at 8 ran the tree at 1-4 and off from 16 (1.00-1.03x the better static
-# at 1-4, 1.03-1.05 at 128-256), and the off state is at no speculation's speed from 64 to 256 (thirteenth sitting).
-# The load pair only: that sitting kept the policy's floor, and a tree's acceptance break-even was not measured.
+# A tree under specctl's switch (topk 4, 2 steps, 16 draft tokens; SPECCTL_TREE_SWITCH=1) has rows
+# of its own: its verify checks 16 tokens a request, so it stops paying at fewer requests (the static
+# tree fell below no speculation at 16 on the H200 with Triton). The load pair only: the tree's
+# acceptance break-even is not measured. Fitted on bench/gpu/results/topk/treesw-triton-s7.csv.
 TREE_BY_BACKEND: dict[str, dict[str, float]] = {"triton": {"off_at": 16, "on_at": 8}}
 TREE_ROWS = ("the thresholds measured per backend are a chain's; a tree's verify costs more, so it stops paying at "
              "fewer requests (on one H200 with Triton the static topk-4 tree fell below no speculation at 16)")
@@ -277,7 +212,7 @@ def _why_not_model(backend: str | None, experts: int | None) -> str | None:
     if not is_moe(experts):
         return None
     # Said where no MoE row was measured for ``backend`` (FA3, FlashInfer); the text is the one the journal
-    # carried before the MoE row, word for word (docs/topk.md quotes it).
+    # has always carried, word for word.
     return (f"the {backend} thresholds were measured on a {MEASURED_WITH} model and this server's target is a MoE "
             f"({experts} experts), whose verify cost over the batch is not a {MEASURED_WITH} model's "
             "(docs/results/moe.md)")
