@@ -37,8 +37,8 @@ from specctl.runtime.supervisor.edges import no_depth_costs_line
 from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
 
 # Backends an operator may name whose thresholds are not measured yet (they get the policy's
-# defaults). None today: FlashInfer, SGLang's default below Hopper (the RTX PRO 6000 of the
-# report), has a row since 2026-12-01, measured on one H200 (docs/results/flashinfer.md).
+# defaults). None: FlashInfer, SGLang's default below Hopper (the RTX PRO 6000 of the
+# report), has a row, measured on one H200 (docs/benchmarks.md).
 UNMEASURED_BACKENDS: tuple[str, ...] = ()
 
 #: The flags of build_command that are the operator's own (their model, address), left off the printout.
@@ -46,7 +46,7 @@ OWN_FLAGS = ("--model-path", "--host", "--port")
 DRAFT_FLAG = "--speculative-draft-model-path"
 FORMATS = ("shell", "systemd", "json")
 #: The speculative flags of an operator's own line that the printed ones replace: a tree's topk 4 and
-#: 16 draft tokens cannot stay beside the chain's (SGLang keeps the last of a repeated flag; docs/topk.md).
+#: 16 draft tokens cannot stay beside the chain's (SGLang keeps the last of a repeated flag; docs/sglang-plugin.md).
 SPEC_FLAGS = ("--speculative-algorithm", "--speculative-eagle-topk", "--speculative-num-steps",
               "--speculative-num-draft-tokens")
 REPLACING = (f"in place of your own {', '.join(SPEC_FLAGS)} "

@@ -27,7 +27,7 @@ from typing import Any
 MAX_DEPTH = 16  # PolicySettings.steps' upper bound
 # Pseudo-requests of the geometric prior for a position beyond the evidence: a
 # position not drafted lately is taken to accept as often as the one before it,
-# weighted like one request's worth of evidence (docs/depth.md).
+# weighted like one request's worth of evidence (docs/policy.md, "Draft depth").
 PRIOR_REQUESTS = 1.0
 # Positions deeper than the drafted depth keep their evidence this many times longer than drafted
 # ones: their estimate drifts to the geometric tail, and the policy re-tries the deeper depth, only

@@ -13,7 +13,7 @@ Vocabulary:
 - *depth*: the draft steps a decode batch runs (0 = off). With the default
   candidate set {0, steps} the policy is the on/off machine it always was;
   with more positive candidates and a cost table it chooses the depth with
-  the most expected tokens per second of step time (docs/depth.md).
+  the most expected tokens per second of step time (docs/policy.md, "Draft depth").
 
 What an operator may set, and how it is checked, is settings.py.
 """
@@ -47,7 +47,7 @@ DEPTH_MIN_VERIFIES = 8
 # The acceptance window is full at ``accept_window`` verifies, or sooner once its verifies hold
 # ACCEPT_REQUESTS_PER_SLOT x ``accept_window`` requests, ACCEPT_MIN_VERIFIES verifies at least: a
 # verify of 192 requests is 192 samples, and on a slow target 64 of them took 12 s after every resume
-# (a MoE at 192 requests on one H200: docs/results/moe.md, "Twelfth sitting"). Up to 8 requests a
+# (a MoE at 192 requests on one H200: docs/benchmarks.md). Up to 8 requests a
 # batch the window is the 64 verifies it always was; from 64 requests it is 8 verifies.
 ACCEPT_REQUESTS_PER_SLOT = 8
 ACCEPT_MIN_VERIFIES = 8

@@ -78,7 +78,7 @@ class Settings(TypedDict, total=False):
 
 
 class EarlyPublish(TypedDict, total=False):
-    """The plugin's early publish (docs/fast-off.md, "Early publish"): what runs and what it did."""
+    """The plugin's early publish (docs/sglang-plugin.md, "Fast off"): what runs and what it did."""
 
     setting: str  # auto, decode+extend, decode or off (SPECCTL_EARLY_PUBLISH)
     mode: str  # what runs: decode+extend, decode or off

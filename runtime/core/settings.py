@@ -57,7 +57,7 @@ class PolicySettings:
     # Batch size below which the draft model keeps its KV cache warm while speculation is
     # off (0: never), prompts admitted while off included. Not an input of decide(): the
     # plugin's fast off reads it each off step and prefill. A warm draft costs a draft extend
-    # per off step and a draft prefill per prompt (docs/fast-off.md), so keep it where cheap.
+    # per off step and a draft prefill per prompt (docs/sglang-plugin.md, "Fast off"), so keep it where cheap.
     warm_below: int = 0
     # Depths auto chooses among (0 = off), each with a runtime state SGLang built at start
     # (the adaptive config lists exactly these). Empty: {0, steps}, the on/off policy. Auto

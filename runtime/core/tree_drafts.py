@@ -2,7 +2,7 @@
 
 SGLang's adaptive machinery, which the plugin steers, builds every runtime
 state as a chain (steps + 1 draft tokens) and refuses topk > 1
-(``adaptive_unsupported_reason`` in 0.5.17 and 0.5.23; docs/topk.md has the
+(``adaptive_unsupported_reason`` in 0.5.17 and 0.5.23; docs/sglang-plugin.md, "Tree drafts" has the
 source). Two ways out, and an operator is told both: the same model with a
 chain draft (modelled to beat the static tree at every load on the report's
 system), or the tree kept under specctl's switch, an opt-in

@@ -3,7 +3,7 @@
 A ready server whose /server_info carries no specctl block cannot be steered:
 it runs speculation without the plugin (a static EAGLE-3 launch), or it drafts
 a tree (topk > 1, which the plugin refuses and SGLang's adaptive machinery
-cannot switch off: docs/topk.md), or it was launched without speculation at
+cannot switch off: docs/sglang-plugin.md, "Tree drafts"), or it was launched without speculation at
 all (no ``--speculative-algorithm``), what many operators run before they try
 specctl. Both are *view only*: the supervisor
 samples them (tok/s, requests, GPUs) and journals the fact once

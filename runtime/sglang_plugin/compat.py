@@ -86,7 +86,7 @@ class ReadDoneNames:
 
 @dataclass(frozen=True)
 class EarlyPublishNames:
-    """What the early publish (early_publish.py, fast_off item 7) relies on (docs/fast-off.md, "Early publish").
+    """What the early publish (early_publish.py, fast_off item 7) relies on (docs/sglang-plugin.md, "Fast off").
 
     ``publish_kwarg``: the step's keyword through which the scheduler hands
     over ``partial(FutureMap.publish, future_indices)``; ``plan_stream_attr``:
@@ -105,7 +105,7 @@ class EarlyPublishNames:
     facts: tuple[tuple[str, str], ...]
 
 
-# The same in both releases (line numbers in docs/fast-off.md, "Early publish").
+# The same in both releases (line numbers in docs/sglang-plugin.md, "Fast off").
 _EARLY_FACTS = (
     # FlashInfer keeps the base class's True; the scheduler ORs the spec worker's backends.
     ("srt/layers/attention/base_attn_backend.py", "needs_cpu_seq_lens: bool = True"),

@@ -7,8 +7,7 @@ args. The adaptive machinery captures each extra depth's runner under a
 capture override of ``get_spec()``, not of the server args, so a state built
 for 1 or 2 steps (2 or 3 draft tokens a request) captures a graph of the
 launch's width (4 at three steps), its ``can_run_graph`` refuses every batch of
-its own width, and every step at that depth runs the draft extend eagerly
-(docs/results/depth.md, fourth sitting). 0.5.23's ``resolve_num_tokens_per_req``
+its own width, and every step at that depth runs the draft extend eagerly. 0.5.23's ``resolve_num_tokens_per_req``
 reads ``get_spec()`` instead ("adaptive spec captures each candidate step
 config with that config's leaves overridden").
 
@@ -18,9 +17,9 @@ draft runs while off, keeps the launch's width as before. Outside a capture
 override ``get_spec()`` holds the launch's values, so the launch state's
 graph is what it was.
 
-Opt-in (``SPECCTL_DRAFT_EXTEND_GRAPHS=1``) until a GPU sitting has checked
-greedy outputs and logprobs at every depth with it, and priced what it saves;
-0.5.23 lists no hook here.
+Opt-in (``SPECCTL_DRAFT_EXTEND_GRAPHS=1``): greedy outputs and logprobs are
+identical at every depth with it on the GPU, but what it saves is not
+measured; 0.5.23 lists no hook here.
 """
 
 from __future__ import annotations

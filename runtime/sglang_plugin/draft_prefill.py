@@ -4,7 +4,7 @@ Why: at 128-256 requests a prompt arrives about every decode step, and
 SGLang runs the draft's prefill eagerly for each (1-2 % of the step time on
 the GPU, more on the scheduler's CPU), which a server without speculation
 does not pay; FA3's off state fell short of no speculation exactly where
-prompts arrive (docs/fast-off.md, "Where FA3's off step lost its time").
+prompts arrive (docs/sglang-plugin.md, "Fast off").
 The draft then has no KV for those prompts, as it has none for the tokens
 generated while cold: after a resume, drafts for those requests are poorer
 until they finish (greedy outputs do not change). ``warm_below`` keeps the draft warm, prefill
@@ -24,7 +24,7 @@ draft runs), and the fields its draft input gained since 0.5.17
 which are what its prefill gives them whenever the stand-in may stand in
 (``stub_fits``: no rejection sampling, no DSA seed). The
 contract tests check both against each release's source; on 0.5.23 it has
-not run on a GPU yet (docs/fast-off.md).
+not run on a GPU yet (docs/sglang-plugin.md, "Fast off").
 """
 
 from __future__ import annotations

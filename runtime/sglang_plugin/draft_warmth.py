@@ -5,9 +5,8 @@ While speculation is off, SGLang's steps-0 step runs the draft model's extend
 ``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND`` is true, which SGLang 0.5.17
 reads through ``os.getenv`` at every steps-0 step. fast_off's per-step hook
 calls :func:`choose` before each step: warm when the batch has fewer requests
-than the policy setting ``warm_below`` (docs/fast-off.md, "Draft model while
-off", for what each costs). Every tensor-parallel rank sees the same batch
-size and the same settings at the same step, so all ranks run the draft
+than the policy setting ``warm_below`` (docs/policy.md says what each costs).
+Every tensor-parallel rank sees the same batch size and the same settings at the same step, so all ranks run the draft
 extend, with its collectives, or none does.
 
 The same setting covers the draft's prefill of prompts admitted while off

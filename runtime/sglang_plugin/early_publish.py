@@ -7,7 +7,7 @@ next step (``FutureMap.resolve_seq_lens_cpu``). SGLang publishes after the
 verify (or after the target prefill), so the overlap scheduler loses its
 lead and the GPU waits for every launch. On one H200 that left specctl's
 off state at 0.91-0.93x a server without speculation with prompts
-arriving; with the early publish it read 0.95-1.02x (docs/results/flashinfer.md).
+arriving; with the early publish it read 0.95-1.02x (docs/benchmarks.md).
 
 While off the new lengths are known before the forward: a decode step's
 are ``seq_lens + 1`` (the 1-node tree accepts nothing), a prefill's are

@@ -10,7 +10,7 @@ kernels), so "steps 0" ran 2.2-3.4x slower than a server without
 speculation; with FA3 it was 4-10 % slower. specctl's off state has to cost
 what no speculation costs.
 
-What it does (route (a) of docs/fast-off.md), through SGLang's HookRegistry
+What it does (route (a) of docs/sglang-plugin.md, "Fast off"), through SGLang's HookRegistry
 only (AROUND hooks, nothing edited or copied), for every attention backend alike:
 
 1. AROUND ``EAGLEWorkerV2.build_adaptive_runtime_state``: when SGLang builds
@@ -38,7 +38,7 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
    the policy setting ``warm_below`` (0, the default: never). A warm draft
    spares the first verify after a resume at the cost of an eager
    draft extend every off step and a draft prefill per prompt (item 5; 5-9 %
-   of throughput at 128-256 requests on FA3: docs/results/fa3.md); greedy outputs do not
+   of throughput at 128-256 requests on FA3: docs/benchmarks.md); greedy outputs do not
    depend on it. draft_warmth.py says
    why every tensor-parallel rank decides alike.
 5. AROUND ``EagleDraftWorker._draft_extend_for_prefill`` (both releases;
@@ -49,13 +49,13 @@ only (AROUND hooks, nothing edited or copied), for every attention backend alike
 6. SGLang 0.5.17 only, AROUND ``alloc_for_spec_decode``: its per-request
    bookkeeping loop over a list, as 0.5.23 has it (spec_alloc.py). Items 5
    and 6 came from a profile of the off step on FA3 at 256 requests, which
-   was CPU-bound (docs/fast-off.md).
+   was CPU-bound (docs/sglang-plugin.md, "Fast off").
 7. In the hooks of items 2 and 3, the "early publish" (early_publish.py):
    with a backend that needs host copies of the lengths (FlashInfer), the
    scheduler waits on the host for each step's publish before it launches
    the next one; while off the new lengths are known before the forward, so
    they are published then. On by default where the scheduler waits
-   (``SPECCTL_EARLY_PUBLISH``; docs/fast-off.md, "Early publish").
+   (``SPECCTL_EARLY_PUBLISH``; docs/sglang-plugin.md, "Fast off").
 
 The hook targets and the WAR-barrier names, per SGLang release, are data in
 compat.py (``Release.fast_off_hooks``, ``Release.read_done``), where the
@@ -142,7 +142,7 @@ def summary() -> dict[str, Any]:
     Reported in the plugin's internal state (``off_state``), so that the
     supervisor can tell the operator once, instead of a log line nobody reads:
     without fast off, "off" is SGLang's own steps-0 state, 2-4x slower than a
-    server without speculation on Triton (docs/fast-off.md). Where it is
+    server without speculation on Triton (docs/sglang-plugin.md, "Fast off"). Where it is
     fast, the early publish's mode and counts come along: whether it runs is
     decided inside the server (item 7), and the journal keeps what it did.
     """

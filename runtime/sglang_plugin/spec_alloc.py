@@ -1,7 +1,6 @@
 """SGLang 0.5.23's bookkeeping loop of ``alloc_for_spec_decode``, for 0.5.17: one ``tolist``, not 512 tensor ops.
 
-Why: profiled on one H200 with FA3 at batch 256 (docs/fast-off.md, "Where
-FA3's off step lost its time"), specctl's off step was CPU-bound: its scheduler
+Why: profiled on one H200 with FA3 at batch 256 (docs/sglang-plugin.md), specctl's off step was CPU-bound: its scheduler
 thread needed about 2 ms a step more than the GPU, and 0.5.17's
 ``alloc_for_spec_decode`` (``mem_cache/allocation.py``) was the largest
 single part of that. It ends with

@@ -1,7 +1,7 @@
 """Switch warm-up: pay every state's first-use compiles before the server says it is ready.
 
 Why: on a fresh machine the first switch to off paused a MoE server for 7-10 s
-(docs/results/moe.md, ninth sitting). Kernels on a state's path compile on
+(docs/benchmarks.md). Kernels on a state's path compile on
 first use into a disk cache (Triton's are specialised on constants such as
 the draft token count and the batch's power-of-two bucket), and SGLang's own
 warm-up sends one 8-token request in the launch state: only that state, at a

@@ -2,11 +2,10 @@
 
 Why: with a chain that accepts much less than the tree (2.0 against 2.7), the
 report's static topk-4 tree served 1.32x the chain under specctl at 1-4
-requests on the H200, and a third as much from 64 (docs/results/topk.md, "Measured:
-the chain at 2.0"). The tree when quiet and specctl's off state when busy
-keeps both. SGLang's adaptive machinery, which the switch rides on, assumes a
-chain in three places, each reached here without editing SGLang (docs/topk.md,
-"Could the plugin do it with hooks alone?", with file:line for both releases):
+requests on the H200, and a third as much from 64 (docs/benchmarks.md). The
+tree when quiet and specctl's off state when busy keeps both. SGLang's adaptive
+machinery, which the switch rides on, assumes a chain in three places, each
+reached here without editing SGLang (docs/sglang-plugin.md, "Tree drafts"):
 
 - ``adaptive_unsupported_reason`` answers "only topk=1 is supported", and
   SGLang then turns adaptive *off* with a warning (a static tree, no switch).
@@ -32,8 +31,8 @@ accepted path to the front of each request's block
 clones). With one draft token a request the path is the block's only slot, so
 the compaction is an identity, as SGLang's own comment says of topk 1, where it
 never runs; the AROUND hook skips it there (its zeros, gathers, clones and
-clamps are most of the 21 ops a tree's off step ran beyond a chain's in the
-twelfth sitting's profile, docs/results/topk.md). server_args_check allows
+clamps are most of the 21 ops a profiled tree's off step runs beyond a
+chain's). server_args_check allows
 only the candidates {0, launch steps} (SGLang would build any other depth as
 a chain) and page size 1 where the release needs it.
 """
@@ -57,7 +56,7 @@ BOUND = "max_speculative_num_draft_tokens"  # 0.5.17's cached_property on Server
 
 
 def enabled() -> bool:
-    """Whether the operator opted in (off by default: proven on Triton with 0.5.17 only; docs/topk.md)."""
+    """Whether the operator opted in (off by default: proven on Triton with 0.5.17 only; docs/sglang-plugin.md)."""
     return tree_switch_enabled(os.environ)
 
 

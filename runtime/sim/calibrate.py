@@ -9,7 +9,7 @@ A preset's ``checks`` (other runs it was not fitted to) are printed below its
 table and never enter the fit.
 
 A preset with no measurement (a prediction written before its GPU run, as
-``h200-qwen3moe`` was until its first sitting) prints what the GPU sweep would
+``h200-qwen3moe`` was before its first GPU run) prints what the GPU sweep would
 measure instead: no speculation and static EAGLE-3 (specctl forced on) at the
 sweep's concurrencies, their ratio, and where they cross. ``--predict`` prints
 that table for any preset.
@@ -207,7 +207,7 @@ def depth_points(preset: Preset, measured: Measured, acc_len: float) -> list[Row
 def depth_summary(rows: list[Row]) -> list[str]:
     """Mean sim / measured per series (alone, and over off at the same c), worst misses, the best state by c.
 
-    Windows of one sitting share what the load and the machine did then; the
+    Windows of one server start share what the load and the machine did then; the
     ratio over off at the same concurrency removes that, leaving what the depth
     model itself gets wrong. From NOISY_FROM up the windows scatter too much to
     judge a preset by, so their worst miss is given apart.

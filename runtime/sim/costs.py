@@ -4,7 +4,7 @@ It prices one scheduler step (a plain decode, the off state, a speculative
 cycle, a prefill) from a few physical quantities (weight bytes over memory
 bandwidth versus FLOPs over compute, a per-token KV read, an all-reduce per
 layer, fixed overheads) so that presets can be calibrated against measurements
-rather than tuned point by point (docs/sim-presets.md). Pure functions: the
+rather than tuned point by point (docs/simulator.md, "Presets"). Pure functions: the
 engine (sim/engine.py), the depth tables (sim/depth.py) and the tests call them.
 """
 
@@ -50,7 +50,7 @@ class PerfParams:
     expert_bytes: float = 0.0  # one routed expert's weights summed over all MoE layers
     # The share of a forward's tokens after the first that draw their own experts; the others
     # repeat a route already drawn (experts_touched). 1: every token routes on its own, the
-    # upper end. The GPU runs' random-weight target fits 0.25 (docs/sim-presets-moe.md, "h200-qwen3moe").
+    # upper end. The GPU runs' random-weight target fits 0.25 (docs/simulator.md, "Presets").
     moe_spread: float = 1.0
     # The target's tensor-parallel all-reduces, per forward (0: folded into the overheads, as
     # the single-GPU presets have none): a fixed latency each, plus each token's activations

@@ -206,7 +206,7 @@ class SimEngine:
         """A step without drafting: a server without speculation, or specctl's off state.
 
         Without fast off the off state is SGLang's steps-0 state: a 1-token verify
-        in target-verify mode plus the draft extend (docs/fast-off.md).
+        in target-verify mode plus the draft extend (docs/sglang-plugin.md, "Fast off").
         """
         if self.policy is None:
             return decode_s(self.params, bs, self.ctx_tokens)

@@ -120,11 +120,11 @@ H200_LLAMA8B_FA3 = replace(
 )
 
 # The same server with FlashInfer attention (--attention-backend flashinfer; SGLang's
-# backend below Hopper, the report's on Blackwell), measured on one H200 on
-# 2026-12-01 with prefill CUDA graphs on and specctl's early publish: a no-spec
+# backend below Hopper, the report's on Blackwell), measured on one H200
+# with prefill CUDA graphs on and specctl's early publish: a no-spec
 # server, and one specctl server forced on (static EAGLE-3's steps-3 state), two
 # 4 s windows of one unbroken load per point, compared here at steady state as
-# FA3 is (the windows' means; docs/results/flashinfer.md). Three parameters were
+# FA3 is (the windows' means; docs/benchmarks.md). Three parameters were
 # fitted, the rest are Triton's (calibrate --fit prefill_overhead_s,verify_kv_s,
 # draft_overhead_s,draft_kv_s from Triton's values; draft_kv_s came back at
 # Triton's 3.9 ns and was left there):
@@ -133,7 +133,7 @@ H200_LLAMA8B_FA3 = replace(
 # - draft_overhead_s 0.62 ms (Triton 0.28, FA3 0.114): static EAGLE-3 at one
 #   request reads 327 tok/s here against Triton's 362 and FA3's 449, so a draft
 #   forward costs more; FlashInfer's per-forward plan on the CPU and the host wait
-#   for sequence lengths a speculative server makes (docs/results/flashinfer.md)
+#   for sequence lengths a speculative server makes (docs/benchmarks.md)
 #   are the likely parts, not measured apart.
 # - prefill_overhead_s 0.62 ms (Triton 3.6): no speculation reads 4-10 % above the
 #   Triton anchor from 32 requests (9008 against 8169 simulated at 256), and this
@@ -173,7 +173,7 @@ H200_LLAMA8B_FLASHINFER = replace(
 )
 
 # The h200-llama8b server drafting SGLang's EAGLE-3 tree (topk 4, 2 steps, 16 draft tokens) at
-# simulated acceptance 2.7, as the tree calls ran it (docs/topk.md). Two costs refitted to the
+# simulated acceptance 2.7, as the tree calls ran it (docs/sglang-plugin.md, "Tree drafts"). Two costs refitted to the
 # static tree's windows (`calibrate --preset h200-llama8b-tree --fit draft_overhead_s,verify_kv_s`):
 # a draft step's overhead, 0.52 ms against the chain's 0.28 (the tree's steps after the first run
 # at batch x topk and pick the top-k of topk^2 branches) and the verify's KV term, 559 ns against
@@ -195,8 +195,7 @@ H200_LLAMA8B_TREE = replace(
     checks=(),
 )
 
-# Written as a prediction before the GPU run (issue 23; docs/sim-presets-moe.md, "h200-qwen3moe";
-# docs/results/moe.md), then calibrated to the first sitting (below).
+# Written as a prediction from the shapes before any GPU run, then calibrated (below).
 # The h200-llama8b server (same H200, Triton, SGLang 0.5.17) with Qwen3-30B-A3B's shapes as
 # the sweep's target (bench/gpu/models.py qwen3moe): 48 layers, hidden 2048, 32 query / 4 KV
 # heads of 128, 128 experts of intermediate 768 with 8 a token, every layer sparse, vocabulary
@@ -210,20 +209,18 @@ H200_LLAMA8B_TREE = replace(
 # - verify: target-verify runs Triton's extend kernel, whose grid is (requests, query heads,
 #   query blocks of 64): each query head walks its KV head's whole prefix in padded 64-row
 #   tiles, so the work follows query heads x layers (x head dim 128, the same), not KV bytes:
-#   x (32 x 48) / (32 x 32) = 1.5, 493 -> 739.5 ns. (By KV bytes it would be 370 ns;
-#   docs/sim-presets-moe.md gives the prediction both ways.)
+#   x (32 x 48) / (32 x 32) = 1.5, 493 -> 739.5 ns. (By KV bytes it would be 370 ns.)
 # - draft: 1 layer with the same 32 query heads of 128 as Llama's head; its fitted 3.9 ns is
 #   3.8x its HBM floor, i.e. the draft extend's kernel (same scaling as verify: x 1) dominates: kept.
 # - prefill: h200-llama8b's value scaled by layers x query width (48 x 4096 / 32 x 4096 = 1.5).
-# Calibrated to three sittings of 2026-12-02/03 (docs/results/moe.md, eighth, ninth and tenth: five specctl
-# servers, forced on / off / auto windows taking turns, SGLang's simulated acceptance 2.8 emitting real tokens;
-# each sitting's mean window a state, then the mean over the sittings that ran the point): calibrate --fit
-# moe_spread,step_overhead_s,verify_kv_s,req_overhead_s,draft_overhead_s,prefill_overhead_s from the eighth
-# sitting's fit (spread 0.88, 3.0 ms, 0.77 us, 137 us, 0.16 ms, 6.4 ms), within 12.1 %:
+# Calibrated to five specctl servers (three pairs of server starts: forced on / off / auto windows taking
+# turns, SGLang's simulated acceptance 2.8 emitting real tokens; each start's mean window a state, then the
+# mean over the starts that ran the point): calibrate --fit
+# moe_spread,step_overhead_s,verify_kv_s,req_overhead_s,draft_overhead_s,prefill_overhead_s, within 12.1 %:
 # - moe_spread 1.06 (the prediction: 1): with real tokens the batch's requests route on their own.
-#   The first sitting's windows fitted 0.25: SGLang's fixed simulated token (id 100 for every request)
-#   sent the whole off-state batch down one route, and that fit is kept for the FA3 preset below, whose
-#   windows were all token 100 (docs/results/moe.md, "Eighth sitting").
+#   Windows that decoded SGLang's fixed simulated token (id 100 for every request) fit 0.25: the whole
+#   off-state batch went down one route; that fit is kept for the FA3 preset below, whose windows were
+#   all token 100.
 # - verify_kv_s 0.95 us: the prediction's 0.74 (Triton's extend kernel by query heads x layers) and more;
 #   the token-100 fit had 1.03.
 # - step_overhead_s 3.09 ms (Llama 1.1): a MoE forward has 2-2.5x the kernels.
@@ -257,18 +254,18 @@ H200_QWEN3MOE = replace(
         draft_overhead_s=0.077e-3,
         prefill_overhead_s=7.7e-3,
     ),
-    # docs/results/moe.md: 119.3 GiB - 56.9 weights - 0.85 draft - 1.2 = about 646,000 tokens of
+    # 119.3 GiB - 56.9 weights - 0.85 draft - 1.2 = about 646,000 tokens of
     # 98 KiB for a specctl server, 669,000 without speculation; h200-llama8b carries its
     # no-speculation pool (845,000), so this one does too. Neither binds: 256 requests hold ~200,000.
     kv_pool_tokens=669_000,
     # Five specctl servers' windows (6 s each, one unbroken load a server, real tokens): nospec = forced off
-    # and the auto windows that ran off, eagle3 = forced on and the auto windows that ran on; each sitting's
-    # mean a state, then the mean over the sittings that ran the point (tests/test_sim_qwen3moe.py derives
-    # it from the raw CSVs). Left out: the ninth sitting's windows of a cold first switch to off (the server
-    # paused 7-10 s compiling, since warmed away) and the tenth's first window after its start (1,317 on at 96,
+    # and the auto windows that ran off, eagle3 = forced on and the auto windows that ran on; each start's
+    # mean a state, then the mean over the starts that ran the point (tests/test_sim_qwen3moe.py derives
+    # it from the raw CSVs). Left out: windows of a cold first switch to off (the server paused 7-10 s
+    # compiling, which the switch warm-up removes) and one window right after a start (1,317 on at 96,
     # beside 2,476-2,589 for the same state). Single 6 s windows of one state read up to 25 % apart across
-    # days (the ninth sitting's static 18-24 % under the eighth's at 16-64), hence the tolerance. The two
-    # no-spec servers (first and eighth sittings) are checks, not the basis: the policy chooses between the
+    # server starts (static 18-24 % apart at 16-64), hence the tolerance. The two no-spec servers are
+    # checks, not the basis: the policy chooses between the
     # states of one server. The on windows' accept_len gauge falls under load because SGLang refreshes it
     # every 40 decode batches; forced on drafts 3 steps at 2.8 throughout, as on Llama.
     measured={
@@ -280,7 +277,7 @@ H200_QWEN3MOE = replace(
     source="bench/gpu/results/moe/triton-realtok-sweep2.csv, triton-newrow-{a,b,c}.csv, triton-crossover.csv "
            "(SGLang 0.5.17, random weights, real tokens, prefill CUDA graphs off): five specctl servers, forced "
            "off / on and auto windows of its state",
-    tolerance=0.125,  # fitted within 12.1 %; the sittings' windows of one state read up to 25 % apart
+    tolerance=0.125,  # fitted within 12.1 %; windows of one state read up to 25 % apart across starts
     checks=(
         Check("no-spec server", {
             "nospec": {1: 204.9, 4: 515.9, 16: 848.7, 32: 1405.0, 64: 2083.9, 128: 2706.4, 256: 4464.8},
@@ -299,15 +296,15 @@ H200_QWEN3MOE = replace(
     ),
 )
 
-# h200-qwen3moe as first fitted, to windows that decoded token id 100 for the whole batch (docs/sim-presets-moe.md,
-# "The first fit"): h200-qwen3moe-fa3 keeps this fit's routing and prefill until FA3 is measured with real
+# h200-qwen3moe as first fitted, to windows that decoded token id 100 for the whole batch:
+# h200-qwen3moe-fa3 keeps this fit's routing and prefill until FA3 is measured with real
 # tokens, and bench/moe_routing.py reads how the real-token refit moved each of these costs on Triton.
 QWEN3MOE_TOKEN100_FIT: dict[str, float] = {
     "moe_spread": 0.25, "step_overhead_s": 2.9e-3, "verify_kv_s": 1.03e-6, "req_overhead_s": 33e-6,
     "draft_overhead_s": 0.68e-3, "prefill_overhead_s": 5.9e-3,
 }
 
-# The same MoE server with FA3 attention (seventh sitting, 2026-12-02, docs/results/moe-fa3.md):
+# The same MoE server with FA3 attention (bench/gpu/results/moe/fa3-sweep2.csv, fa3-sweep2-r2.csv):
 # h200-qwen3moe's costs with FA3's attention terms in the place of Triton's, as h200-llama8b-fa3
 # has them (verify_kv_s at the HBM floor for the MoE's 96 KiB of KV a token; the draft's two),
 # then four costs fitted (calibrate --fit, below) to one specctl server's windows (two calls, 6 s
@@ -321,7 +318,7 @@ H200_QWEN3MOE_FA3 = replace(
     params=replace(
         H200_QWEN3MOE.params,
         # its windows decoded token id 100 (as the Triton preset's first fit): that fit's routing and
-        # prefill stay until FA3 is measured with real tokens (docs/results/moe.md, "Eighth sitting")
+        # prefill stay until FA3 is measured with real tokens (docs/benchmarks.md)
         moe_spread=QWEN3MOE_TOKEN100_FIT["moe_spread"],
         prefill_overhead_s=QWEN3MOE_TOKEN100_FIT["prefill_overhead_s"],
         draft_kv_s=H200_LLAMA8B_FA3.params.draft_kv_s,

@@ -1,8 +1,8 @@
 """The report's own system as a simulator preset: 8 RTX PRO 6000 Blackwell at TP 8, GLM-5-NVFP4.
 
 Apart from presets.py because it shares nothing with the H200 presets but the
-model: its own GPU, model counts and the report's four points (issue 23,
-docs/sim-presets.md "rtx-8gpu-report").
+model: its own GPU, model counts and the report's four points
+(docs/simulator.md, "Presets").
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import replace
 from specctl.runtime.sim.costs import PerfParams, Workload
 from specctl.runtime.sim.preset_model import GpuSpec, Preset
 
-# The report's system (docs/sim-presets.md, "rtx-8gpu-report"): 8 RTX PRO 6000
+# The report's system (docs/simulator.md, "Presets"): 8 RTX PRO 6000
 # Blackwell at TP 8 over PCIe Gen5 (no NVLink), GLM-5-NVFP4, EAGLE-3 topk 4 /
 # 2 steps / 16 draft tokens, FlashInfer. GLM-5's public figures (its technical
 # report, arXiv 2602.15763; the DeepSeek-V3 / Kimi K2.5 family): 78 layers (3
@@ -20,7 +20,7 @@ from specctl.runtime.sim.preset_model import GpuSpec, Preset
 # shared (MoE intermediate 2048, dense 12288), MLA (64 heads, q LoRA 2048, KV
 # LoRA 512, QK head 192, V head 256) with a DSA indexer (32 heads x 128),
 # vocabulary 154880: 743 B parameters, 40.0 B active per token, as reported
-# (744 B / 40 B). Counted from those shapes (docs/sim-presets.md has the sums):
+# (744 B / 40 B). Counted from those shapes:
 _GLM5_LAYERS, _GLM5_HIDDEN = 78, 6144
 _GLM5_EXPERT_PARAMS = 3 * _GLM5_HIDDEN * 2048  # one routed expert of one MoE layer
 _NVFP4 = 0.5625  # bytes per parameter: 4-bit values + one FP8 scale per 16
@@ -52,7 +52,7 @@ RTX_8GPU_REPORT = Preset(
         mem_bw=8 * _RTX_PRO_6000_BW * 0.80,  # 11.5 TB/s: 80 % of 8 x 1.79 TB/s
         compute=1.6e15,  # 8 x ~400 TFLOP/s (bf16 attention, NVFP4 experts) at 50 %
         decode_kv_s=576 * 2 * _GLM5_LAYERS / (_RTX_PRO_6000_BW * 0.80),  # MLA latent, bf16, whole on each rank
-        # fitted: 50x decode's; the tree's 16 tokens each read the latent cache (docs/sim-presets.md)
+        # fitted: 50x decode's; the tree's 16 tokens each read the latent cache (docs/simulator.md, "Presets")
         verify_kv_s=3.14e-6,
         step_overhead_s=1.5e-3,
         req_overhead_s=20e-6,
@@ -87,12 +87,12 @@ RTX_8GPU_REPORT = Preset(
 )
 
 # The same server as specctl can steer it: EAGLE-3 at topk 1, 3 steps, 4 draft
-# tokens (SGLang's adaptive machinery accepts topk 1 only: docs/topk.md). The
+# tokens (SGLang's adaptive machinery accepts topk 1 only: docs/sglang-plugin.md, "Tree drafts"). The
 # verify checks 4 tokens a request instead of 16, so its KV term is a quarter
 # of the tree's. The report says speculation reached 96.1 tok/s "after tuning"
 # without saying what was tuned; reading it as this chain, the accept length
 # it implies is 2.02 (a per-token acceptance of 0.56, against the tree's 0.87
-# for "in the draft's top 4"), fitted to that one point; docs/topk.md varies it.
+# for "in the draft's top 4"), fitted to that one point; docs/sglang-plugin.md, "Tree drafts" varies it.
 RTX_8GPU_REPORT_TOPK1 = replace(
     RTX_8GPU_REPORT,
     name="rtx-8gpu-report-topk1",

@@ -1,6 +1,6 @@
 """Qwen3-30B-A3B's shapes and its EAGLE-3 head, counted into the bytes and FLOPs the cost model reads.
 
-The target of the MoE GPU runs (bench/gpu/models.py ``qwen3moe``; docs/results/moe.md) from its
+The target of the MoE GPU runs (bench/gpu/models.py ``qwen3moe``; docs/benchmarks.md) from its
 public config.json: 48 layers, hidden 2048, 32 query / 4 KV heads of 128, 128 experts of
 intermediate 768 with 8 a token, vocabulary 151,936, bf16. Apart from presets.py so the preset
 reads as its calibration, and the arithmetic as what it is: counting.

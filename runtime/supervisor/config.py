@@ -30,7 +30,7 @@ class SupervisorConfig:
     draft: str | None = None
     tp: int = 1
     spec_steps: int = 3
-    topk: int = 1  # above 1: a tree draft, launched under the plugin's tree switch (docs/topk.md)
+    topk: int = 1  # above 1: a tree draft, launched under the plugin's tree switch (docs/sglang-plugin.md)
     draft_tokens: int | None = None  # the tree's --speculative-num-draft-tokens
     port: int = 0
     sglang_args: list[str] = field(default_factory=list)

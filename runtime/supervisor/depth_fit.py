@@ -16,7 +16,7 @@ every rank reads at the next start. Everything here is a pure function of the
 journal's records (no clock, no randomness, no I/O: the CLI reads the
 journals with journal.read_records), so the same journals always give the same table.
 
-The rule (docs/depth.md, "Cost model"): an *interval* is two consecutive
+The rule (docs/policy.md, "Draft depth"): an *interval* is two consecutive
 samples of one journal, of the same server start (same pid and restart count,
 uptime increasing), at most :data:`MAX_GAP_S` apart (and at least
 :data:`MIN_INTERVAL_S`: a sample taken at once after a command measures the

@@ -111,7 +111,7 @@ class ServerNotes:
         """It runs its prefills eagerly: there the off state costs more.
 
         Why: eager prefills put the scheduler's CPU on the critical path while prompts arrive, and the
-        speculative server's ops run slower there (docs/fast-off.md, "Prefill CUDA graphs").
+        speculative server's ops run slower there (docs/sglang-plugin.md, "Fast off").
         """
         if prefill_graphs(info) is False and self._eager_prefill.first():
             return records.event(records.EAGER_PREFILL, why=EAGER_PREFILL_WHY)
@@ -129,7 +129,7 @@ class ServerNotes:
         """Built for a middle depth, but with no cost table to price it: auto will never choose it.
 
         Why say it: an operator who asked for depths 0,1,2,3 expects auto to use 1 and 2; without
-        a table the policy stays on/off at ``steps`` (docs/depth.md), and nothing else
+        a table the policy stays on/off at ``steps`` (docs/policy.md, "Draft depth"), and nothing else
         shows it. ``depth_model`` is the server's own word, so a simulator (which prices depths
         with its own model) or an attached server given SPECCTL_DEPTH_COSTS is not told so.
         """

@@ -77,7 +77,7 @@ def build_command(
 # 4 tokens a request up to batch 256: on an H200 (SGLang 0.5.17, Llama-8B shapes)
 # the capture asked for 574 MiB and the server died at start-up. 2 GiB is what
 # SGLang itself sets for deterministic inference and is what came up there
-# (docs/results/flashinfer.md). Only FlashInfer's backend reads the variable, so
+# (docs/benchmarks.md). Only FlashInfer's backend reads the variable, so
 # it is set whatever backend SGLang picks (FlashInfer is its default below Hopper);
 # an operator's own value is kept.
 FLASHINFER_WORKSPACE_ENV = "SGLANG_FLASHINFER_WORKSPACE_SIZE"

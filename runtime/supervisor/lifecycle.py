@@ -280,7 +280,7 @@ class Supervisor:
         """First answer of a server: for one we launched, thresholds for its attention backend, read back;
         for one we attached to, a word where its own launch line runs a row that does not fit it.
 
-        The simulator keeps one known policy (docs/sim-presets.md) but is told why a row stays out where the
+        The simulator keeps one known policy (docs/simulator.md, "Presets") but is told why a row stays out where the
         real server would keep the defaults too: the report's operator reads it on their own preset.
         """
         if not self.backend.owns_process:  # someone else's launch line: said if it runs a row that does not fit
