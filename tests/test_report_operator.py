@@ -37,7 +37,7 @@ from support.sim_process import sim_process
 RTX = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 TREE_WORDS = HEADLINES[TREE]
 VERBS = (("force-off",), ("force-on",), ("auto",), ("set", "off_at=48", "on_at=16"))
-TOPK_MD = Path(__file__).resolve().parents[1] / "docs" / "topk.md"
+TOPK_MD = Path(__file__).resolve().parents[1] / "docs" / "sglang-plugin.md"
 
 
 def quoted(starts: str) -> list[str]:
