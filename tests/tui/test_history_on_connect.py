@@ -12,9 +12,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import psutil
+from textual.widgets import DataTable
+
 from specctl.console.tui.app import SpecctlApp
 from specctl.console.tui.links import SocketLink
+from specctl.console.tui.screens.gpu import GpuScreen
 from specctl.widgets.event_log import EventLog
+from specctl.widgets.gpu_panel import GpuPanel
 from specctl.widgets.timechart import TimeChart
 
 from support.headless import Headless, wait_for
@@ -56,5 +61,19 @@ async def test_a_console_that_connects_late_shows_the_last_minutes_at_once(sock_
             await until(pilot, lambda: len(app.timeline.points) > shown + 2, "live samples after the history")
             times = [p.t for p in app.timeline.points]
             assert times == sorted(times) and len(times) == len(set(times))
+
+            # Enter on GPU 1: its charts reach back as far, and it lists the simulator's scheduler of rank 1
+            panel = list(app.dashboard.query(GpuPanel))[1]
+            panel.focus()
+            await pilot.press("enter")
+            screen = await until(pilot, lambda: isinstance(app.screen, GpuScreen) and app.screen, "GPU 1's screen")
+            util = await until(pilot, lambda: screen.query_one("#gpu-util", TimeChart).data, "GPU 1's charts")
+            assert len([t for t, _ in util.series[0] if t < connected_at]) >= BEFORE
+            table = screen.query_one(DataTable)
+            row = await until(pilot, lambda: table.row_count and [str(c) for c in table.get_row_at(0)], "a process")
+            assert row[3] == "sglang::scheduler_TP1" and row[1] != "–" and row[2].endswith("GiB"), row
+            sim_pid = [p for p in psutil.Process(sup.proc.pid).children(recursive=True)
+                       if "specctl.runtime.sim" in " ".join(p.cmdline())][0].pid
+            assert row[0] == str(sim_pid)  # a process that exists: the one simulating the ranks
     finally:
         sup.stop()
