@@ -44,6 +44,8 @@ from specctl.widgets.gpu_panel import GpuPanel
 VIEW_ONLY_BANNER = view_only.headline(view_only.NO_PLUGIN)
 NO_SPECULATION_BANNER = view_only.headline(view_only.NO_SPECULATION)
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
+#: How long a toast stays, by severity: long enough to read, short enough not to sit on the view.
+TOAST_S = {"information": 3.0, "warning": 5.0, "error": 6.0}
 
 
 def duration(seconds: float) -> str:
@@ -149,7 +151,7 @@ class SpecctlApp(App[int]):
     @on(LinkChanged)
     def _link_changed(self, message: LinkChanged) -> None:
         if message.text and message.text != self._link_text:
-            self.notify(message.text, title=self.link.describe, severity="error", timeout=10)
+            self.notify(message.text, title=self.link.describe, severity="error")
         self._note_loss(message.text)
         self.connected = not message.text
         self._link_text = message.text
@@ -206,6 +208,12 @@ class SpecctlApp(App[int]):
         elif self.paused:
             words.append("VIEW PAUSED (p resumes)")
         return "  ".join(words)
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """A toast that leaves after a few seconds (TOAST_S by severity): the event log keeps the record."""
+        super().notify(message, title=title, severity=severity,
+                       timeout=TOAST_S.get(severity, 5.0) if timeout is None else timeout, markup=markup)
 
     # -- actions --------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -380,7 +388,9 @@ class SpecctlApp(App[int]):
         return [] if sample is None else [g["index"] for g in sample["gpus"] if isinstance(g.get("index"), int)]
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        ours = {entry.palette for entry in actions.palette_entries()}
+        # Textual's own "Keys" (its key panel) beside ours (the help screen, every key): one entry each
+        yield from (command for command in super().get_system_commands(screen) if command.title not in ours)
         controls = self.can_steer
         for entry in actions.palette_entries():
             params = (0,) if entry.each_gpu else ()  # a GPU's entry names its GPU: no focus needed
