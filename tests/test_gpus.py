@@ -7,12 +7,14 @@ test is exactly the one a driver would exercise.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pynvml
 import pytest
 from aiohttp import web
@@ -22,7 +24,9 @@ from specctl.runtime.probes.sglang_client import SGLangClient
 
 H200_MEM = 150_754_820_096  # as a real H200 reports it
 RESERVED = 644_939_776  # what the driver keeps on an idle H200 (v1 "used"; nvidia-smi shows 0 MiB)
-METRICS = ("util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
+METRICS = ("util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz")
+UNREAD = dict.fromkeys((*METRICS, "processes"))  # a GPU nothing could be read from
+NO_SUCH_PID = 2**22 + 7  # above Linux's largest pid_max: no process has it
 
 
 class FakeGpu:
@@ -34,6 +38,8 @@ class FakeGpu:
         self.uuid = f"GPU-{index:08d}-0000-0000-0000-000000000000"
         self.errors = errors
         self.lost = False
+        # this test process holds 119 GB of it (a real pid: psutil reads its user and command line)
+        self.processes = [SimpleNamespace(pid=os.getpid(), usedGpuMemory=119_000_000_000)]
 
 
 class FakeNvml:
@@ -122,8 +128,11 @@ class FakeNvml:
 
     def nvmlDeviceGetClockInfo(self, handle: FakeGpu, clock: int) -> int:
         self._gpu("nvmlDeviceGetClockInfo", handle)
-        assert clock == pynvml.NVML_CLOCK_SM
-        return 1980
+        assert clock in (pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM)
+        return 1980 if clock == pynvml.NVML_CLOCK_SM else 3201
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeGpu) -> list[SimpleNamespace]:
+        return list(self._gpu("nvmlDeviceGetComputeRunningProcesses", handle).processes)
 
 
 METRIC_CALLS = (
@@ -133,7 +142,11 @@ METRIC_CALLS = (
     "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceGetTemperature",
     "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetComputeRunningProcesses",
 )
+CALLS_PER_PASS = {fn: 2 if fn == "nvmlDeviceGetClockInfo" else 1 for fn in METRIC_CALLS}  # SM and memory clocks
+ME = psutil.Process()
+MY_PROCESS = {"pid": os.getpid(), "user": ME.username(), "mem_used": 119_000_000_000, "command": " ".join(ME.cmdline())}
 
 
 def healthy(index: int) -> dict[str, Any]:
@@ -150,6 +163,8 @@ def healthy(index: int) -> dict[str, Any]:
         "power_limit_w": 700.0,
         "temp_c": 61.0,
         "sm_clock_mhz": 1980.0,
+        "mem_clock_mhz": 3201.0,
+        "processes": [MY_PROCESS],
     }
 
 
@@ -182,7 +197,7 @@ async def test_one_driver_call_per_field_per_pass() -> None:
     source = NvmlSource(nvml)
     for _ in range(3):
         await source.sample()
-    assert {fn: nvml.calls[fn] for fn in METRIC_CALLS} == dict.fromkeys(METRIC_CALLS, 3 * 8)
+    assert {fn: nvml.calls[fn] for fn in METRIC_CALLS} == {fn: n * 3 * 8 for fn, n in CALLS_PER_PASS.items()}
     # Identity is read once, at the first pass, and remembered.
     assert nvml.calls["nvmlDeviceGetName"] == 8
     assert nvml.calls["nvmlDeviceGetHandleByIndex"] == 8
@@ -223,7 +238,7 @@ async def test_mixed_supported_and_unsupported_fields() -> None:
     await source.aclose()
     assert gpus[0] == healthy(0) | {"power_w": None}
     assert gpus[1] == healthy(1) | {"temp_c": None}
-    assert gpus[2] == healthy(2) | {"state": "unsupported"} | dict.fromkeys(METRICS)
+    assert gpus[2] == healthy(2) | {"state": "unsupported"} | UNREAD
     assert gpus[3] == healthy(3) | {"uuid": None}
     assert "N/A" not in repr(gpus)
 
@@ -237,7 +252,7 @@ async def test_gpu_lost_mid_run_fails_alone_then_recovers() -> None:
     gpus = await source.sample()
     assert [g["state"] for g in gpus] == ["ok"] * 3 + ["failed"] + ["ok"] * 4
     lost = {"state": "failed", "error": "nvmlDeviceGetUtilizationRates: GPU is lost"}
-    assert gpus[3] == healthy(3) | lost | dict.fromkeys(METRICS)
+    assert gpus[3] == healthy(3) | lost | UNREAD
     assert gpus[4] == healthy(4)
 
     # Still lost: the handle is asked for afresh and fails; the GPU keeps its place and name.
@@ -268,7 +283,7 @@ async def test_gpu_lost_from_the_start_is_listed_without_a_name() -> None:
     source = NvmlSource(nvml)
     gpus = await source.sample()
     lost = {"name": None, "uuid": None, "state": "failed", "error": "nvmlDeviceGetHandleByIndex: GPU is lost"}
-    assert gpus[1] == healthy(1) | lost | dict.fromkeys(METRICS)
+    assert gpus[1] == healthy(1) | lost | UNREAD
     nvml.gpus[1].lost = False
     assert (await source.sample())[1] == healthy(1)
     await source.aclose()
@@ -378,3 +393,21 @@ async def test_sim_source_keeps_last_gpus_as_unread_then_recovers(sim: tuple[SGL
     assert all(g[field] is None for g in gpus for field in METRICS)  # no stale numbers
     control["status"] = 200
     assert await source.sample() == SIM_GPUS
+
+
+async def test_gpu_processes_name_their_user_and_command_or_say_none() -> None:
+    """As nvitop lists them: NVML's pid and memory, psutil's user and command; what cannot be read is None.
+
+    GPU 1 runs a process this machine cannot see (another PID namespace) whose memory NVML does not
+    report; GPU 2 runs none; GPU 3's driver cannot list processes at all, and its metrics still read."""
+    nvml = FakeNvml([FakeGpu(0), FakeGpu(1), FakeGpu(2),
+                     FakeGpu(3, nvmlDeviceGetComputeRunningProcesses=pynvml.NVMLError_FunctionNotFound)])
+    nvml.gpus[1].processes.append(SimpleNamespace(pid=NO_SUCH_PID, usedGpuMemory=None))
+    nvml.gpus[2].processes = []
+    source = NvmlSource(nvml)
+    gpus = await source.sample()
+    await source.aclose()
+    assert gpus[0]["processes"] == [MY_PROCESS]
+    assert gpus[1]["processes"] == [MY_PROCESS, {"pid": NO_SUCH_PID, "user": None, "mem_used": None, "command": None}]
+    assert gpus[2]["processes"] == []
+    assert gpus[3] == healthy(3) | {"processes": None}  # the GPU is fine: only its process list is unknown

@@ -8,7 +8,7 @@ from specctl.runtime.sim.gpus import SimGpus
 from specctl.runtime.sim.presets import get_preset
 
 KEYS = {"index", "name", "uuid", "state", "error", "util", "mem_used", "mem_total", "power_w",
-        "power_limit_w", "temp_c", "sm_clock_mhz"}
+        "power_limit_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz", "processes"}
 
 
 def _gpus(count: int = 2, failed: frozenset[int] = frozenset()) -> SimGpus:
@@ -54,3 +54,18 @@ def test_failed_gpu_reports_nulls() -> None:
 def test_bad_counts_are_refused(count: int, failed: frozenset[int]) -> None:
     with pytest.raises(ValueError):
         _gpus(count, failed)
+
+
+def test_each_gpu_runs_its_tp_ranks_scheduler_holding_most_of_its_memory() -> None:
+    """As SGLang runs under tensor parallelism: one scheduler process per rank, owned by a real process."""
+    import os
+
+    gpus = _gpus(4)
+    gpus.update(5.0, 1.0, 64)
+    for gpu in gpus.snapshot():
+        [proc] = gpu["processes"]
+        assert proc["command"] == f"sglang::scheduler_TP{gpu['index']}"
+        assert proc["pid"] == os.getpid() and proc["user"]
+        assert 0.9 * gpu["mem_used"] < proc["mem_used"] < gpu["mem_used"]
+        assert gpu["mem_clock_mhz"] == 3201.0
+    assert _gpus(4, frozenset({1})).snapshot()[1]["processes"] is None  # a lost GPU lists nothing

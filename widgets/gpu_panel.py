@@ -7,10 +7,13 @@ None and shows as a dash and an empty bar, never as a made-up number.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.style import Style
 from rich.text import Text
+from textual import events
+from textual.message import Message
 from textual.reactive import reactive
 
 from specctl.runtime.core.records import Gpu
@@ -40,8 +43,19 @@ def _fmt(value: float | None, spec: str = ".0f") -> str:
 
 
 class GpuPanel(LineRedraw):
-    """A GPU's utilisation, memory, power, temperature and SM clock."""
+    """A GPU's utilisation, memory, power, temperature and SM clock.
 
+    It takes focus (tab reaches it) and a click: either way the app may open the GPU's own
+    screen; a click says so with :class:`GpuPanel.Chosen`, sent up to whoever listens.
+    """
+
+    @dataclass
+    class Chosen(Message):
+        """The operator clicked this GPU: ``index`` is its NVML index."""
+
+        index: int
+
+    can_focus = True
     DEFAULT_CSS = """
     GpuPanel {
         height: 7;
@@ -51,7 +65,9 @@ class GpuPanel(LineRedraw):
         border-title-style: bold;
         &.-dead { border: round $error; }
         &.-stale { border: round $panel; border-title-color: $foreground-muted; }
+        &:focus { border: round $accent; }
         &.-compact { height: 1; border: none; padding: 0; }
+        &.-compact:focus { background: $accent 30%; }
         & > .gpu-panel--label { color: $foreground-muted; }
         & > .gpu-panel--util { color: $accent; }
         & > .gpu-panel--low { color: $success; }
@@ -75,6 +91,11 @@ class GpuPanel(LineRedraw):
         super().__init__(**kwargs)
         self._styles: dict[str, Style] = {}  # component styles of one render
         self._title_text = ""
+
+    def on_click(self, event: events.Click) -> None:
+        index = (self.gpu or {}).get("index")
+        if isinstance(index, int):
+            self.post_message(self.Chosen(index))
 
     def watch_gpu(self, gpu: Gpu | None) -> None:
         self._title()

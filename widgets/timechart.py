@@ -43,6 +43,7 @@ class ChartData:
     legend_narrow: str = ""  # said instead where title and legend would be cut: a cut number reads as another
     note: str = ""  # shown after the legend only where it fits whole
     y_min_top: float = 1.0  # the y axis reaches at least this, so a quiet chart stays flat
+    y_top: float | None = None  # a fixed top (100 for a percentage, a GPU's memory): None fits the data
     unit_fmt: str = ".0f"
     strip: tuple[tuple[float, int], ...] = ()  # [(t, 0..9)]: a digit row under the plot; () for none
     strip_label: str = ""  # the strip's axis label, at most 5 characters
@@ -161,7 +162,7 @@ class _Plot:
         self.cols, self.rows, self.data = cols, rows, data
         self.xres, self.yres = cols * 2, rows * 4
         values = [v for s in data.series for _, v in s] + [v for v, _ in data.thresholds]
-        self.top = max([data.y_min_top, *values]) * 1.1
+        self.top = data.y_top if data.y_top else max([data.y_min_top, *values]) * 1.1
         self.bits = [[0] * (cols * rows) for _ in data.series]
         self.off = [False] * cols
         self.rules = {self._row(v): -(i + 1) for i, (v, _) in enumerate(data.thresholds[:2])}

@@ -16,9 +16,10 @@ from textual.binding import Binding
 from specctl.widgets.controls import ButtonSpec
 
 #: When an action applies: "always"; "live" (it steers a supervisor, so not in a replay, nor while the link
-#: is lost, nor on a server without the plugin); "replay" (it moves a journal's playback).
-Applies = Literal["always", "live", "replay"]
-APPLIES_WORDS: dict[Applies, str] = {"always": "always", "live": "live", "replay": "replay only"}
+#: is lost, nor on a server without the plugin); "replay" (it moves a journal's playback); "gpu" (on a GPU:
+#: the dashboard's focused GPU, or a GPU's own screen).
+Applies = Literal["always", "live", "replay", "gpu"]
+APPLIES_WORDS: dict[Applies, str] = {"always": "always", "live": "live", "replay": "replay only", "gpu": "on a GPU"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class Action:
     # One palette entry per depth the server was built for (where it has more than one positive one),
     # ``{depth}`` in the titles, the depth as the action's argument: "pin depth 2" runs pin_depth(2).
     each_depth: bool = False
+    # One palette entry per GPU of the latest sample, ``{gpu}`` in the titles, its index as the argument.
+    each_gpu: bool = False
 
     @property
     def name(self) -> str:
@@ -84,6 +87,10 @@ ACTIONS: tuple[Action, ...] = (
            palette="Replay: slower", palette_help="Halve the playback speed"),
     Action("speed(2)", "Play at twice the speed", "plus,equals_sign", "Faster", key_display="+", applies="replay",
            palette="Replay: faster", palette_help="Double the playback speed"),
+    Action("gpu_detail", "Open the focused GPU's screen: history, processes", "enter",
+           "GPU detail", applies="gpu", palette="GPU {gpu}: history and processes", each_gpu=True,
+           palette_help="Utilisation, memory, power, temperature and clocks over time, and its processes"),
+    Action("close_gpu", "Back from a GPU's screen to the dashboard", "escape", "Back", applies="gpu"),
     Action("cycle_theme", "Next theme: dark, light, high contrast (remembered)", "c", "Theme",
            palette="Cycle theme", palette_help="specctl dark, light and high contrast"),
     Action("help", "This screen", "question_mark", "Help", key_display="?", palette="Keys",
@@ -130,4 +137,4 @@ def palette_entries() -> list[Action]:
 
 def pretty_key(key: str) -> str:
     return {"question_mark": "?", "left": "←", "right": "→", "minus": "-", "plus": "+", "equals_sign": "=",
-            }.get(key.strip(), key.strip())
+            "enter": "Enter", "escape": "Esc"}.get(key.strip(), key.strip())

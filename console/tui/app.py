@@ -29,18 +29,23 @@ from specctl.console.tui import actions
 from specctl.console.tui.actions import SERVER_QUESTIONS
 from specctl.console.tui.links import Link, LinkError, ReplayLink
 from specctl.console.tui.messages import LinkChanged, LogArrived, SampleArrived
+from specctl.console.tui.model.gpu_charts import gpu_view
 from specctl.console.tui.model.timeline import Timeline
 from specctl.console.tui.prefs import save_prefs
 from specctl.console.tui.screens.confirm import ConfirmScreen
-from specctl.console.tui.screens.dashboard import Dashboard
+from specctl.console.tui.screens.dashboard import WINDOW_S, Dashboard
+from specctl.console.tui.screens.gpu import GpuScreen
 from specctl.console.tui.screens.help import HelpScreen
 from specctl.console.tui.screens.thresholds import ThresholdsScreen
 from specctl.runtime.core import view_only
 from specctl.themes.console_themes import DEFAULT_THEME, HIGH_CONTRAST, THEMES
+from specctl.widgets.gpu_panel import GpuPanel
 
 VIEW_ONLY_BANNER = view_only.headline(view_only.NO_PLUGIN)
 NO_SPECULATION_BANNER = view_only.headline(view_only.NO_SPECULATION)
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
+#: How long a toast stays, by severity: long enough to read, short enough not to sit on the view.
+TOAST_S = {"information": 3.0, "warning": 5.0, "error": 6.0}
 
 
 def duration(seconds: float) -> str:
@@ -146,7 +151,7 @@ class SpecctlApp(App[int]):
     @on(LinkChanged)
     def _link_changed(self, message: LinkChanged) -> None:
         if message.text and message.text != self._link_text:
-            self.notify(message.text, title=self.link.describe, severity="error", timeout=10)
+            self.notify(message.text, title=self.link.describe, severity="error")
         self._note_loss(message.text)
         self.connected = not message.text
         self._link_text = message.text
@@ -204,12 +209,22 @@ class SpecctlApp(App[int]):
             words.append("VIEW PAUSED (p resumes)")
         return "  ".join(words)
 
+    def notify(self, message: str, *, title: str = "", severity: Any = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """A toast that leaves after a few seconds (TOAST_S by severity): the event log keeps the record."""
+        super().notify(message, title=title, severity=severity,
+                       timeout=TOAST_S.get(severity, 5.0) if timeout is None else timeout, markup=markup)
+
     # -- actions --------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Replay keys exist only in a replay. Control keys always run: where they cannot act, they say why
         (a greyed key that does nothing when pressed looks broken; the buttons are greyed as well)."""
         if actions.applies(action) == "replay":
             return isinstance(self.link, ReplayLink)
+        if action == "gpu_detail" and not parameters:  # Enter: only on a GPU of the dashboard
+            return isinstance(self.screen, Dashboard) and isinstance(self.focused, GpuPanel)
+        if action == "close_gpu":
+            return isinstance(self.screen, GpuScreen)
         return True
 
     @property
@@ -295,6 +310,26 @@ class SpecctlApp(App[int]):
         self.notify(f"{done} (the view is paused: p shows it)" if self.paused else done)
         return result
 
+    def action_gpu_detail(self, index: int | None = None) -> None:
+        """Open a GPU's screen: ``index``, or the dashboard's focused GPU (Enter on it)."""
+        if index is None:
+            focused = self.focused
+            gpu = focused.gpu if isinstance(focused, GpuPanel) else None
+            index = (gpu or {}).get("index")
+        if not isinstance(index, int):
+            return
+        if isinstance(self.screen, GpuScreen):  # from the palette on another GPU's screen: that one instead
+            self.pop_screen()
+        self.push_screen(GpuScreen(index))
+        self.call_after_refresh(self._redraw)
+
+    def on_gpu_panel_chosen(self, message: GpuPanel.Chosen) -> None:
+        self.action_gpu_detail(message.index)
+
+    def action_close_gpu(self) -> None:
+        if isinstance(self.screen, GpuScreen):
+            self.pop_screen()
+
     def action_toggle_pause(self) -> None:
         if isinstance(self.link, ReplayLink):
             self.link.resume() if self.link.paused else self.link.pause()
@@ -325,6 +360,10 @@ class SpecctlApp(App[int]):
         with suppress(NoMatches):
             self.dashboard.show(self.timeline, self.status_text(), self.paused, self.lost)
             self.dashboard.set_can_control(self.can_steer)
+            if isinstance(self.screen, GpuScreen):
+                screen = self.screen
+                screen.show(gpu_view(self.timeline, screen.index, WINDOW_S, lost=self.lost is not None),
+                            lost=self.lost is not None)
 
     def action_cycle_theme(self) -> None:
         names = [theme.name for theme in THEMES]
@@ -344,13 +383,24 @@ class SpecctlApp(App[int]):
         save_prefs({"theme": name})
 
     # -- command palette ------------------------------------------------------
+    def _gpu_indices(self) -> list[int]:
+        sample = self.timeline.latest
+        return [] if sample is None else [g["index"] for g in sample["gpus"] if isinstance(g.get("index"), int)]
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        ours = {entry.palette for entry in actions.palette_entries()}
+        # Textual's own "Keys" (its key panel) beside ours (the help screen, every key): one entry each
+        yield from (command for command in super().get_system_commands(screen) if command.title not in ours)
         controls = self.can_steer
         for entry in actions.palette_entries():
-            if not (self.check_action(entry.name, ()) and (controls or entry.applies != "live")):
+            params = (0,) if entry.each_gpu else ()  # a GPU's entry names its GPU: no focus needed
+            if not (self.check_action(entry.name, params) and (controls or entry.applies != "live")):
                 continue
-            if entry.each_depth:  # only where the server has several depths to pin
+            if entry.each_gpu:
+                for index in self._gpu_indices():
+                    yield SystemCommand(entry.palette.format(gpu=index), entry.palette_help,
+                                        lambda a=f"{entry.name}({index})": self.run_action(a))
+            elif entry.each_depth:  # only where the server has several depths to pin
                 for depth in self.timeline.built_depths():
                     yield SystemCommand(entry.palette.format(depth=depth), entry.palette_help.format(depth=depth),
                                         lambda a=f"{entry.name}({depth})": self.run_action(a))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.runtime.core.errors import UNAVAILABLE, CommandError
-from specctl.runtime.core.records import parse
+from specctl.runtime.core.records import Record, parse
 from specctl.runtime.supervisor.journal import read_records
 
 RESET = "reset"  # a record kind that only links make: forget what was shown, a replay seeked back
@@ -116,7 +116,10 @@ class SocketLink(Link):
     """A supervisor already running elsewhere, reached through its control socket.
 
     Two connections: one streams ``subscribe`` records, the other carries
-    commands, so a long stream never delays an operator's key press.
+    commands, so a long stream never delays an operator's key press. The
+    stream starts with the supervisor's recent history (the last minutes of
+    samples and events), so the charts and the log are full at once; after a
+    reconnect, only what this console has not shown yet.
     """
 
     kind = "socket"
@@ -125,6 +128,7 @@ class SocketLink(Link):
         self.path = Path(path)
         self._commands: Any = None
         self._stream: Any = None
+        self._shown_until: float | None = None  # the newest record's time this console was given
 
     @property
     def describe(self) -> str:
@@ -145,15 +149,27 @@ class SocketLink(Link):
         from specctl.runtime.control.client import ControlError, ProtocolError
 
         status = await self.request("status")
-        if sample := parse(status.get("sample")):  # from another process: typed here, skipped if odd
-            yield sample
+        latest = parse(status.get("sample"))  # from another process: typed here, skipped if odd
         try:
-            async for raw in self._stream.subscribe():
-                if record := parse(raw):
-                    yield record
+            answer = await self._stream.start_subscription(history=True)
+            past = answer.get("history")
+            past = past if isinstance(past, int) and not isinstance(past, bool) else 0
+            if latest and not past:  # a supervisor that keeps no history (an older one): its latest sample
+                yield self._shown(latest)
+            async for raw in self._stream.records():
+                record = parse(raw)
+                old, past = past > 0, past - 1
+                if record is None or (old and self._shown_until is not None and record["t"] <= self._shown_until):
+                    continue  # odd, or shown before the link was lost
+                yield self._shown(record)
         except (TimeoutError, ControlError, ProtocolError, OSError, RuntimeError) as exc:
             raise LinkError(UNAVAILABLE, f"lost the supervisor: {exc}") from None
         raise LinkError(UNAVAILABLE, "the supervisor went away")
+
+    def _shown(self, record: Record) -> Record:
+        t = float(record["t"])
+        self._shown_until = t if self._shown_until is None else max(self._shown_until, t)
+        return record
 
     async def request(self, cmd: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
         """One command on the command connection; one the supervisor closed (idle, or to make room for

@@ -119,9 +119,24 @@ class ControlClient:
         result = answer.get("result")
         return result if isinstance(result, dict) else {}
 
-    async def subscribe(self) -> AsyncIterator[dict[str, Any]]:
-        """Records (samples, events, commands) as the supervisor publishes them, until it leaves."""
-        await self.request("subscribe")
+    async def subscribe(self, *, history: bool = False) -> AsyncIterator[dict[str, Any]]:
+        """Records (samples, events, commands) as the supervisor publishes them, until it leaves.
+
+        ``history``: the supervisor's recent records come first (the last minutes it keeps; none
+        from a supervisor that keeps none). To learn how many before reading them, call
+        :meth:`start_subscription` and then iterate :meth:`records`.
+        """
+        await self.start_subscription(history=history)
+        async for record in self.records():
+            yield record
+
+    async def start_subscription(self, *, history: bool = False) -> dict[str, Any]:
+        """Ask for the stream; the answer says ``{"subscribed": true}``, with ``"history": N`` (the recent
+        records that come first) from a supervisor that keeps them, when ``history`` was asked for."""
+        return await self.request("subscribe", {"history": True} if history else None)
+
+    async def records(self) -> AsyncIterator[dict[str, Any]]:
+        """The subscribed stream's records, in order, until the supervisor leaves."""
         while True:
             while self._records:
                 yield self._records.popleft()

@@ -4,13 +4,63 @@ The supervisor publishes; the journal, every control-socket subscriber and an
 in-process console each read through their own bounded queue. A slow reader
 never slows the supervisor: when its queue is full the oldest record is dropped
 and counted, and the reader sees the count on its next record.
+
+The hub also keeps the recent records (:class:`History`: the last minutes,
+bounded in bytes), so a console that connects later draws them at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+HISTORY_S = 600.0  # a late subscriber is sent the records of the last 10 minutes...
+HISTORY_BYTES = 4 * 2**20  # ...or of the last 4 MiB of them (encoded), whichever is less
+
+
+class History:
+    """The most recent records, each kept encoded (compact ASCII JSON, as the wire carries it).
+
+    Bounded twice: records older than ``max_age_s`` (on a monotonic clock, so a wall-clock
+    step cannot keep or drop minutes) leave, and the oldest leave while the encoded total is
+    over ``max_bytes``. Encoded once when published, so a subscriber costs no encoding and
+    the bound is on what is really held.
+    """
+
+    def __init__(self, max_age_s: float = HISTORY_S, max_bytes: int = HISTORY_BYTES,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age_s = max_age_s
+        self.max_bytes = max_bytes
+        self._clock = clock
+        self._items: deque[tuple[float, bytes]] = deque()
+        self.bytes = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        try:
+            data = json.dumps(record, separators=(",", ":"), allow_nan=False).encode("ascii")
+        except (TypeError, ValueError):
+            return  # not plain JSON: the control server refuses to send it live either
+        now = self._clock()
+        self._items.append((now, data))
+        self.bytes += len(data)
+        self._trim(now)
+
+    def _trim(self, now: float) -> None:
+        items = self._items
+        while items and (self.bytes > self.max_bytes or items[0][0] < now - self.max_age_s):
+            self.bytes -= len(items.popleft()[1])
+
+    def encoded(self) -> list[bytes]:
+        """The records held now, oldest first, each one JSON object (no newline)."""
+        self._trim(self._clock())
+        return [data for _, data in self._items]
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 class Subscription:
@@ -54,10 +104,11 @@ class Subscription:
 
 
 class Hub:
-    """Publish once, deliver to every current subscription."""
+    """Publish once, deliver to every current subscription, and keep the recent ones (``history``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, history: History | None = None) -> None:
         self._subs: set[Subscription] = set()
+        self.history = History() if history is None else history
 
     def subscribe(self, maxsize: int = 1024) -> Subscription:
         sub = Subscription(self, maxsize)
@@ -65,8 +116,14 @@ class Hub:
         return sub
 
     def publish(self, record: dict[str, Any]) -> None:
+        self.history.add(record)
         for sub in list(self._subs):
             sub._offer(record)
+
+    def subscribe_with_history(self, maxsize: int = 1024) -> tuple[list[bytes], Subscription]:
+        """The records held, and a subscription to every later one: taken at once, so none is
+        missed between the two and none comes twice."""
+        return self.history.encoded(), self.subscribe(maxsize)
 
     def close(self) -> None:
         for sub in list(self._subs):

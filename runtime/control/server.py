@@ -3,7 +3,9 @@
 The server greets first, then answers requests ``{"id", "cmd", "args"}`` with
 ``{"id", "ok": true, "result"}`` or ``{"id", "ok": false, "error": {"code",
 "message", ...}}``. It owns only framing, the greeting, the peer check and
-``subscribe``; every other command goes to ``target.execute`` (the supervisor),
+``subscribe`` (``{"history": true}`` in its args: the hub's recent records first,
+each line ``{"record", "history": true}``, then the live stream; without it, the
+live stream alone, as before); every other command goes to ``target.execute`` (the supervisor),
 so a command typed in the in-process console and one sent over the socket take
 the same path and are journaled the same way.
 
@@ -23,6 +25,7 @@ import os
 import resource
 import socket
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -116,7 +119,7 @@ class _Connection:
         except BadRequest as e:
             return error(e.req_id, BAD_REQUEST, e.message)
         try:
-            result = self._subscribe() if cmd == "subscribe" else await self._execute(cmd, args)
+            result = self._subscribe(args) if cmd == "subscribe" else await self._execute(cmd, args)
         except CommandError as e:
             return {"id": req_id, "ok": False, "error": e.as_dict()}
         return {"id": req_id, "ok": True, "result": result}
@@ -132,20 +135,33 @@ class _Connection:
             raise CommandError(INTERNAL, f"{cmd} failed inside the supervisor; see its log") from None
         return result
 
-    def _subscribe(self) -> dict[str, Any]:
-        if self._pump is None:
-            sub = self._server.target.hub.subscribe()
-            self._pump = asyncio.create_task(self._stream(sub))
+    def _subscribe(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Start streaming; ``{"history": true}`` sends the recent records first (an unknown arg is ignored).
+
+        The answer is written before the pump's first line: the pump only starts once this
+        request's handler awaits the answer's write.
+        """
+        if self._pump is not None:
+            return {"subscribed": True}
+        hub = self._server.target.hub
+        if args.get("history") is True:
+            past, sub = hub.subscribe_with_history()
+            self._pump = asyncio.create_task(self._stream(sub, past))
+            return {"subscribed": True, "history": len(past)}
+        self._pump = asyncio.create_task(self._stream(hub.subscribe()))
         return {"subscribed": True}
 
-    async def _stream(self, sub: Subscription) -> None:
+    async def _stream(self, sub: Subscription, past: Sequence[bytes] = ()) -> None:
         """Forward hub records; a client that cannot keep up is dropped, the hub never waits.
 
         Each line is ``{"record": ...}``; once the hub has had to drop records for
         this reader, ``"dropped"`` carries the running count, so a console knows
-        its view has a gap.
+        its view has a gap. ``past`` (records already encoded, from the hub's
+        history) go first, marked ``"history": true``.
         """
         try:
+            for data in past:
+                await self.send(b'{"record":' + data + b',"history":true}\n')
             async for record in sub:
                 line: dict[str, Any] = {"record": record}
                 if sub.dropped:

@@ -120,6 +120,15 @@ class Spec(TypedDict, total=False):
     experts: int  # the target's routed experts from its HF config, 0 for dense (absent: an older plugin)
 
 
+class GpuProcess(TypedDict, total=False):
+    """A process using a GPU (NVML's compute processes; user and command from psutil, None where hidden)."""
+
+    pid: int
+    user: str | None
+    mem_used: float | None  # bytes of this GPU's memory it holds; None where NVML does not say
+    command: str | None
+
+
 class Gpu(TypedDict, total=False):
     index: int
     name: str | None
@@ -133,6 +142,8 @@ class Gpu(TypedDict, total=False):
     power_limit_w: float | None
     temp_c: float | None
     sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+    processes: list[GpuProcess] | None  # [] none running; None where they cannot be read
 
 
 class Proc(TypedDict, total=False):
@@ -334,9 +345,11 @@ _SPEC = _shape({"mode": _str, "on": _bool, "steps": _num, "reason": _str, "switc
                 "last_switch_step": _num, "batch_size": _num, "accept_mean": _num, "verifies": _num,
                 "steps_on": _num, "steps_off": _num, "settings": _SETTINGS,
                 "off_state": _shape({"fast": _bool, "why_not": _str}), "experts": _int}, optional=True)
+_GPU_PROCESS = _shape({"pid": _int, "user": _str, "mem_used": _num, "command": _str})
 _GPU = _shape({"index": _int, "name": _str, "uuid": _str, "state": _str, "error": _str, "util": _num,
                "mem_used": _num, "mem_total": _num, "power_w": _num, "power_limit_w": _num, "temp_c": _num,
-               "sm_clock_mhz": _num})
+               "sm_clock_mhz": _num, "mem_clock_mhz": _num,
+               "processes": lambda x: x is None or _list_of(_GPU_PROCESS)(x)})
 _PROC = _shape({"pid": _int, "name": _str, "cpu_percent": _num, "rss": _num, "num_threads": _num})
 _SAMPLE = _shape({"sim": _bool, "server": _SERVER, "spec": _SPEC, "gpus": _list_of(_GPU), "procs": _list_of(_PROC)})
 _SAMPLE_NEEDS = ("server", "spec", "gpus")

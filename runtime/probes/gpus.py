@@ -3,7 +3,13 @@
 Every source yields dicts shaped as in a sample record::
 
     {"index", "name", "uuid", "state", "error", "util", "mem_used", "mem_total",
-     "power_w", "power_limit_w", "temp_c", "sm_clock_mhz"}
+     "power_w", "power_limit_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz", "processes"}
+
+``processes`` lists the compute processes on the GPU as nvitop does (``pid``,
+``user``, ``mem_used``, ``command``): NVML gives the pid and its memory,
+psutil the user and command line, each None where it cannot be read (a
+process of another user, or of another PID namespace); ``processes`` itself
+is None where NVML cannot list them.
 
 ``state`` is "ok", "failed" (the GPU stopped answering; ``error`` says why),
 "unsupported" (it answers, but no metric is readable) or "unread" (the
@@ -14,16 +20,20 @@ readable is ``None``, never "N/A" and never a stale number.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
+import psutil
+
 from specctl.runtime.probes.sglang_client import ServerUnreachable, SGLangClient
 
 GpuDict = dict[str, Any]
-METRIC_FIELDS = ("util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
+METRIC_FIELDS = ("util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz",
+                 "mem_clock_mhz")
 
 
 class GpuSource(Protocol):
@@ -42,6 +52,7 @@ def _gpu(index: int, name: str | None, uuid: str | None, state: str, error: str 
     """A GPU dict with every metric unread; callers fill in what they could read."""
     gpu: GpuDict = {"index": index, "name": name, "uuid": uuid, "state": state, "error": error}
     gpu.update(dict.fromkeys(METRIC_FIELDS))
+    gpu["processes"] = None
     return gpu
 
 
@@ -75,6 +86,7 @@ class NvmlSource:
         self._lock = threading.Lock()
         self._devices: list[_Device] | None = None
         self._memory_v2 = True  # until the driver says it lacks nvmlDeviceGetMemoryInfo_v2
+        self._owners = ProcessOwners()
 
     @classmethod
     async def probe(cls, nvml: ModuleType | Any = None) -> NvmlSource:
@@ -122,7 +134,9 @@ class NvmlSource:
             pass  # the driver is already gone: nothing left to release
 
     def _sample_blocking(self) -> list[GpuDict]:
-        return [self._read(device) for device in self._ensure_init()]
+        gpus = [self._read(device) for device in self._ensure_init()]
+        self._owners.keep_only({p["pid"] for gpu in gpus for p in gpu["processes"] or ()})
+        return gpus
 
     def _read(self, device: _Device) -> GpuDict:
         """One GPU's dict; on failure drop the handle so the next pass asks afresh."""
@@ -155,6 +169,8 @@ class NvmlSource:
         limit_mw = read(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
         temp = read(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
         clock = read(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
+        mem_clock = read(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM)
+        running = self._running(handle)
         return {
             "util": None if util is None else float(util.gpu),
             "mem_used": None if memory is None else int(memory.used),
@@ -163,7 +179,18 @@ class NvmlSource:
             "power_limit_w": None if limit_mw is None else limit_mw / 1000.0,
             "temp_c": None if temp is None else float(temp),
             "sm_clock_mhz": None if clock is None else float(clock),
+            "mem_clock_mhz": None if mem_clock is None else float(mem_clock),
+            "processes": None if running is None else [self._owners.process(p) for p in running],
         }
+
+    def _running(self, handle: Any) -> list[Any] | None:
+        """NVML's compute processes; None where it cannot list them (an old driver lacks the call,
+        a container hides them): a process list never fails a GPU whose metrics read well."""
+        nvml = self._nvml
+        try:
+            return list(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        except nvml.NVMLError:
+            return None
 
     def _memory(self, handle: Any) -> Any:
         """Memory as nvidia-smi shows it: v2 leaves driver-reserved memory out of "used".
@@ -197,6 +224,44 @@ class NvmlSource:
             return fn(*args)
         except self._nvml.NVMLError as exc:
             raise _GpuFailed(f"{fn.__name__}: {exc}") from exc
+
+
+class ProcessOwners:
+    """Who runs a GPU process and what it runs, from psutil, looked up once per pid while it lasts.
+
+    A pid NVML stops listing is forgotten (so a reused pid is looked up afresh); a process
+    psutil cannot read (another user's, another PID namespace's, gone) keeps None there.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[str | None, str | None]] = {}
+
+    def process(self, info: Any) -> dict[str, Any]:
+        """One GPU process dict from NVML's process info (``pid``, ``usedGpuMemory``: None if unknown)."""
+        pid = int(info.pid)
+        if pid not in self._known:
+            self._known[pid] = _owner(pid)
+        user, command = self._known[pid]
+        used = getattr(info, "usedGpuMemory", None)
+        return {"pid": pid, "user": user, "mem_used": None if used is None else int(used), "command": command}
+
+    def keep_only(self, pids: set[int]) -> None:
+        for pid in [p for p in self._known if p not in pids]:
+            del self._known[pid]
+
+
+def _owner(pid: int) -> tuple[str | None, str | None]:
+    """(user, command line) of a process, None for each that cannot be read."""
+    try:
+        proc = psutil.Process(pid)
+    except (psutil.Error, ValueError):
+        return None, None
+    user = command = None
+    with contextlib.suppress(psutil.Error, KeyError):  # KeyError: a uid without a name here
+        user = proc.username()
+    with contextlib.suppress(psutil.Error):
+        command = " ".join(proc.cmdline()) or proc.name() or None
+    return user, command
 
 
 def _import_pynvml() -> ModuleType:

@@ -32,12 +32,28 @@ class Point:
     depth: int | None = None  # draft steps running at this sample (0 = off); None where it had no spec
 
 
+@dataclass(frozen=True)
+class GpuPoint:
+    """One sample's readings of one GPU, for its screen's charts; None where it had no value."""
+
+    t: float
+    util: float | None
+    mem_used: float | None
+    mem_total: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    temp_c: float | None
+    sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+
+
 @dataclass
 class Timeline:
     """Latest sample, chart history, last switch and the log records not yet shown."""
 
     latest: Sample | None = None
     points: deque[Point] = field(default_factory=deque)
+    gpu_points: dict[int, deque[GpuPoint]] = field(default_factory=dict)  # by GPU index
     last_switch: records.Event | None = None
     pending_log: list[Record] = field(default_factory=list)
     reset_log: bool = False  # the log must be cleared before pending_log is shown
@@ -72,6 +88,7 @@ class Timeline:
     def _reset(self) -> None:
         self.latest = None
         self.points.clear()
+        self.gpu_points.clear()
         self.last_switch = None
         self.pending_log = []
         self.reset_log = True
@@ -97,6 +114,16 @@ class Timeline:
         self.points.append(point)
         while self.points and self.points[0].t < point.t - HISTORY_S:
             self.points.popleft()
+        for gpu in record["gpus"]:
+            index = records.whole(gpu.get("index"))
+            if index is None:
+                continue
+            history = self.gpu_points.setdefault(index, deque())
+            history.append(GpuPoint(point.t, gpu.get("util"), gpu.get("mem_used"), gpu.get("mem_total"),
+                                    gpu.get("power_w"), gpu.get("power_limit_w"), gpu.get("temp_c"),
+                                    gpu.get("sm_clock_mhz"), gpu.get("mem_clock_mhz")))
+            while history[0].t < point.t - HISTORY_S:
+                history.popleft()
 
     def built_depths(self) -> tuple[int, ...]:
         """The positive depths the server was built for (``settings.candidates``), where it has several.
