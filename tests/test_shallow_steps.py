@@ -135,18 +135,18 @@ def test_the_simulator_at_one_step_with_the_hinted_floor_runs_it(tmp_path: Path)
 
 
 def test_force_on_one_step_on_a_server_built_for_three_names_the_relaunch_and_its_floor(tmp_path: Path) -> None:
-    """Built for {0, 3}: `set mode=on steps=1 min_accept=0.4` would only be refused next, for the depth,
-    so the refusal says the relaunch, and the relaunch line carries the floor it needs."""
+    """Built for {0, 3}: pinning another depth is refused in one line that names the launch flag that builds
+    depths; `set mode=on steps=1 min_accept=0.4`, refused by the server, names the relaunch and its floor."""
     h = Headless(tmp_path, "--sim-load", "steady:c=1")
     try:
         h.ready_sample()
         out = h.cli("force-on", "--steps", "1")
         assert out.returncode == 1 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
-        assert ("so 1 needs a relaunch (specctl run --speculative-num-steps 1 --set min_accept=0.4, or specctl "
-                "sglang-args --steps 1 --set min_accept=0.4 for your own launch line)") in out.stderr, out.stderr
+        assert out.stderr == ("specctl force-on: refused: steps: this server built depth 3 only; pinning depth 1 "
+                              "needs a relaunch with --speculative-candidate-steps 0,1,3\n")
         out = h.cli("set", "mode=on", "steps=1", "min_accept=0.4")  # the depth, refused by the server
         assert out.returncode == 1 and "specctl run --speculative-num-steps 1 --set min_accept=0.4," in out.stderr
-        out = h.cli("force-on", "--steps", "2")  # 1.3 is within reach of 2: the relaunch needs no floor
+        out = h.cli("set", "mode=on", "steps=2")  # 1.3 is within reach of 2: the relaunch needs no floor
         assert out.returncode == 1 and "specctl run --speculative-num-steps 2, or" in out.stderr, out.stderr
     finally:
         h.stop()
