@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,39 @@ def test_a_change_posted_elsewhere_is_adopted_and_survives_server_and_supervisor
         assert record["chosen"]["off_at"]["source"] == "elsewhere"
     finally:
         h.stop()
+
+
+@pytest.mark.slow
+def test_a_change_made_while_no_supervisor_watched_an_attached_server_is_adopted_not_undone(tmp_path: Path) -> None:
+    """The fleet case: `specctl fleet set` (here a POST with the key) reaches a server while its host's
+    supervisor is down; the supervisor that starts again adopts it rather than pushing its older record."""
+    key_file = tmp_path / "server.key"
+    key_file.write_text("s3cret-for-the-test\n")
+    key_file.chmod(0o600)
+    port_file = tmp_path / "port"
+    sim = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port-file", str(port_file),
+                            "--load", "steady:c=2", "--gpus", "1", "--admin-key-file", str(key_file)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    h: Headless | None = None
+    try:
+        wait_for(port_file.exists, "the simulator's port file")
+        url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+        args = ("--attach", url, "--admin-key-file", str(key_file))
+        h = Headless(tmp_path, *args)
+        h.ready_sample()
+        assert h.cli("set", "off_at=48", "on_at=16").returncode == 0
+        h.proc.kill()
+        h.proc.wait()
+        wire = PolicySettings().with_changes({"off_at": 90, "on_at": 60}).to_wire(["off_at", "on_at"])
+        r = httpx.post(f"{url}/set_internal_state", json={"server_args": wire},
+                       headers={"Authorization": "Bearer s3cret-for-the-test"}, timeout=10)
+        assert r.status_code == 200
+        h = restart_after_kill_9(tmp_path, h, *args)
+        adopted = h.wait_event("settings_adopted", while_away=True)
+        assert adopted["fields"] == {"off_at": 90, "on_at": 60}
+        assert (spec(h)["settings"]["off_at"], spec(h)["settings"]["on_at"]) == (90, 60), "not undone"
+    finally:
+        if h is not None:
+            h.stop()
+        sim.terminate()
+        sim.wait(timeout=30)

@@ -102,6 +102,7 @@ class CommandHandler:
         self._lock = asyncio.Lock()
         self._uid: int | None = None  # the peer of the command running now
         self._baseline: dict[str, Any] = {}  # the server's settings as it started, before anything was pushed
+        self._first_push = True  # the first since this supervisor started: an attached server may have changed
 
     @property
     def desired(self) -> dict[str, Any]:
@@ -276,12 +277,16 @@ class CommandHandler:
         client = self.sup.server_client
         if client is None:
             return
+        first, self._first_push = self._first_push, False
         try:
             spec = spec_state(await client.server_info()) or {}
             if isinstance(spec.get("settings"), dict):
                 self._baseline = PolicySettings().with_changes(spec["settings"]).as_dict()
         except (SettingsError, ServerUnreachable):
-            pass  # no baseline: a reset falls back to the policy's defaults
+            spec = {}  # no baseline: a reset falls back to the policy's defaults
+        if first and not self.sup.owns_server and self._baseline:  # someone else's server, changed while away
+            if away := self.store.changed_while_away(self._baseline, spec.get("step")):
+                self.store.adopt(away, self._baseline, while_away=True)
         wanted = self.store.wanted()
         if not wanted:
             return

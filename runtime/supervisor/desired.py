@@ -96,6 +96,10 @@ class DesiredState:
     learned: Mapping[str, Entry] = field(default_factory=dict)
     chosen: Mapping[str, Entry] = field(default_factory=dict)
     pin: Pin | None = None
+    # the server's settings as last read, and its policy step then: a supervisor started again finds
+    # what changed on an attached server while it was away (a fleet command, a curl) and adopts it
+    seen: Mapping[str, Any] | None = None
+    seen_step: int | None = None
 
     # -- reading -----------------------------------------------------------------
     def values(self) -> dict[str, Any]:
@@ -125,7 +129,8 @@ class DesiredState:
         return {"v": VERSION, "config": dict(self.config),
                 "learned": {k: e.as_dict() for k, e in self.learned.items()},
                 "chosen": {k: e.as_dict() for k, e in self.chosen.items()},
-                "pin": None if self.pin is None else self.pin.as_dict()}
+                "pin": None if self.pin is None else self.pin.as_dict(),
+                "seen": None if self.seen is None else dict(self.seen), "seen_step": self.seen_step}
 
     # -- changing ------------------------------------------------------------------
     def choose(self, values: Mapping[str, Any], source: Source, by: int | None = None,
@@ -197,7 +202,9 @@ def load(path: Path) -> DesiredState | None:
         check_fields({**config, **{k: e.value for k, e in {**learned, **chosen}.items()}})
     except SettingsError as exc:
         raise DesiredFileError(f"{path}: {exc}") from None
-    return DesiredState(config, learned, chosen, pin)
+    seen = raw.get("seen") if isinstance(raw.get("seen"), dict) else None
+    step = raw.get("seen_step") if isinstance(raw.get("seen_step"), int) else None
+    return DesiredState(config, learned, chosen, pin, seen, step)
 
 
 def save(path: Path, state: DesiredState) -> None:
@@ -303,12 +310,28 @@ class Desired:
         self.state = self.state.pinned(depth, restore, by)
         self._save()
 
-    def adopt(self, values: Mapping[str, Any], settings: Mapping[str, Any]) -> None:
-        """A change made elsewhere, seen on the server: it becomes the desired state, journaled as such."""
+    def adopt(self, values: Mapping[str, Any], settings: Mapping[str, Any], while_away: bool = False) -> None:
+        """A change made elsewhere, seen on the server: it becomes the desired state, journaled as such
+        (``while_away``: made while no supervisor watched, found when this one started)."""
         self.state = self.state.choose(values, "elsewhere")
         self._save()
         self.emit(records.event(records.SETTINGS_ADOPTED, source="elsewhere", fields=dict(values),
-                                settings=dict(settings)))
+                                settings=dict(settings), **({"while_away": True} if while_away else {})))
+
+    def saw(self, settings: Mapping[str, Any], step: Any) -> None:
+        """The server's settings as read now (kept only when they changed: one write per change)."""
+        if self.state.seen == settings:
+            return
+        self.state = replace(self.state, seen=dict(settings), seen_step=step if isinstance(step, int) else None)
+        self._save()
+
+    def changed_while_away(self, settings: Mapping[str, Any], step: Any) -> dict[str, Any]:
+        """The settings an attached server runs that differ from those this record last saw, where the server
+        did not restart meanwhile (its policy step did not go back): changes made while no supervisor watched."""
+        seen, seen_step = self.state.seen, self.state.seen_step
+        if seen is None or not isinstance(step, int) or seen_step is None or step < seen_step:
+            return {}
+        return {k: v for k, v in settings.items() if k in seen and seen[k] != v}
 
     def learned(self, values: Mapping[str, Any], provenance: str) -> dict[str, Any]:
         """A calibration's values, a layer below the operator's: returns what the server should now run.

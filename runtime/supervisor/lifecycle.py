@@ -352,6 +352,7 @@ class Supervisor:
         if settings is None:
             return
         known, self._known_settings = self._known_settings, settings
+        self.desired.saw(settings, spec.get("step"))
         if known is None or settings == known:
             return
         if settings in self._expected:
