@@ -93,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     setp = verb("set", "change thresholds, all or nothing: specctl set off_at=64 on_at=32")
     setp.add_argument("--reset", action="store_true",
                       help="every setting an operator chose (mode, pinned depth, thresholds, steps) and every one "
-                           "adopted from elsewhere goes back to the config file's [policy] and --set, else to the "
-                           "server's own at its start; calibrated values stay")
+                           "adopted from elsewhere goes back to a calibrated value, else the config file's [policy] "
+                           "and --set, else the server's own at its start (docs/operations.md)")
     setp.add_argument("pairs", nargs="*", metavar="KEY=VALUE",
                       help="KEY is one of " + ", ".join(f.name for f in fields(PolicySettings)) + " (docs/policy.md)")
     setp.add_argument("--socket", help="control socket path")
