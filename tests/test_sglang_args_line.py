@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specctl.console.cli.sglang_args import edit_line
 
@@ -93,3 +95,33 @@ def test_edit_line_drops_both_forms_and_switches(theirs: list[str]) -> None:
     assert edited[:5] == ["python", "--tp-size", "8", "--x", "y"]
     assert sorted(flags_of(edited)) == sorted({*flags_of(edited)})
     assert "5" not in edited and "--speculative-num-steps=5" not in edited
+
+
+OTHER = st.sampled_from(["--mem-fraction-static", "--max-running-requests", "--context-length", "--dtype"])
+SPEC = st.sampled_from(["--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens",
+                        "--speculative-algorithm", "--speculative-adaptive-config"])
+VALUES = st.text(alphabet="abc0123456789.", min_size=1, max_size=6)
+
+
+@given(st.lists(st.tuples(st.one_of(OTHER, SPEC), VALUES, st.booleans()), max_size=8), st.booleans())
+def test_edit_line_never_repeats_a_flag_and_keeps_every_other_flag(pairs: list[tuple[str, str, bool]],
+                                                                    tp: bool) -> None:
+    ours = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", "4", "--speculative-adaptive", "--speculative-adaptive-config", "F",
+            "--tp-size", "1", "--enable-metrics"]
+    line = ["python", "-m", "sglang.launch_server", *(["--tp-size", "8"] if tp else [])]
+    seen: dict[str, str] = {}
+    for flag, value, joined in pairs:
+        if flag in seen:  # one of each in their line: SGLang's last-wins would make "kept" ambiguous
+            continue
+        seen[flag] = value
+        line += [f"{flag}={value}"] if joined else [flag, value]
+    edited = edit_line(line, ours)
+    flags = flags_of(edited)
+    assert len(flags) == len(set(flags))
+    assert edited.count("--tp-size") == 1 and edited[edited.index("--tp-size") + 1] == ("8" if tp else "1")
+    for flag, value in seen.items():
+        if flag.startswith("--speculative"):
+            assert f"{flag}={value}" not in edited
+        else:
+            assert f"{flag}={value}" in edited or edited[edited.index(flag) + 1] == value

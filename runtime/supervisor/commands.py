@@ -184,8 +184,10 @@ class CommandHandler:
         for key, value in settings.items():
             _field_checked(key, value)
         new = await self._apply(settings)
-        # the pair it ran, for restarts; a depth set by hand ends a pin
-        self.store.choose({k: getattr(new, k) for k in groups_touched(settings)}, self._uid)
+        kept = {k: getattr(new, k) for k in groups_touched(settings)}  # the pair it ran, for restarts
+        if self.store.pin is not None and "steps" in kept:  # a depth set by hand ends a pin; the mode stays on
+            kept.setdefault("mode", new.mode)
+        self.store.choose(kept, self._uid)
         return await self._settled(new)
 
     async def _reset(self) -> dict[str, Any]:
