@@ -159,8 +159,9 @@ def _set(path: Path, args: argparse.Namespace) -> int:
         if not reset:
             print("nothing to reset: no setting was chosen by an operator or adopted from elsewhere")
         else:
-            print("reset " + ", ".join(sorted(reset)) + " to the config file's values (else the server's own "
-                  "at its start): " + _settings_line(result["settings"]) + _pending(result))
+            names = ", ".join(sorted("the pinned depth" if k == "pin" else k for k in reset))
+            print(f"reset {names} to a calibrated or the config file's value (else the server's own at its "
+                  "start): " + _settings_line(result["settings"]) + _pending(result))
         return EXIT_OK
     if not args.pairs:
         raise UsageError("give KEY=VALUE pairs (e.g. specctl set off_at=64 on_at=32) or --reset")

@@ -264,7 +264,8 @@ class Supervisor:
                     info = await self._adopt_thresholds(client, info)
         except ServerUnreachable as exc:
             self.health.unanswered(str(exc))
-            await self._note_health(False, busy=isinstance(exc, ServerBusy))
+            busy = isinstance(exc, ServerBusy) and not (self._procs is not None and self._procs.frozen())
+            await self._note_health(False, busy=busy)
         await self._note_simulator(info)
         self.gpus.say_held(sim=self.sim)
         self._emit_if(self._notes.eager_prefill(info))
