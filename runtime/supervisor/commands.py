@@ -157,6 +157,9 @@ class CommandHandler:
             if mode != "on":
                 raise CommandError(INVALID_VALUE, "a depth is pinned with mode on (specctl force-on --steps N)",
                                    field="steps", kind=MALFORMED)
+            topk = ((self.sup.latest_sample or {}).get("server") or {}).get("topk")
+            if steps != current.steps and isinstance(topk, int) and topk > 1:
+                raise tree_depth_refusal(current.steps, topk)
             if not current.candidates and steps != current.steps:
                 raise CommandError(INVALID_VALUE, f"this server built depth {current.steps} only; pinning depth "
                                    f"{steps} needs a relaunch with --speculative-candidate-steps "
@@ -473,6 +476,15 @@ def _relaunch(steps: int) -> str:
             "for your own launch line")
 
 
+def tree_depth_refusal(steps: int, topk: int) -> CommandError:
+    """A tree under the switch has its launch depth and off only: another depth is a relaunch of that tree."""
+    return CommandError(INVALID_VALUE, (
+        f"the model server drafts a tree (topk {topk}) under specctl's switch, which has its launch depth "
+        f"({steps}) and off only; another depth is a relaunch with that tree's own "
+        "--speculative-num-steps and --speculative-num-draft-tokens (docs/topk.md); nothing changed"),
+        field="steps")
+
+
 def refused(current: PolicySettings, new: PolicySettings, topk: object = None) -> CommandError:
     """The server said no to settings the supervisor found valid: name the field and why where it is known.
 
@@ -482,11 +494,7 @@ def refused(current: PolicySettings, new: PolicySettings, topk: object = None) -
     has its launch depth and off only, whatever the relaunch.
     """
     if new.steps != current.steps and isinstance(topk, int) and topk > 1:
-        return CommandError(INVALID_VALUE, (
-            f"the model server drafts a tree (topk {topk}) under specctl's switch, which has its launch depth "
-            f"({current.steps}) and off only; another depth is a relaunch with that tree's own "
-            "--speculative-num-steps and --speculative-num-draft-tokens (docs/topk.md); nothing changed"),
-            field="steps")
+        return tree_depth_refusal(current.steps, topk)
     if new.steps != current.steps:
         return CommandError(INVALID_VALUE, (
             f"the model server was launched for {current.steps} draft steps and built its runtime states "
