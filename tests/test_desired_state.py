@@ -6,6 +6,7 @@ again on the same socket and state folder, and read what an operator reads: `spe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import stat
 import subprocess
@@ -17,7 +18,9 @@ import httpx
 import pytest
 
 from specctl.runtime.core.settings import PolicySettings
+from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.desired import Desired, DesiredFileError, DesiredState, load, save
+from specctl.runtime.supervisor.lifecycle import Supervisor
 
 from support.headless import Headless, wait_for
 
@@ -186,3 +189,26 @@ def test_a_change_made_while_no_supervisor_watched_an_attached_server_is_adopted
             h.stop()
         sim.terminate()
         sim.wait(timeout=30)
+
+
+async def test_a_calibration_reaches_the_server_below_the_operators_own_values(tmp_path: Path) -> None:
+    """The entry point a calibration loop calls: learned values are sent, an operator's keys are not."""
+    sup = Supervisor(SupervisorConfig(sim_load="steady:c=4", sim_gpus=1, interval=0.2, socket_path=None,
+                                      desired_path=tmp_path / "desired.json"))
+    await sup.start()
+    try:
+        for _ in range(300):
+            if sup.latest_sample and sup.latest_sample["server"]["state"] == "ready" and sup.latest_sample["spec"]:
+                break
+            await asyncio.sleep(0.1)
+        await sup.execute("set", {"settings": {"off_at": 48, "on_at": 16}}, uid=1000)
+        sent = await sup.commands.learned({"off_at": 64, "on_at": 30, "min_accept": 0.5}, "sweep 3")
+        assert sent == {"min_accept": 0.5}, "the operator's pair wins"
+        await sup.poll_now()
+        settings = sup.latest_sample["spec"]["settings"]
+        assert (settings["off_at"], settings["on_at"], settings["min_accept"]) == (48, 16, 0.5)
+        kept = json.loads((tmp_path / "desired.json").read_text())
+        assert kept["learned"]["min_accept"]["note"] == "sweep 3"
+        assert [e for e in sup.recent if e.get("event") == "settings_learned"][-1]["why"] == "sweep 3"
+    finally:
+        await sup.stop()

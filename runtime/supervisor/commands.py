@@ -193,6 +193,20 @@ class CommandHandler:
         self.store.choose(kept, self._uid)
         return await self._settled(new)
 
+    async def learned(self, values: Mapping[str, Any], provenance: str) -> dict[str, Any]:
+        """A calibration's values, kept below the operator's (desired.Desired.learned) and sent where no
+        operator-set key overrides them. Returns what was sent ({} when people chose every key). Raises
+        SettingsError for values that are not settings, CommandError where the server refuses them."""
+        async with self._lock:
+            send = self.store.learned(values, provenance)
+            mine = set(self.store.state.chosen) | ({"mode", "steps"} if self.store.pin is not None else set())
+            send = {k: v for k, v in send.items() if k not in mine}
+            if not send:
+                return {}
+            self._uid = None
+            await self._apply(send, journal=False)  # journaled as settings_learned
+            return send
+
     async def _reset(self) -> dict[str, Any]:
         """``specctl set --reset``: every setting an operator chose (or that was adopted from elsewhere) and a
         pinned depth go back to the config file's (and ``--set``'s) value, else the server's own at its start."""
