@@ -167,11 +167,13 @@ def test_sglang_args_never_prints_half_a_measured_pair(tmp_path: Path, backend: 
 
 
 def test_sglang_args_at_one_step_names_the_default_floor_once_the_row_is_set_aside(tmp_path: Path) -> None:
-    """--set accept_slope leaves the triton floor out, so the floor refused at one step is the default."""
+    """--set accept_slope leaves the triton floor out, so the floor out of reach at one step is the default,
+    and the one printed instead is the default scaled to one step."""
     out = specctl(tmp_path, "sglang-args", "--steps", "1", "--backend", "triton", "--gpu", "NVIDIA H200",
-                  "--experts", "0", "--set", "accept_slope=0.01")
-    said = one_line_refusal(out, "sglang-args")
-    assert "the default acceptance floor min_accept 1.3" in said and "give --set min_accept=0.4" in said, said
+                  "--experts", "0", "--set", "accept_slope=0.01", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert "min_accept 0.4: the default acceptance floor 1.3" in out.stderr, out.stderr
+    assert json.loads(json.loads(out.stdout)["env"]["SPECCTL_SETTINGS"])["min_accept"] == 0.4
 
 
 # -- 3. a config file's floor: named as the file's, fixed in its words ---------------------------------

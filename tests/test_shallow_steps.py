@@ -81,16 +81,10 @@ def test_a_floor_the_operator_gave_too_high_is_refused_as_theirs(tmp_path: Path,
     assert "default" not in out.stderr, "the operator typed this floor: it is not called the default"
 
 
-def test_sglang_args_at_one_step_names_the_floor_then_prints_the_lines_with_it(tmp_path: Path) -> None:
-    out = specctl(tmp_path, "sglang-args", "--steps", "1")
-    assert out.returncode == 2 and out.stdout == "", out.stdout
-    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
-    assert out.stderr.startswith("specctl sglang-args: at 1 draft step the default acceptance floor ")
-    assert HINT in out.stderr, out.stderr
-    assert not (tmp_path / "state").exists() or not list((tmp_path / "state").iterdir()), "nothing written"
-
-    out = specctl(tmp_path, "sglang-args", "--steps", "1", "--set", "min_accept=0.4", "--format", "json")
+def test_sglang_args_at_one_step_picks_the_floor_one_step_can_meet_and_says_so(tmp_path: Path) -> None:
+    out = specctl(tmp_path, "sglang-args", "--steps", "1", "--format", "json")
     assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr and "min_accept 0.4: the default acceptance floor 1.3" in out.stderr
     printed = json.loads(out.stdout)
     started = json.loads(printed["env"]["SPECCTL_SETTINGS"])
     assert (started["steps"], started["min_accept"]) == (1, 0.4)
@@ -135,18 +129,18 @@ def test_the_simulator_at_one_step_with_the_hinted_floor_runs_it(tmp_path: Path)
 
 
 def test_force_on_one_step_on_a_server_built_for_three_names_the_relaunch_and_its_floor(tmp_path: Path) -> None:
-    """Built for {0, 3}: `set mode=on steps=1 min_accept=0.4` would only be refused next, for the depth,
-    so the refusal says the relaunch, and the relaunch line carries the floor it needs."""
+    """Built for {0, 3}: pinning another depth is refused in one line that names the launch flag that builds
+    depths; `set mode=on steps=1 min_accept=0.4`, refused by the server, names the relaunch and its floor."""
     h = Headless(tmp_path, "--sim-load", "steady:c=1")
     try:
         h.ready_sample()
         out = h.cli("force-on", "--steps", "1")
         assert out.returncode == 1 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
-        assert ("so 1 needs a relaunch (specctl run --speculative-num-steps 1 --set min_accept=0.4, or specctl "
-                "sglang-args --steps 1 --set min_accept=0.4 for your own launch line)") in out.stderr, out.stderr
+        assert out.stderr == ("specctl force-on: refused: steps: this server built depth 3 only; pinning depth 1 "
+                              "needs a relaunch with --speculative-candidate-steps 0,1,3\n")
         out = h.cli("set", "mode=on", "steps=1", "min_accept=0.4")  # the depth, refused by the server
         assert out.returncode == 1 and "specctl run --speculative-num-steps 1 --set min_accept=0.4," in out.stderr
-        out = h.cli("force-on", "--steps", "2")  # 1.3 is within reach of 2: the relaunch needs no floor
+        out = h.cli("set", "mode=on", "steps=2")  # 1.3 is within reach of 2: the relaunch needs no floor
         assert out.returncode == 1 and "specctl run --speculative-num-steps 2, or" in out.stderr, out.stderr
     finally:
         h.stop()
@@ -207,20 +201,18 @@ def test_run_refuses_iff_the_floor_is_out_of_reach_and_takes_the_hint(
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.integers(min_value=1, max_value=16), floor=FLOORS,
        backend=st.sampled_from([None, *sorted(BY_BACKEND)]))
-def test_sglang_args_refuses_iff_the_floor_is_out_of_reach_and_takes_the_hint(
+def test_sglang_args_refuses_only_a_floor_the_operator_gave_out_of_reach_and_picks_one_otherwise(
         steps: int, floor: float | None, backend: str | None, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECCTL_STATE_DIR", str(tmp_path / "state"))
     row_floor = PolicySettings.min_accept if backend is None else BY_BACKEND[backend]["min_accept"]
-    effective = row_floor if floor is None else floor
     rc, err = sglang_args(steps, floor, backend, tmp_path)  # a traceback would raise out of here
-    assert (rc == 2) == (effective > steps), err
     assert rc in (0, 2) and "Traceback" not in err
-    if rc == 2 and floor is None:
-        assert hinted(err) == floor_for_steps(steps)
-        assert sglang_args(steps, hinted(err), backend, tmp_path)[0] == 0, "the hint, given back, is taken"
-    elif rc == 2:
+    assert (rc == 2) == (floor is not None and floor > steps), err
+    if rc == 2:
         assert f"must be between 0 and steps ({steps}), got {floor}" in err, err
+    elif floor is None and row_floor > steps:  # the floor nobody gave, out of reach: the scaled default, said
+        assert f"min_accept {floor_for_steps(steps):g}:" in err, err
 
 
 @pytest.mark.parametrize(("steps", "floor"), [(1, 0.4), (2, 0.9), (3, 1.3), (16, 6.9)])

@@ -341,14 +341,16 @@ def test_the_launched_servers_control_endpoints_are_closed_to_anyone_without_the
 
 
 def test_a_change_made_past_the_supervisor_is_journaled_when_it_is_next_seen(sup: Headless) -> None:
-    """Even one made with the key (an operator with a curl): the journal says what changed, and to what."""
+    """Even one made with the key (an operator with a curl): the journal says what changed, and to what,
+    and it is adopted as the desired state."""
     url = sup.ready_sample()["server"]["url"]
     assert sup.cli("set", "off_at=60").returncode == 0  # ours: no external change
     wire = PolicySettings().with_changes({"off_at": 50}).to_wire(["off_at"])
     assert side_door(url, "/set_internal_state", {"server_args": wire}, sup.admin()).status_code == 200
-    change = sup.wait_event("external_change")
-    assert change["changes"] == {"off_at": 50} and change["settings"]["off_at"] == 50
-    assert len(sup.records("event", "external_change")) == 1
+    change = sup.wait_event("settings_adopted")
+    assert change["source"] == "elsewhere" and change["fields"] == {"off_at": 50}
+    assert change["settings"]["off_at"] == 50
+    assert len(sup.records("event", "settings_adopted")) == 1
 
 
 def test_with_attach_the_operator_gives_the_servers_key(tmp_path: Path) -> None:

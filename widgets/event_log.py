@@ -30,6 +30,9 @@ _EVENTS = {ev.SERVER_START: ("START", "plain"), ev.SERVER_READY: ("READY", "good
            ev.DEPTH_COSTS_MISSING: ("DEPTH", "warn"),
            ev.ATTACHED_SIMULATOR: ("SIM", "warn"), ev.BACKEND_THRESHOLDS: ("SETTINGS", "plain"),
            ev.BACKEND_THRESHOLDS_FAILED: ("SETTINGS", "bad"), ev.EXTERNAL_CHANGE: ("SETTINGS", "warn"),
+           ev.SETTINGS_ADOPTED: ("SETTINGS", "warn"), ev.SETTINGS_RESET: ("SETTINGS", "plain"),
+           ev.SETTINGS_LEARNED: ("SETTINGS", "plain"), ev.DESIRED_RESTORED: ("SETTINGS", "plain"),
+           ev.DESIRED_UNUSABLE: ("SETTINGS", "bad"), ev.SERVER_BUSY: ("BUSY", "warn"),
            ev.BACKEND_THRESHOLDS_SKIPPED: ("SETTINGS", "warn"),
            ev.DENSE_THRESHOLDS_ON_MOE: ("SETTINGS", "warn"),
            # made by the console itself, not journaled: its link to the supervisor went and came back

@@ -2,7 +2,8 @@
 
 Parsing only: every verb lives in its own module, imported when chosen, so
 ``specctl status`` and ``specctl run --headless`` never import Textual.
-Exit codes: 0 ok, 1 refused, 2 usage, 3 no supervisor to talk to.
+Exit codes (one rule for every verb, EXIT_RULE): 0 ok, 1 refused for the server's state,
+2 malformed or out of range, 3 no supervisor to talk to.
 """
 
 from __future__ import annotations
@@ -54,23 +55,28 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
                    help="after --: extra arguments passed to sglang.launch_server")
 
 
+EXIT_RULE = ("exit codes, the same for every command: 0 done; 1 refused for the server's state (a depth it did "
+             "not build, a pair that does not fit its other settings, no server running); 2 malformed or out of "
+             "range (an unknown flag or setting, off_at=-1, steps=99), nothing sent; 3 no supervisor to talk to")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="specctl", epilog="exit codes: 0 ok, 1 refused, 2 usage, 3 no supervisor to talk to",
+        prog="specctl", epilog=EXIT_RULE,
         description="Supervise an SGLang server's speculative decoding: off when it is loaded, on when it is quiet.")
     parser.add_argument("--version", action="version", version=f"specctl {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
 
     def verb(name: str, text: str) -> argparse.ArgumentParser:
         """A subcommand whose own --help opens with the line the command list shows."""
-        return sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        return sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".", epilog=EXIT_RULE)
 
     tui = verb("tui", "the live console (default: on the embedded simulator)")
     tui.add_argument("--connect", metavar="SOCKET", help="view and steer a running supervisor")
     _add_server_args(tui)
 
-    run = verb("run", "run a supervisor")
-    run.add_argument("--headless", action="store_true", help="no console: journal and control socket only")
+    run = verb("run", "run a supervisor, headless (the console is `specctl tui`)")
+    run.add_argument("--headless", action="store_true", help="accepted for older scripts: run is always headless")
     _add_server_args(run)
 
     replay = verb("replay", "play a journal back in the console")
@@ -85,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--steps", type=int, metavar="N",
                            help="the draft depth to pin (one of the server's candidate depths)")
     setp = verb("set", "change thresholds, all or nothing: specctl set off_at=64 on_at=32")
-    setp.add_argument("pairs", nargs="+", metavar="KEY=VALUE",
+    setp.add_argument("--reset", action="store_true",
+                      help="every setting an operator chose (mode, pinned depth, thresholds, steps) and every one "
+                           "adopted from elsewhere goes back to a calibrated value, else the config file's [policy] "
+                           "and --set, else the server's own at its start (docs/operations.md)")
+    setp.add_argument("pairs", nargs="*", metavar="KEY=VALUE",
                       help="KEY is one of " + ", ".join(f.name for f in fields(PolicySettings)) + " (docs/policy.md)")
     setp.add_argument("--socket", help="control socket path")
     status = verb("status", "the supervisor's latest snapshot")
@@ -116,8 +126,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.verb == "run":
-        if not args.headless:
-            parser.error("run needs --headless (the console is `specctl tui`)")
         from specctl.console.cli.headless import run_headless
 
         return run_headless(args)

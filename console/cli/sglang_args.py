@@ -21,7 +21,7 @@ from typing import Any
 
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from specctl.runtime.core.adaptive_config import write_config
-from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, unasked_floor
+from specctl.runtime.core.settings import MAX_BATCH, PolicySettings, SettingsError, check_fields, floor_for_steps
 from specctl.runtime.core.thresholds import (
     BY_BACKEND,
     MEASURED_ON,
@@ -63,7 +63,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        "a script), then `specctl run --headless --attach URL` on the same host "
                        "(docs/deployment.md).")
     p.add_argument("--steps", type=int, default=3, help="draft steps when speculation is on (default 3)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
+    p.add_argument("--tp", type=int, default=None,
+                   help="tensor-parallel size: prints --tp-size N (default: none printed; your line's own is kept)")
     p.add_argument("--topk", type=int, default=1,
                    help="1 (default) drafts a chain; more keeps your tree under specctl's switch (opt-in, "
                         "proven on Triton with SGLang 0.5.17: docs/topk.md), with --draft-tokens")
@@ -95,15 +96,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="a policy setting the server starts with, e.g. --set off_at=48 (repeatable)")
     p.add_argument("--format", choices=FORMATS, default="shell",
                    help="shell (export lines and flags), systemd (Environment= lines) or json")
+    p.add_argument("line", nargs=argparse.REMAINDER, metavar="-- LAUNCH LINE",
+                   help="your own launch line after --: printed edited, specctl's speculative flags in place "
+                        "of yours, everything else (--tp-size, --attention-backend, ...) kept, nothing twice")
 
 
 def run(args: argparse.Namespace) -> int:
+    own = list(args.line or [])
+    if own and own[0] == "--":
+        own = own[1:]
+    theirs = _their_backend(own)
+    if theirs is not None:
+        if args.backend is not None and args.backend != theirs:
+            return _usage(f"--backend {args.backend} and your line's --attention-backend {theirs} disagree: "
+                          "drop one (your line's is kept)")
+        if theirs in BY_BACKEND or theirs in UNMEASURED_BACKENDS:
+            args.backend = theirs  # its thresholds, as if named
+    if own and args.tp is not None and (their_tp := _value(own, "--tp-size")) not in (None, str(args.tp)):
+        return _usage(f"--tp {args.tp} and your line's --tp-size {their_tp} disagree: drop one (your line's is kept)")
     try:
         from_file = _file_policy()
         settings = _settings(args, _experts(args.experts), from_file)
     except (config.ConfigError, SettingsError, ValueError) as exc:
         return _usage(str(exc))
-    if args.tp < 1:
+    if args.tp is not None and args.tp < 1:
         return _usage(f"--tp must be at least 1, got {args.tp}")
     if problem := _tree_problem(args, settings):
         return _usage(problem)
@@ -133,8 +149,103 @@ def run(args: argparse.Namespace) -> int:
     env = launch_env(settings, os.environ, str(costs) if costs else None, tree=args.topk > 1)
     if FLASHINFER_WORKSPACE_ENV in os.environ:  # the operator's size, kept: a unit or manifest must carry it too
         env[FLASHINFER_WORKSPACE_ENV] = os.environ[FLASHINFER_WORKSPACE_ENV]
-    print(_render(args.format, env, flags, path, tree=args.topk > 1))
+    if args.backend is not None and args.backend != "flashinfer":  # only FlashInfer's backend reads it
+        env.pop(FLASHINFER_WORKSPACE_ENV, None)
+    words = policy_words(settings)
+    if own:
+        print(_render_line(args.format, env, edit_line(own, flags), path, words))
+    else:
+        print(_render(args.format, env, flags, path, tree=args.topk > 1, words=words))
     return EXIT_OK
+
+
+def policy_words(settings: PolicySettings) -> str:
+    """The thresholds in words, where a number is a sentinel: off_at 1048576 is "never off for load"."""
+    if settings.off_at >= MAX_BATCH:
+        load = "never off for load (off_at at its ceiling)"
+    else:
+        load = f"off at a decode batch of {settings.off_at} or more, on again at {settings.on_at} or fewer"
+    floor = f"{settings.min_accept:g}" + (f" + {settings.accept_slope:g} x batch" if settings.accept_slope else "")
+    accept = ("no acceptance floor" if not settings.min_accept and not settings.accept_slope
+              else f"off below {floor} accepted draft tokens a verify")
+    return f"policy: {load}; {accept}; {settings.steps} draft step{'s' * (settings.steps != 1)} when on"
+
+
+# The flags of build_command that take a value (the others are switches): a line's own are dropped with it.
+_VALUED = {"--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
+           "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--speculative-adaptive-config",
+           "--tp-size", "--attention-backend", "--model-path", "--host", "--port", "--config"}
+# Theirs where they have one: the GPUs their server runs on, and the backend they chose.
+_KEPT = ("--tp-size", "--attention-backend")
+
+
+def _flag_of(word: str) -> str | None:
+    return word.split("=", 1)[0] if word.startswith("--") else None
+
+
+def _value(line: list[str], flag: str) -> str | None:
+    """The value ``line`` gives ``flag`` (``--flag V`` or ``--flag=V``; the last one, as SGLang takes it)."""
+    found = None
+    for i, word in enumerate(line):
+        if word == flag and i + 1 < len(line):
+            found = line[i + 1]
+        elif word.startswith(flag + "="):
+            found = word.split("=", 1)[1]
+    return found
+
+
+def _their_backend(line: list[str]) -> str | None:
+    return _value(line, "--attention-backend")
+
+
+def edit_line(line: list[str], flags: list[str]) -> list[str]:
+    """``line`` with specctl's speculative flags in place of its own, each flag once.
+
+    Their --tp-size and --attention-backend stay where they have them (ours are added only where
+    they have none); every other flag of ours replaces theirs, in either form (``--flag V``,
+    ``--flag=V``); a tree's flags of theirs (SPEC_FLAGS) go even where ours has none.
+    """
+    ours: dict[str, list[str]] = {}
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        takes = flag in _VALUED and i + 1 < len(flags)
+        ours[flag] = flags[i:i + 2] if takes else [flag]
+        i += 2 if takes else 1
+    has = {_flag_of(w) for w in line}
+    for kept in _KEPT:
+        if kept in has:
+            ours.pop(kept, None)
+    replaced = (set(ours) | set(SPEC_FLAGS)) - set(_KEPT)
+    out: list[str] = []
+    i = 0
+    while i < len(line):
+        word = line[i]
+        flag = _flag_of(word)
+        if flag in replaced:
+            i += 2 if ("=" not in word and flag in _VALUED) else 1
+            continue
+        out.append(word)
+        i += 1
+    for words in ours.values():
+        out += words
+    return out
+
+
+def _render_line(fmt: str, env: dict[str, str], command: list[str], path: Path, words: str) -> str:
+    """The operator's own line, edited, with the environment in front."""
+    if fmt == "json":
+        return json.dumps({"env": env, "command": command, "adaptive_config": str(path), "policy": words}, indent=2)
+    line = " ".join(shlex.quote(w) for w in command)
+    if fmt == "systemd":
+        env_lines = [f'Environment="{k}={v.replace(chr(34), chr(92) + chr(34))}"' for k, v in env.items()]
+        return "\n".join([f"# adaptive config written to {path}", f"# {words}", "# [Service] lines:", *env_lines,
+                          f"ExecStart={line}"])
+    front = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    return "\n".join([f"# adaptive config written to {path} (the server must be able to read it)",
+                      "# the server's Python needs specctl installed: SGLang finds the plugin by its entry point",
+                      f"# {words}", f"{front} {line}",
+                      "# then, on the same host: specctl run --attach http://127.0.0.1:PORT"])
 
 
 def _tree_problem(args: argparse.Namespace, settings: PolicySettings) -> str | None:
@@ -213,9 +324,14 @@ def _settings(args: argparse.Namespace, experts: int | None, from_file: dict[str
     except SettingsError as exc:
         if exc.field != "min_accept" or "min_accept" in chosen:
             raise
-        source = f"the {args.backend} thresholds'" if "min_accept" in applied else "the default"
-        floor = applied.get("min_accept", PolicySettings.min_accept)
-        raise ValueError(unasked_floor(given["steps"], floor, source, "--set ")) from None
+    # a floor the operator never gave that this depth cannot meet: the default scaled to the depth instead
+    source = f"the {args.backend} thresholds'" if "min_accept" in applied else "the default"
+    floor = floor_for_steps(given["steps"])
+    print(f"specctl sglang-args: min_accept {floor:g}: {source} acceptance floor "
+          f"{applied.get('min_accept', PolicySettings.min_accept):g} is more than {given['steps']} draft "
+          f"step{'s' * (given['steps'] != 1)} can accept, so the default scaled to the depth is printed "
+          "(--set min_accept=... to choose another)", file=sys.stderr)
+    return PolicySettings().with_changes({**changes, "min_accept": floor})
 
 
 def _file_policy() -> dict[str, Any]:
@@ -235,10 +351,11 @@ def _file_policy() -> dict[str, Any]:
 def _flags(args: argparse.Namespace, path: Path) -> list[str]:
     """build_command's line less the interpreter, the module and the operator's own flags."""
     draft = args.draft or "DRAFT"
-    line = build_command("MODEL", draft, args.tp, args.steps, 0, "HOST", str(path), python="python",
+    line = build_command("MODEL", draft, args.tp or 1, args.steps, 0, "HOST", str(path), python="python",
                          topk=args.topk, draft_tokens=args.draft_tokens)
     flags = line[line.index("sglang.launch_server") + 1:]
-    drop = set(OWN_FLAGS) | (set() if args.draft else {DRAFT_FLAG})
+    # --tp-size only where asked: a printed --tp-size 1 after an 8-GPU line's own made it TP 1
+    drop = set(OWN_FLAGS) | (set() if args.draft else {DRAFT_FLAG}) | (set() if args.tp else {"--tp-size"})
     out: list[str] = []
     skip = False
     for word in flags:
@@ -254,20 +371,20 @@ def _flags(args: argparse.Namespace, path: Path) -> list[str]:
     return out
 
 
-def _render(fmt: str, env: dict[str, str], flags: list[str], path: Path, tree: bool = False) -> str:
+def _render(fmt: str, env: dict[str, str], flags: list[str], path: Path, tree: bool = False, words: str = "") -> str:
     if fmt == "json":
-        return json.dumps({"env": env, "args": flags, "adaptive_config": str(path)}, indent=2)
+        return json.dumps({"env": env, "args": flags, "adaptive_config": str(path), "policy": words}, indent=2)
     replacing = TREE_REPLACING if tree else REPLACING
     line = " ".join(shlex.quote(f) for f in flags)
     if DRAFT_FLAG not in flags:
         line += f"  # and keep your own {DRAFT_FLAG} (or pass --draft)"
     if fmt == "systemd":
         env_lines = [f'Environment="{k}={v.replace(chr(34), chr(92) + chr(34))}"' for k, v in env.items()]
-        return "\n".join([f"# adaptive config written to {path}", "# [Service] lines:", *env_lines,
+        return "\n".join([f"# adaptive config written to {path}", f"# {words}", "# [Service] lines:", *env_lines,
                           f"# append to ExecStart=... -m sglang.launch_server <your flags, {WITHOUT}>:", line])
     return "\n".join([f"# adaptive config written to {path} (the server must be able to read it)",
                       "# the server's Python needs specctl installed: SGLang finds the plugin by its entry point",
-                      "# environment of the server process:",
+                      f"# {words}", "# environment of the server process:",
                       *[f"export {k}={shlex.quote(v)}" for k, v in env.items()],
                       f"# add to your python -m sglang.launch_server line, {replacing}:", line,
                       "# then, on the same host: specctl run --headless --attach http://127.0.0.1:PORT"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ from typing import Any
 from specctl.console.cli.exit_codes import EXIT_NO_SUPERVISOR, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from specctl.runtime.control.client import ControlError, NoSupervisor, ProtocolError, call
 from specctl.runtime.core import records, view_only
-from specctl.runtime.core.settings import MAX_BATCH, SettingsError, check_fields
+from specctl.runtime.core.errors import MALFORMED
+from specctl.runtime.core.in_between import switching
+from specctl.runtime.core.settings import MAX_BATCH, SettingsError, check_ranges
 from specctl.runtime.supervisor import config, config_file, paths
 
 GIB = 1024**3
@@ -48,6 +51,8 @@ def run_verb(args: argparse.Namespace) -> int:
     except ProtocolError as e:
         return _fail(f"specctl: {e}", EXIT_NO_SUPERVISOR)
     except ControlError as e:
+        if e.details.get("kind") == MALFORMED:  # the value itself is wrong, on any server: a usage error
+            return _fail(f"specctl {args.verb}: {_describe(e)}", EXIT_USAGE)
         return _fail(f"specctl {args.verb}: refused: {_describe(e)}", EXIT_REFUSED)
     except BrokenPipeError:  # `specctl status | head -1`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -72,10 +77,18 @@ def _describe(e: ControlError) -> str:
 def _mode(mode: str) -> Callable[[Path, argparse.Namespace], int]:
     def verb(path: Path, args: argparse.Namespace) -> int:
         steps = getattr(args, "steps", None)
-        settings = call(path, "mode", {"mode": mode} if steps is None else {"mode": mode, "steps": steps})["settings"]
-        print(_mode_line(settings))
+        if steps is not None:
+            _checked({"steps": steps})
+        result = call(path, "mode", {"mode": mode} if steps is None else {"mode": mode, "steps": steps})
+        print(_mode_line(result["settings"]) + _pending(result))
         return EXIT_OK
     return verb
+
+
+def _pending(result: dict[str, Any]) -> str:
+    """The command has reached the server but not yet run: said, so the next status is no surprise."""
+    pending = result.get("pending")
+    return f" [{pending}]" if isinstance(pending, str) else ""
 
 
 def _mode_line(settings: dict[str, Any]) -> str:
@@ -84,9 +97,16 @@ def _mode_line(settings: dict[str, Any]) -> str:
         return "speculation forced OFF (mode off; `specctl auto` hands it back to the policy)"
     if mode == "on":
         return (f"speculation forced ON at {settings.get('steps')} draft steps "
-                "(mode on; `specctl auto` hands it back to the policy)")
-    return (f"speculation under the policy (mode auto: off at batch >= {settings.get('off_at')}, "
-            f"on at <= {settings.get('on_at')}{_auto_depths(settings)})")
+                "(mode on; `specctl auto` hands it and the depth back to the policy)")
+    return (f"speculation under the policy (mode auto: {_load_words(settings)}{_auto_depths(settings)})")
+
+
+def _load_words(settings: dict[str, Any]) -> str:
+    """off_at and on_at in words: the sentinel off_at (MAX_BATCH) is "never off for load", not a number."""
+    off_at = settings.get("off_at")
+    if isinstance(off_at, int) and off_at >= MAX_BATCH:
+        return "never off for load, only for low acceptance"
+    return f"off at batch >= {off_at}, on at <= {settings.get('on_at')}"
 
 
 def _auto_depths(settings: dict[str, Any]) -> str:
@@ -112,35 +132,98 @@ def _several_depths(built: object) -> bool:
 
 # -- set ----------------------------------------------------------------------------
 
-def parse_pairs(pairs: list[str]) -> dict[str, Any]:
-    """``["off_at=64", "mode=off"]`` -> ``{"off_at": 64, "mode": "off"}``: names and types checked here,
-    so a typo is a usage error (exit 2) with or without a supervisor to ask."""
+def _checked(changes: dict[str, Any]) -> dict[str, Any]:
+    """Names, types and each value's own range checked here: a mistake is a usage error (exit 2)
+    with or without a supervisor to ask; what depends on the server's state is its to refuse (exit 1)."""
     try:
-        return check_fields(config.parse_pairs(pairs))
-    except config.ConfigError as e:
-        raise UsageError(f"{e} (e.g. specctl set off_at=64 on_at=32)") from None
+        return check_ranges(changes)
     except SettingsError as e:
         raise UsageError(str(e)) from None
 
 
+def parse_pairs(pairs: list[str]) -> dict[str, Any]:
+    """``["off_at=64", "mode=off"]`` -> ``{"off_at": 64, "mode": "off"}``, checked as :func:`_checked`."""
+    try:
+        return _checked(config.parse_pairs(pairs))
+    except config.ConfigError as e:
+        raise UsageError(f"{e} (e.g. specctl set off_at=64 on_at=32)") from None
+
+
 def _set(path: Path, args: argparse.Namespace) -> int:
+    if getattr(args, "reset", False):
+        if args.pairs:
+            raise UsageError("--reset takes no KEY=VALUE (it returns every setting an operator chose to the "
+                             "config file's)")
+        result = call(path, "set", {"reset": True})
+        reset = result.get("reset") or {}
+        if not reset:
+            print("nothing to reset: no setting was chosen by an operator or adopted from elsewhere")
+        else:
+            names = ", ".join(sorted("the pinned depth" if k == "pin" else k for k in reset))
+            print(f"reset {names} to a calibrated or the config file's value (else the server's own at its "
+                  "start): " + _settings_line(result["settings"]) + _pending(result))
+        return EXIT_OK
+    if not args.pairs:
+        raise UsageError("give KEY=VALUE pairs (e.g. specctl set off_at=64 on_at=32) or --reset")
     changes = parse_pairs(args.pairs)
-    settings = call(path, "set", {"settings": changes})["settings"]
-    print("settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
+    result = call(path, "set", {"settings": changes})
+    print("settings: " + _settings_line(result["settings"]) + _pending(result))
     return EXIT_OK
+
+
+def _settings_line(settings: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in settings.items())
 
 
 # -- status -------------------------------------------------------------------------
 
 def _status(path: Path, args: argparse.Namespace) -> int:
-    sample = call(path, "status")["sample"]
+    answer = call(path, "status")
+    sample = answer["sample"]
     if args.json:
         print("null" if sample is None else records.dumps(sample))
     elif sample is None:
         print(f"a supervisor answers at {path}, but it has no sample yet")
     else:
-        print("\n".join(summary(sample)))
+        print("\n".join(summary(sample) + _desired_lines(answer.get("desired"))))
     return EXIT_OK
+
+
+def _desired_lines(desired: Any) -> list[str]:
+    """What operators (and others) asked for and who: the settings a restart of server or supervisor keeps."""
+    if not isinstance(desired, dict) or not isinstance(desired.get("who"), dict):
+        return []
+    parts = []
+    for key, who in desired["who"].items():
+        value = (desired.get("settings") or {}).get(key)
+        if not isinstance(who, dict) or who.get("source") == "config":
+            continue
+        if who.get("pinned") is not None:
+            if key == "steps":
+                parts.append(f"depth {value} pinned ({_by(who)}; `specctl auto` hands it back)")
+            continue
+        parts.append(f"{key} {_shown(key, value)} ({_by(who)})")
+    return [f"desired    {'; '.join(parts)}"] if parts else []
+
+
+def _by(who: dict[str, Any]) -> str:
+    source = who.get("source")
+    words = {"operator": "operator" + (f" uid {who['by']}" if who.get("by") is not None else ""),
+             "elsewhere": "adopted from elsewhere", "calibration": "calibration"}.get(source, str(source))
+    t = who.get("t")
+    return words + (f" at {_clock(t)}" if isinstance(t, (int, float)) else "")
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "off_at" and isinstance(value, int) and value >= MAX_BATCH:
+        return "never (never off for load)"
+    if key == "on_at" and isinstance(value, int) and value >= MAX_BATCH - 1:
+        return f"{value} (with off_at never: no load rule)"
+    return str(value)
 
 
 def _v(value: Any, fmt: str = "{}") -> str:
@@ -151,7 +234,7 @@ def _v(value: Any, fmt: str = "{}") -> str:
 def summary(sample: dict[str, Any]) -> list[str]:
     """The human-readable ``specctl status``: one line per topic, one per GPU."""
     server = sample.get("server") or {}
-    lines = [_server_line(server, bool(sample.get("sim")))]
+    lines = [_server_line(server, bool(sample.get("sim")), sample.get("t"))]
     why = view_only.reason(sample)
     lines += _view_only_lines(why, server.get("tp")) if why else _spec_lines(sample.get("spec"), server.get("topk"))
     if server.get("prefill_graphs") is False:
@@ -165,6 +248,19 @@ def summary(sample: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _not_answering(state: str, server: dict[str, Any], t: Any) -> str:
+    """``BUSY since 12:01:03, last step 9.8 s ago``: a server that takes connections and works is not gone
+    (``UNREACHABLE``: it refuses or resets them)."""
+    words = state.upper()
+    since, last = server.get("since"), server.get("last_step_t")
+    if isinstance(since, (int, float)):
+        words += f" since {_clock(since)}"
+    if isinstance(last, (int, float)) and isinstance(t, (int, float)):
+        words += f", last step {max(0.0, t - last):.1f} s ago"
+    return words + (" (it takes connections but does not answer in time: working, not gone)"
+                    if state == "busy" else "")
+
+
 def _view_only_lines(why: str, tp: Any) -> list[str]:
     """What the server cannot tell, said as such, with the fix: not a row of '-' that reads like a fault.
 
@@ -174,8 +270,10 @@ def _view_only_lines(why: str, tp: Any) -> list[str]:
             f"fix        {view_only.fix(why, tp)}; until then mode and set are refused"]
 
 
-def _server_line(server: dict[str, Any], sim: bool) -> str:
+def _server_line(server: dict[str, Any], sim: bool, t: Any = None) -> str:
     state = _v(server.get("state"))
+    if state in ("busy", "unreachable"):
+        state = _not_answering(state, server, t)
     progress = server.get("progress")
     if isinstance(progress, dict) and state == "starting":
         fraction = progress.get("fraction")
@@ -196,6 +294,8 @@ def _spec_lines(spec: dict[str, Any] | None, topk: object = None) -> list[str]:
         return ["spec       unknown (the model server cannot be asked)"]
     on = spec.get("on")
     state = "-" if on is None else ("ON" if on else "OFF")
+    if (pending := switching(spec)) is not None:  # the command has landed, the switch waits for a decode step
+        state += f" (forced {spec.get('mode')}; {pending})"
     tree = f", a tree of topk {topk}" if isinstance(topk, int) and topk > 1 else ""
     steps = f" ({spec.get('steps')} steps{tree})" if on else ""
     built = (spec.get("settings") or {}).get("candidates") if isinstance(spec.get("settings"), dict) else None

@@ -10,6 +10,11 @@ UNAVAILABLE = "unavailable"  # the model server could not be reached or refused 
 INTERNAL = "internal"
 FORBIDDEN = "forbidden"  # the peer's uid is neither the socket owner's nor root
 
+# An error's ``kind`` (a detail beside ``code``) where the value itself is wrong, whatever the server
+# runs (``off_at=-1``, ``steps=99``): the CLI exits 2 for it, as for its own usage errors, and 1 for
+# a refusal that depends on the server's state.
+MALFORMED = "malformed"
+
 
 class CommandError(Exception):
     """A refused command; becomes ``{"ok": false, "error": {"code", "message", ...}}``."""

@@ -59,6 +59,8 @@ class Server(TypedDict, total=False):
     error: str | None
     progress: Progress | None
     uptime_s: float
+    since: float  # unix time the server entered ``state`` (as the supervisor saw it)
+    last_step_t: float | None  # unix time the policy's step counter last moved; None: never read
 
 
 class Settings(TypedDict, total=False):
@@ -228,7 +230,8 @@ EventName = Literal[
     "spec_switch", "slow_off_state", "eager_prefill", "view_only", "depth_costs_missing",
     "settings", "settings_restored", "settings_restore_failed", "backend_thresholds", "backend_thresholds_failed",
     "backend_thresholds_skipped", "dense_thresholds_on_moe", "gpu_failed", "gpu_recovered", "gpu_unavailable",
-    "external_change",
+    "external_change", "settings_adopted", "settings_learned", "settings_reset", "desired_restored",
+    "desired_unusable", "server_busy",
 ]
 EVENT_NAMES: tuple[EventName, ...] = get_args(EventName)
 
@@ -259,7 +262,13 @@ DENSE_THRESHOLDS_ON_MOE: Final = "dense_thresholds_on_moe"  # an attached MoE ru
 GPU_FAILED: Final = "gpu_failed"
 GPU_RECOVERED: Final = "gpu_recovered"
 GPU_UNAVAILABLE: Final = "gpu_unavailable"
-EXTERNAL_CHANGE: Final = "external_change"
+EXTERNAL_CHANGE: Final = "external_change"  # older journals: now settings_adopted
+SETTINGS_ADOPTED: Final = "settings_adopted"  # a change made elsewhere, now the desired state
+SETTINGS_LEARNED: Final = "settings_learned"  # a calibration's values, below the operator's
+SETTINGS_RESET: Final = "settings_reset"  # `specctl set --reset`: back to the config
+DESIRED_RESTORED: Final = "desired_restored"  # the kept desired state, read at supervisor start
+DESIRED_UNUSABLE: Final = "desired_unusable"  # its file could not be read or written
+SERVER_BUSY: Final = "server_busy"  # it accepts connections but does not answer in time
 
 
 # -- building records (the supervisor's side: typed by construction) -----------
@@ -337,7 +346,7 @@ _SERVER = _shape({"state": _str, "url": _str, "sim": _bool, "running": _num, "qu
                   "accept_len": _num, "token_usage": _num, "decode_tokens_total": _num, "model": _str,
                   "tp": _int, "prefill_graphs": _bool, "speculative": _bool, "topk": _int, "version": _str, "pid": _int,
                   "restarts": _int, "error": _str,
-                  "progress": _PROGRESS, "uptime_s": _num})
+                  "progress": _PROGRESS, "uptime_s": _num, "since": _num, "last_step_t": _num})
 _SETTINGS = _shape({"mode": _str, "steps": _num, "off_at": _num, "on_at": _num, "min_accept": _num,
                     "accept_slope": _num, "accept_window": _num, "probe_after": _num, "dwell": _num,
                     "warm_below": _num})

@@ -140,7 +140,37 @@ def check_fields(changes: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _coerce(key, value) for key, value in changes.items()}
 
 
+def check_ranges(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`check_fields`, and each value within its own bounds, whatever the other settings are.
+
+    A value outside them is wrong on any server (``off_at=-1``, ``steps=99``): the CLI refuses it
+    as a usage error before it asks, and the supervisor with an error of its own kind, not with
+    the pair rule that a whole set is checked against.
+    """
+    checked = check_fields(changes)
+    for key, value in checked.items():
+        if key == "candidates":
+            _validate_candidates(value)
+            continue
+        if key not in _BOUNDS:
+            continue
+        low, high = _BOUNDS[key]
+        if not low <= value <= high:
+            raise SettingsError(key, f"must be between {_plain(low)} and {_plain(high)}, got {_plain(value)}")
+    return checked
+
+
+def _plain(number: float) -> str:
+    """1048576 rather than 1.04858e+06, 0.5 as 0.5: as an operator types it."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
 MAX_BATCH = 1 << 20  # far above any server's running requests ("never off for load"); more is a typo
+MAX_STEPS = 16
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "steps": (1, MAX_STEPS), "off_at": (1, MAX_BATCH), "on_at": (0, MAX_BATCH - 1), "min_accept": (0, MAX_STEPS),
+    "accept_slope": (0, 1), "accept_window": (1, 100_000), "probe_after": (1, 10_000_000), "dwell": (0, 1_000_000),
+    "warm_below": (0, 1_000_000)}
 _INT_FIELDS = ("steps", "off_at", "on_at", "accept_window", "probe_after", "dwell", "warm_below")
 _FLOAT_FIELDS = ("min_accept", "accept_slope")
 
@@ -245,11 +275,12 @@ def _validate(s: PolicySettings) -> None:
         raise SettingsError("dwell", f"must be between 0 and 1000000, got {s.dwell}")
     if not 0 <= s.warm_below <= 1_000_000:
         raise SettingsError("warm_below", f"must be between 0 and 1000000, got {s.warm_below}")
-    _validate_candidates(s)
+    _validate_candidates(s.candidates)
+    if s.candidates and s.steps not in s.candidates:
+        raise SettingsError("steps", f"must be one of the candidates {[d for d in s.candidates if d]}, got {s.steps}")
 
 
-def _validate_candidates(s: PolicySettings) -> None:
-    c = s.candidates
+def _validate_candidates(c: Any) -> None:
     if not isinstance(c, tuple) or list(c) != sorted(set(c)) or not all(
             isinstance(d, int) and not isinstance(d, bool) for d in c):
         raise SettingsError("candidates", f"must be ascending distinct draft depths, got {c!r}")
@@ -259,8 +290,6 @@ def _validate_candidates(s: PolicySettings) -> None:
         raise SettingsError("candidates", f"depths must be between 0 and {MAX_DEPTH}, got {list(c)}")
     if 0 not in c or len(c) < 2:
         raise SettingsError("candidates", f"must hold 0 (off) and at least one depth, got {list(c)}")
-    if s.steps not in c:
-        raise SettingsError("steps", f"must be one of the candidates {[d for d in c if d]}, got {s.steps}")
 
 
 def settings_from_wire(current: PolicySettings, wire: Mapping[str, Any]) -> PolicySettings:

@@ -33,6 +33,17 @@ class ProcSampler:
         self._known: dict[int, psutil.Process] = {}
         self._tree()
 
+    def frozen(self) -> bool:
+        """The root process is stopped (SIGSTOP, a debugger) or gone: its socket may still take connections
+        (the kernel's backlog), but nothing will answer them. Not busy: unreachable."""
+        if self._root is None:
+            return False  # not known here: say nothing
+        try:
+            return self._root.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE,
+                                           psutil.STATUS_DEAD)
+        except psutil.NoSuchProcess:
+            return True
+
     def sample(self) -> list[dict[str, Any]]:
         """One dict per live process of the tree, root first; [] once the root is gone."""
         rows = []

@@ -38,6 +38,13 @@ class ServerUnreachable(Exception):
         self.message = message
 
 
+class ServerBusy(ServerUnreachable):
+    """It took the connection but did not answer in time: working (a long prefill, a kernel compile), not gone.
+
+    A subclass, so a poller that only cares about "no usable answer" needs no change.
+    """
+
+
 class RequestRejected(ServerUnreachable):
     """The server answered 4xx: it is up but refused this request (bad body, unknown path).
 
@@ -121,8 +128,10 @@ class SGLangClient:
         try:
             async with self._open().request(method, url, headers=headers, **kwargs) as response:
                 status, body = response.status, await response.read()
-        except TimeoutError as exc:  # before ClientError: aiohttp's timeouts are both
-            raise ServerUnreachable(f"timed out after {self.timeout} s") from exc
+        except aiohttp.ConnectionTimeoutError as exc:  # no connection at all: a host that is gone
+            raise ServerUnreachable(f"no connection within {self.timeout} s") from exc
+        except TimeoutError as exc:  # before ClientError: aiohttp's timeouts are both; connected, no answer
+            raise ServerBusy(f"timed out after {self.timeout} s") from exc
         except aiohttp.ClientConnectorError as exc:
             raise ServerUnreachable(_connect_message(exc, self.base_url)) from exc
         except aiohttp.ClientError as exc:

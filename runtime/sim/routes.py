@@ -64,7 +64,26 @@ async def _json_body(request: web.Request) -> Any:
 
 def build_app(server: SimServer) -> web.Application:
     """The aiohttp application answering SGLang's endpoints and the simulator's own."""
-    app = web.Application(middlewares=[_json_errors], client_max_size=8 * 2**20)
+    stall = {"until": 0.0}  # loop time until which the server takes connections and answers nothing
+
+    @web.middleware
+    async def stalled(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A stall as SGLang's (a first-use kernel compile, a long prefill): connections are taken,
+        answers wait until it ends. The simulator's own /sim/ endpoints still answer, to end one."""
+        left = stall["until"] - asyncio.get_running_loop().time()
+        if left > 0 and not request.path.startswith("/sim/"):
+            await asyncio.sleep(left)
+        return await handler(request)
+
+    app = web.Application(middlewares=[_json_errors, stalled], client_max_size=8 * 2**20)
+
+    async def set_stall(request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        seconds = body.get("seconds") if isinstance(body, dict) else None
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 3600:
+            raise BadRequest('body must be {"seconds": S} with S between 0 (end a stall) and 3600')
+        stall["until"] = asyncio.get_running_loop().time() + seconds
+        return web.json_response({"seconds": seconds})
 
     async def health(_: web.Request) -> web.Response:
         server.health_checks += 1
@@ -150,6 +169,7 @@ def build_app(server: SimServer) -> web.Application:
     app.router.add_post("/sim/gpus", set_failed_gpus)
     app.router.add_get("/sim/load", get_load)
     app.router.add_post("/sim/load", set_load)
+    app.router.add_post("/sim/stall", set_stall)
     api.add_routes(app, server)  # /v1/*, /model_info and the old /get_* names (api.py)
     admin.add_routes(app, server)  # /flush_cache and /v1/loads: the KV pool as an experiment reads it (admin.py)
     return app

@@ -15,9 +15,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from specctl.runtime.core import records, view_only
-from specctl.runtime.core.errors import BAD_REQUEST, INVALID_VALUE, UNAVAILABLE, UNKNOWN_COMMAND, CommandError
+from specctl.runtime.core.errors import (
+    BAD_REQUEST,
+    INVALID_VALUE,
+    MALFORMED,
+    UNAVAILABLE,
+    UNKNOWN_COMMAND,
+    CommandError,
+)
+from specctl.runtime.core.in_between import switching
 from specctl.runtime.core.journalable import bounded_args, bounded_message, why_unjournalable
-from specctl.runtime.core.settings import MODES, PolicySettings, SettingsError, check_fields, floor_for_steps
+from specctl.runtime.core.settings import (
+    MODES,
+    PolicySettings,
+    SettingsError,
+    check_fields,
+    check_ranges,
+    floor_for_steps,
+)
 from specctl.runtime.core.thresholds import (
     GROUPS,
     MEASURED_WITH,
@@ -32,8 +47,10 @@ from specctl.runtime.core.thresholds import (
 )
 from specctl.runtime.probes.server_info import draft_topk, spec_state, target_experts
 from specctl.runtime.probes.sglang_client import ServerUnreachable
+from specctl.runtime.supervisor.desired import Desired
 
 COMMANDS = ("ping", "status", "mode", "set", "server")
+SETTLE_S = 2.0  # how long a command waits for a switch to show before answering "at the next step"
 JOURNALED = ("mode", "set", "server")
 SERVER_ACTIONS = ("restart", "stop", "start")
 
@@ -42,6 +59,8 @@ class SettingsClient(Protocol):
     """The one call the commands make to the model server (probes.sglang_client.SGLangClient)."""
 
     async def set_internal_state(self, server_args: dict[str, int | float]) -> list[bool]: ...
+
+    async def server_info(self) -> dict[str, Any]: ...
 
 
 class SupervisorPort(Protocol):
@@ -77,10 +96,18 @@ class SupervisorPort(Protocol):
 class CommandHandler:
     """Turns commands into /set_internal_state calls and server actions."""
 
-    def __init__(self, sup: SupervisorPort, settings: Mapping[str, Any]) -> None:
+    def __init__(self, sup: SupervisorPort, store: Desired) -> None:
         self.sup = sup
-        self.desired: dict[str, Any] = dict(settings)  # survives server restarts
+        self.store = store  # the desired state: survives server and supervisor restarts (desired.py)
         self._lock = asyncio.Lock()
+        self._uid: int | None = None  # the peer of the command running now
+        self._baseline: dict[str, Any] = {}  # the server's settings as it started, before anything was pushed
+        self._first_push = True  # the first since this supervisor started: an attached server may have changed
+
+    @property
+    def desired(self) -> dict[str, Any]:
+        """The settings config, calibration and people asked for (a pinned depth left out)."""
+        return self.store.values()
 
     async def execute(self, cmd: str, args: dict[str, Any], uid: int | None) -> dict[str, Any]:
         if not isinstance(cmd, str) or cmd not in COMMANDS:
@@ -91,6 +118,7 @@ class CommandHandler:
         if cmd not in JOURNALED:
             return await getattr(self, f"_cmd_{cmd}")(args)
         async with self._lock:
+            self._uid = uid
             try:
                 if why := why_unjournalable(args):  # applied only if its record can be written
                     raise CommandError(BAD_REQUEST, f"args cannot be journaled: {why}")
@@ -106,25 +134,100 @@ class CommandHandler:
         return {"pong": True}
 
     async def _cmd_status(self, args: dict[str, Any]) -> dict[str, Any]:
-        return {"sample": self.sup.latest_sample}
+        return {"sample": self.sup.latest_sample, "desired": self.desired_view()}
+
+    def desired_view(self) -> dict[str, Any]:
+        """The desired state as status shows it: each setting a person, a file or a calibration asked for,
+        with who and when, and a pinned depth."""
+        pin = self.store.pin
+        return {"settings": self.store.wanted(), "who": self.store.who(),
+                "pin": None if pin is None else pin.as_dict(), "path": None if self.store.path is None
+                else str(self.store.path)}
 
     async def _cmd_mode(self, args: dict[str, Any]) -> dict[str, Any]:
         mode = args.get("mode")
         if mode not in MODES:
             raise CommandError(INVALID_VALUE, f"mode must be one of {', '.join(MODES)}, got {mode!r}",
-                               field="mode")
+                               field="mode", kind=MALFORMED)
+        current = self._current()
         changes: dict[str, Any] = {"mode": mode}
-        if "steps" in args:  # `specctl force-on --steps 2`: the depth to pin, in the same request
-            changes["steps"] = args["steps"]
-        return await self._apply(changes)
+        pin = self.store.pin
+        if args.get("steps") is not None:  # `specctl force-on --steps 2`: the depth to pin, in the same request
+            steps = _field_checked("steps", args["steps"])
+            if mode != "on":
+                raise CommandError(INVALID_VALUE, "a depth is pinned with mode on (specctl force-on --steps N)",
+                                   field="steps", kind=MALFORMED)
+            topk = ((self.sup.latest_sample or {}).get("server") or {}).get("topk")
+            if steps != current.steps and isinstance(topk, int) and topk > 1:
+                raise tree_depth_refusal(current.steps, topk)
+            if not current.candidates and steps != current.steps:
+                raise CommandError(INVALID_VALUE, f"this server built depth {current.steps} only; pinning depth "
+                                   f"{steps} needs a relaunch with --speculative-candidate-steps "
+                                   f"0,{','.join(map(str, sorted({steps, current.steps})))}", field="steps")
+            changes["steps"] = steps
+            restore = pin.restore if pin is not None else current.steps
+            new = await self._apply(changes)
+            if current.candidates:  # several depths built: a pin that `auto` or a plain force-on hands back
+                self.store.pinned(steps, restore, self._uid)
+            else:
+                self.store.choose({"mode": mode}, self._uid)
+            return await self._settled(new)
+        if pin is not None and pin.restore != current.steps:
+            changes["steps"] = pin.restore  # the pin ends: the depth goes back to the policy
+        new = await self._apply(changes)
+        self.store.choose({"mode": mode}, self._uid)  # and the pin with it
+        return await self._settled(new)
 
     async def _cmd_set(self, args: dict[str, Any]) -> dict[str, Any]:
+        if args.get("reset") is True:
+            return await self._reset()
         settings = args.get("settings")
         if not isinstance(settings, dict) or not settings:
-            raise CommandError(BAD_REQUEST, 'set needs {"settings": {"name": value, ...}}')
-        return await self._apply(settings)
+            raise CommandError(BAD_REQUEST, 'set needs {"settings": {"name": value, ...}} or {"reset": true}')
+        for key, value in settings.items():
+            _field_checked(key, value)
+        new = await self._apply(settings)
+        kept = {k: getattr(new, k) for k in groups_touched(settings)}  # the pair it ran, for restarts
+        if self.store.pin is not None and "steps" in kept:  # a depth set by hand ends a pin; the mode stays on
+            kept.setdefault("mode", new.mode)
+        self.store.choose(kept, self._uid)
+        return await self._settled(new)
 
-    async def _apply(self, changes: dict[str, Any]) -> dict[str, Any]:
+    async def learned(self, values: Mapping[str, Any], provenance: str) -> dict[str, Any]:
+        """A calibration's values, kept below the operator's (desired.Desired.learned) and sent where no
+        operator-set key overrides them. Returns what was sent ({} when people chose every key). Raises
+        SettingsError for values that are not settings, CommandError where the server refuses them."""
+        async with self._lock:
+            send = self.store.learned(values, provenance)
+            mine = set(self.store.state.chosen) | ({"mode", "steps"} if self.store.pin is not None else set())
+            send = {k: v for k, v in send.items() if k not in mine}
+            if not send:
+                return {}
+            self._uid = None
+            await self._apply(send, journal=False)  # journaled as settings_learned
+            return send
+
+    async def _reset(self) -> dict[str, Any]:
+        """``specctl set --reset``: every setting an operator chose (or that was adopted from elsewhere) and a
+        pinned depth go back to the config file's (and ``--set``'s) value, else the server's own at its start."""
+        current = self._current()
+        chosen = set(self.store.state.chosen) | ({"mode", "steps"} if self.store.pin is not None else set())
+        if not chosen:
+            return {"settings": current.as_dict(), "reset": {}}
+        base = {**PolicySettings().as_dict(), **self._baseline, **self.store.state.config,
+                **{k: e.value for k, e in self.store.state.learned.items()}}
+        back = {k: base[k] for k in groups_touched(chosen) if k in base}
+        if self.store.pin is not None and "steps" not in {**self.store.state.config, **self.store.state.learned}:
+            back["steps"] = self.store.pin.restore
+        new = await self._apply(back, journal=False)
+        dropped = self.store.reset()
+        self.sup.emit(records.event(records.SETTINGS_RESET, by=self._uid, source="operator", dropped=dropped,
+                                    changes={k: getattr(new, k) for k in back}, settings=new.as_dict()))
+        result = await self._settled(new)
+        return {**result, "reset": {k: v.get("value", v.get("depth")) for k, v in dropped.items()}}
+
+    async def _apply(self, changes: dict[str, Any], journal: bool = True) -> PolicySettings:
+        """Send ``changes`` whole to the server, or nothing: the new settings, journaled with who and from where."""
         current = self._current()
         try:
             new = current.with_changes(changes)
@@ -141,12 +244,32 @@ class CommandHandler:
             raise CommandError(UNAVAILABLE, f"the model server did not answer: {exc}") from None
         if not answers or not all(answers):
             raise refused(current, new, ((self.sup.latest_sample or {}).get("server") or {}).get("topk"))
-        applied = {k: getattr(new, k) for k in changes}
-        self.desired.update({k: getattr(new, k) for k in groups_touched(changes)})  # the pair it ran, for restarts
-        self.sup.emit(records.event(records.SETTINGS, changes=applied, settings=new.as_dict()))
-        await self.sup.poll_now()
-        spec = self._latest_spec() or {}
-        return {"settings": spec.get("settings") or new.as_dict()}  # the server's word, once it has read back
+        if journal:
+            applied = {k: getattr(new, k) for k in changes}
+            self.sup.emit(records.event(records.SETTINGS, changes=applied, settings=new.as_dict(), by=self._uid,
+                                        source="operator"))
+        return new
+
+    async def _settled(self, new: PolicySettings) -> dict[str, Any]:
+        """Answer once the server shows the change, waiting a bounded while for a switch to land.
+
+        Settings read back at once (SGLang hands them to every rank at the next step boundary);
+        a forced mode turns speculation on or off at the server's next decode step, which an idle
+        server may not take for a while: then the answer says so (``pending``), as ``status`` does.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_S
+        while True:
+            await self.sup.poll_now()
+            spec = self._latest_spec() or {}
+            pending = switching(spec)
+            if pending is None or loop.time() >= deadline:
+                break
+        out: dict[str, Any] = {"settings": spec.get("settings") or new.as_dict(), "on": spec.get("on"),
+                               "depth": spec.get("depth", spec.get("steps"))}
+        if pending is not None:
+            out["pending"] = pending
+        return out
 
     def _latest_spec(self) -> records.Spec | None:
         sample = self.sup.latest_sample
@@ -167,17 +290,34 @@ class CommandHandler:
             raise CommandError(UNAVAILABLE, f"the server reports unusable settings: {exc}") from None
 
     async def push_desired(self) -> None:
-        """After a (re)start, give the server what operators asked for, so nothing is lost."""
+        """After a (re)start, give the server its desired state, so nothing is lost (``settings_restored``,
+        with who set each value and when). The server's own settings as it started are kept first: the
+        values ``set --reset`` goes back to where the config names none."""
         client = self.sup.server_client
-        if not self.desired or client is None:
+        if client is None:
+            return
+        first, self._first_push = self._first_push, False
+        try:
+            spec = spec_state(await client.server_info()) or {}
+            if isinstance(spec.get("settings"), dict):
+                self._baseline = PolicySettings().with_changes(spec["settings"]).as_dict()
+        except (SettingsError, ServerUnreachable):
+            spec = {}  # no baseline: a reset falls back to the policy's defaults
+        if first and not self.sup.owns_server and self._baseline:  # someone else's server, changed while away
+            if away := self.store.changed_while_away(self._baseline, spec.get("step")):
+                self.store.adopt(away, self._baseline, while_away=True)
+        wanted = self.store.wanted()
+        if not wanted:
             return
         try:
-            wire = PolicySettings().with_changes(self.desired).to_wire(self.desired.keys())
+            base = PolicySettings().with_changes(self._baseline)
+            wire = base.with_changes(wanted).to_wire(wanted.keys())
             ok = await client.set_internal_state(wire)
         except (SettingsError, ServerUnreachable) as exc:
             self.sup.emit(records.event(records.SETTINGS_RESTORE_FAILED, error=str(exc)))
             return
-        self.sup.emit(records.event(records.SETTINGS_RESTORED, ok=bool(ok) and all(ok), changes=self.desired))
+        self.sup.emit(records.event(records.SETTINGS_RESTORED, ok=bool(ok) and all(ok), changes=wanted,
+                                    who=self.store.who()))
 
     async def adopt_backend_thresholds(self, info: dict[str, Any] | None, gpu_names: list[str | None],
                                        apply: bool = True) -> bool:
@@ -252,6 +392,14 @@ class CommandHandler:
         if action in ("start", "restart"):
             await self.sup.start_server()
         return {"state": self.sup.state}
+
+
+def _field_checked(key: str, value: Any) -> Any:
+    """One setting's own type and range, whatever the others are: a refusal here is the value's (exit 2)."""
+    try:
+        return check_ranges({key: value})[key]
+    except SettingsError as exc:
+        raise CommandError(INVALID_VALUE, str(exc), field=exc.field, kind=MALFORMED) from None
 
 
 def _row_running(row: Mapping[str, float], settings: Mapping[str, Any], chosen: Mapping[str, Any]) -> dict[str, Any]:
@@ -342,6 +490,15 @@ def _relaunch(steps: int) -> str:
             "for your own launch line")
 
 
+def tree_depth_refusal(steps: int, topk: int) -> CommandError:
+    """A tree under the switch has its launch depth and off only: another depth is a relaunch of that tree."""
+    return CommandError(INVALID_VALUE, (
+        f"the model server drafts a tree (topk {topk}) under specctl's switch, which has its launch depth "
+        f"({steps}) and off only; another depth is a relaunch with that tree's own "
+        "--speculative-num-steps and --speculative-num-draft-tokens (docs/topk.md); nothing changed"),
+        field="steps")
+
+
 def refused(current: PolicySettings, new: PolicySettings, topk: object = None) -> CommandError:
     """The server said no to settings the supervisor found valid: name the field and why where it is known.
 
@@ -351,11 +508,7 @@ def refused(current: PolicySettings, new: PolicySettings, topk: object = None) -
     has its launch depth and off only, whatever the relaunch.
     """
     if new.steps != current.steps and isinstance(topk, int) and topk > 1:
-        return CommandError(INVALID_VALUE, (
-            f"the model server drafts a tree (topk {topk}) under specctl's switch, which has its launch depth "
-            f"({current.steps}) and off only; another depth is a relaunch with that tree's own "
-            "--speculative-num-steps and --speculative-num-draft-tokens (docs/topk.md); nothing changed"),
-            field="steps")
+        return tree_depth_refusal(current.steps, topk)
     if new.steps != current.steps:
         return CommandError(INVALID_VALUE, (
             f"the model server was launched for {current.steps} draft steps and built its runtime states "

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from specctl.runtime.core.settings import PolicySettings, SettingsError, check_fields, floor_for_steps, unasked_floor
 from specctl.runtime.core.tree_drafts import TOKENS_FLAG, TOPK_FLAG, tree_args_problem, tree_problem
 from specctl.runtime.supervisor import config_file, paths
+from specctl.runtime.supervisor.desired import file_for as desired_file
 from specctl.runtime.supervisor.launcher import owned_arg, reserved_arg
 from specctl.runtime.supervisor.server_key import KEY_ENV, KeyFileError, read_key_file
 
@@ -54,6 +55,8 @@ class SupervisorConfig:
     # the settings whose value came from the config file's [policy] (not overridden on the command line),
     # so a refusal names the file and the fix in its words, not a --set nobody typed
     from_file: frozenset[str] = frozenset()
+    # where the desired state is kept (desired.py); None: in memory only, lost with the supervisor
+    desired_path: Path | None = None
 
     def __post_init__(self) -> None:
         if not 0.05 <= self.interval <= 60:
@@ -216,7 +219,8 @@ class SupervisorConfig:
                 sim_preset=args.sim_preset or sup.get("sim_preset", "h200-llama8b"),
                 sim_gpus=args.sim_gpus, sim_load=args.sim_load or sup.get("sim_load", "bursts"),
                 interval=args.interval if args.interval is not None else float(sup.get("interval", 0.5)),
-                socket_path=Path(args.socket) if args.socket else config_file.socket_path(),
+                socket_path=(sock := Path(args.socket) if args.socket else config_file.socket_path()),
+                desired_path=desired_file(paths.state_dir(), str(sock.absolute())),
                 journal_path=Path(log) if log else None,
                 journal_max_mb=float(args.log_max_mb if args.log_max_mb is not None else sup.get("log_max_mb", 64.0)),
                 settings={**site.policy, **parse_pairs(args.settings), **_candidates_arg(args),

@@ -1,7 +1,9 @@
 """The model server's health as the supervisor sees it: one small state machine.
 
 States: ``starting`` (launched or attached, not answered yet), ``ready``,
-``unreachable`` (it stopped answering, or an attached one never did),
+``busy`` (it takes connections but does not answer in time: a long prefill,
+a first-use kernel compile; working, not gone), ``unreachable`` (it refuses
+or resets connections, or an attached one never did),
 ``restarting`` (it exited or failed to start; a restart is due after a
 backoff) and ``stopped`` (asked to, or nothing to run). Every transition that
 an operator should hear about returns the event that says so; the supervisor
@@ -72,8 +74,11 @@ class ServerHealth:
         """A request to the server failed; the error is shown until it answers again."""
         self.error = error
 
-    def answered(self, healthy: bool, *, attached: bool, url: str | None) -> records.Event | None:
+    def answered(self, healthy: bool, *, attached: bool, url: str | None, busy: bool = False) -> records.Event | None:
         """A health check's outcome: the event when it changes the state, else None.
+
+        ``busy``: not healthy because it took the connection and did not answer in time
+        (probes.sglang_client.ServerBusy): ``busy``, not ``unreachable``.
 
         A server we launched may take minutes to start, so only a ready one (or one
         we attached to, which should answer at once) becomes unreachable.
@@ -83,7 +88,12 @@ class ServerHealth:
             self.error = None
             self._attempt = 0
             return records.event(records.SERVER_READY, url=url)
-        if not healthy and (self.state == "ready" or (self.state == "starting" and attached)):
+        if healthy:
+            return None
+        if busy and (self.state in ("ready", "unreachable") or (self.state == "starting" and attached)):
+            self.state = "busy"
+            return records.event(records.SERVER_BUSY, error=self.error)
+        if not busy and (self.state in ("ready", "busy") or (self.state == "starting" and attached)):
             self.state = "unreachable"
             return records.event(records.SERVER_UNREACHABLE, error=self.error)
         return None

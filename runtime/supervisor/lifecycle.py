@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from typing import Any
 
@@ -27,10 +28,11 @@ from specctl.runtime.probes.server_info import (
     spec_state,
     speculative,
 )
-from specctl.runtime.probes.sglang_client import ServerUnreachable, SGLangClient
+from specctl.runtime.probes.sglang_client import ServerBusy, ServerUnreachable, SGLangClient
 from specctl.runtime.supervisor.backends import AttachBackend, Backend, BackendError, SimBackend
 from specctl.runtime.supervisor.commands import CommandHandler
 from specctl.runtime.supervisor.config import SupervisorConfig
+from specctl.runtime.supervisor.desired import Desired
 from specctl.runtime.supervisor.edges import Once, ServerNotes, SwitchCursor
 from specctl.runtime.supervisor.gpu_feed import GpuFeed
 from specctl.runtime.supervisor.health import ServerHealth
@@ -51,7 +53,8 @@ class Supervisor:
         self.backend: Backend = make_backend(config)
         self.sim = self.backend.sim
         self.health = ServerHealth(config.restart_backoff)
-        self.commands = CommandHandler(self, config.settings)
+        self.desired = Desired(config.desired_path, config.settings, self.emit)
+        self.commands = CommandHandler(self, self.desired)
         self._journal: Journal | None = None
         self._control: Any = None
         self._client: SGLangClient | None = None
@@ -69,6 +72,9 @@ class Supervisor:
         self._switches = SwitchCursor()
         self._known_settings: dict[str, Any] | None = None  # the server's settings as last read
         self._expected: deque[dict[str, Any] | None] = deque(maxlen=8)  # settings we sent, not yet read back
+        self._last_step: int | None = None  # the policy's step counter as last read: a drop is a restart
+        self._last_step_t: float | None = None  # unix time the step counter last moved
+        self._shown_state: tuple[str, float] | None = None  # the server's state and since when (unix time)
 
     # -- what the commands see (commands.SupervisorPort) --------------------
     @property
@@ -109,6 +115,7 @@ class Supervisor:
                 raise
         self._announced = True
         self.emit(records.event(records.SUPERVISOR_START, backend=self.config.backend, sim=self.sim))
+        self.desired.restore()  # before the server: its first push is what was kept
         await self._start_backend()
         self._task = asyncio.create_task(self._loop(), name="specctl-supervisor")
 
@@ -257,7 +264,8 @@ class Supervisor:
                     info = await self._adopt_thresholds(client, info)
         except ServerUnreachable as exc:
             self.health.unanswered(str(exc))
-            await self._note_health(False)
+            busy = isinstance(exc, ServerBusy) and not (self._procs is not None and self._procs.frozen())
+            await self._note_health(False, busy=busy)
         await self._note_simulator(info)
         self.gpus.say_held(sim=self.sim)
         self._emit_if(self._notes.eager_prefill(info))
@@ -267,7 +275,11 @@ class Supervisor:
                 self.emit(said)
             self._emit_if(self._notes.off_state(spec))
             self._emit_if(self._notes.depth_costs(spec, self.backend.owns_process))
-            self._note_external_change(spec)
+            if self._restarted_unseen(spec):  # restarted between two polls (elsewhere): it gets the desired state
+                self._known_settings = None
+                await self.commands.push_desired()
+            else:
+                self._note_external_change(spec)
         sample = await self._sample(metrics, info, spec)
         self._emit_if(self._notes.view_only(sample))
         self.emit(sample)
@@ -306,33 +318,51 @@ class Supervisor:
             await self.backend.stop()  # the leader died: stop what is left of its group (ranks)
             self.emit(self.health.exited(code, asyncio.get_running_loop().time()))
 
-    async def _note_health(self, healthy: bool) -> None:
-        said = self.health.answered(healthy, attached=not self.backend.owns_process, url=self.backend.url)
+    async def _note_health(self, healthy: bool, busy: bool = False) -> None:
+        said = self.health.answered(healthy, attached=not self.backend.owns_process, url=self.backend.url, busy=busy)
         if said is None:
             return
         self.emit(said)
         if self.health.state == "ready":  # give a (re)started server what operators asked for
             self._known_settings = None  # its settings are learnt afresh, not taken for a change
+            self._last_step = None
             await self.commands.push_desired()
 
     def expect_settings(self, settings: dict[str, Any]) -> None:
         """Settings the supervisor itself just gave the server: reading them back is no external change."""
         self._expected.append(_normal_settings(settings))
 
+    def _restarted_unseen(self, spec: dict[str, Any]) -> bool:
+        """The policy's step counter went back: the server restarted between two polls, with its launch settings.
+
+        Those are no change anyone made: the desired state goes back to it, not the other way round.
+        """
+        step = spec.get("step")
+        if not isinstance(step, int):
+            return False
+        last, self._last_step = self._last_step, step
+        if last is None or step != last:
+            self._last_step_t = time.time()
+        return last is not None and step < last
+
     def _note_external_change(self, spec: dict[str, Any]) -> None:
-        """Journal settings that changed without us (someone POSTed /set_internal_state with the key, or a
-        server restarted elsewhere), with the new settings, when the next poll sees them."""
+        """Settings that changed without us (someone POSTed /set_internal_state with the admin key: another
+        supervisor, ``specctl fleet``, a curl) become the desired state, journaled ``settings_adopted``,
+        so that no restart undoes them."""
         settings = _normal_settings(spec.get("settings"))
         if settings is None:
             return
         known, self._known_settings = self._known_settings, settings
+        self.desired.saw(settings, spec.get("step"))
         if known is None or settings == known:
             return
         if settings in self._expected:
             self._expected.clear()
             return
         changes = {k: v for k, v in settings.items() if known.get(k) != v}
-        self.emit(records.event(records.EXTERNAL_CHANGE, changes=changes, settings=settings))
+        if self.desired.pin is not None and {"mode", "steps"} & set(changes):
+            changes["steps"] = settings["steps"]  # the pin ends: what the server runs now is what is wanted
+        self.desired.adopt(changes, settings)
 
     async def _note_simulator(self, info: dict[str, Any] | None) -> None:
         """An attached server that is specctl's simulator (its /server_info says so): from then on every sample
@@ -375,9 +405,16 @@ class Supervisor:
             # a stopped or exited server has no process: its old pid could be anyone's by now
             "pid": None if self.state in ("stopped", "restarting") else self.backend.pid,
             "restarts": self.health.restarts, "error": self.health.error,
+            "since": self._state_since(), "last_step_t": self._last_step_t,
             "progress": self._progress(uptime),
             "uptime_s": uptime,
         }
+
+    def _state_since(self) -> float:
+        """Unix time the server's state began (as this supervisor saw it)."""
+        if self._shown_state is None or self._shown_state[0] != self.state:
+            self._shown_state = (self.state, time.time())
+        return round(self._shown_state[1], 3)
 
     def _progress(self, uptime: float) -> records.Progress | None:
         """Start-up phase from the server's log, while it starts."""
