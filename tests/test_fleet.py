@@ -194,3 +194,21 @@ def test_router_with_control_plane_keys_says_which_flag_and_role(tmp_path: Path)
             (tmp_path / "admin.key").write_text("adm-secret\n")
             got = specctl("fleet", "status", "--router", router, "--router-key-file", str(tmp_path / "admin.key"))
             assert got.returncode == 0 and a in got.stdout
+
+
+@pytest.mark.slow
+def test_attach_to_the_router_says_so_once_instead_of_flapping(fleet: dict, tmp_path: Path) -> None:
+    """`specctl run --attach ROUTER` journals one attached_router event (3 workers, the fleet view's command)
+    and neither server_ready nor server_unreachable, however many polls pass."""
+    from support.headless import Headless, wait_for
+
+    sup = Headless(tmp_path, "--attach", fleet["router"])
+    try:
+        said = wait_for(lambda: sup.records(event="attached_router"), "the attached_router event")
+        wait_for(lambda: len(sup.records(kind="sample")) >= 10, "ten polls after it")
+    finally:
+        sup.proc.terminate()
+        sup.proc.wait(timeout=30)
+    assert len(said) == 1 and said[0]["workers"] == 3
+    assert f"specctl tui --router {fleet['router']}" in said[0]["message"]
+    assert not sup.records(event="server_ready") and not sup.records(event="server_unreachable")

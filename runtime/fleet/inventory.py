@@ -164,3 +164,26 @@ async def load(session: aiohttp.ClientSession, *, router: str | None, router_key
     if not found:
         raise InventoryError(f"the router at {normal_url(router or '')} lists no workers")
     return found
+
+
+
+async def probe_router(url: str, timeout: float) -> list[Worker] | None | bool:
+    """What stands at ``url`` where a server was expected: its workers where it is an SGLang router (no
+    /server_info of its own, a /workers list), True for a router that wants a control-plane key to list
+    them, False for anything else. How a single-server view pointed at a router knows what it found."""
+    limit = aiohttp.ClientTimeout(total=timeout)
+    try:
+        async with aiohttp.ClientSession(timeout=limit) as session:
+            async with session.get(f"{normal_url(url)}/server_info") as resp:
+                if resp.status != 404:
+                    return False
+            async with session.get(f"{normal_url(url)}/workers") as resp:
+                status, body = resp.status, await resp.read()
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+    if status in (401, 403):
+        return True
+    try:
+        return from_router_json(json.loads(body)) if status == 200 else False
+    except (ValueError, InventoryError):
+        return False
