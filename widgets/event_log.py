@@ -34,7 +34,9 @@ _EVENTS = {ev.SERVER_START: ("START", "plain"), ev.SERVER_READY: ("READY", "good
            ev.BACKEND_THRESHOLDS_SKIPPED: ("SETTINGS", "warn"),
            ev.DENSE_THRESHOLDS_ON_MOE: ("SETTINGS", "warn"),
            # made by the console itself, not journaled: its link to the supervisor went and came back
-           "link_lost": ("LINK", "bad"), "link_restored": ("LINK", "good")}
+           "link_lost": ("LINK", "bad"), "link_restored": ("LINK", "good"),
+           # the fleet console's per-worker results of a command (console/tui/fleet_app.py)
+           "fleet": ("FLEET", "good"), "fleet_not_ok": ("FLEET", "bad")}
 
 
 def describe(record: dict[str, Any]) -> tuple[str, str, str]:

@@ -31,8 +31,9 @@ ACTIONS = ("status", "force-off", "force-on", "auto", "set")
 EXIT_NO_INVENTORY = EXIT_NO_SUPERVISOR  # 3: nothing to talk to
 
 
-def add_source_args(p: argparse.ArgumentParser) -> None:
-    """Where the fleet comes from; shared by ``specctl fleet`` and ``specctl tui``."""
+def add_source_args(p: argparse.ArgumentParser, keys: bool = True) -> None:
+    """Where the fleet comes from; shared by ``specctl fleet`` and ``specctl tui`` (whose own
+    --admin-key-file and --timeout serve, so ``keys`` False leaves those out)."""
     g = p.add_argument_group("fleet (default: [fleet] in the config file)")
     g.add_argument("--router", metavar="URL", help="the SGLang router whose GET /workers is the inventory")
     g.add_argument("--router-key-file", metavar="FILE",
@@ -41,8 +42,9 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
                    help="a plain list of workers, where there is no router")
     g.add_argument("--expect", metavar="URL,...", action="append", default=[],
                    help="workers that should be there: one the inventory lacks shows as missing")
-    g.add_argument("--admin-key-file", dest="fleet_keys", metavar="FILE",
-                   help="the workers' admin keys: one key, or 'URL KEY' lines (or $SPECCTL_ADMIN_KEY)")
+    if keys:
+        g.add_argument("--admin-key-file", dest="fleet_keys", metavar="FILE",
+                       help="the workers' admin keys: one key, or 'URL KEY' lines (or $SPECCTL_ADMIN_KEY)")
     g.add_argument("--timeout", type=float, metavar="S", help=f"seconds per request (default {DEFAULT_TIMEOUT:g})")
 
 

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     tui = verb("tui", "the live console (default: on the embedded simulator)")
     tui.add_argument("--connect", metavar="SOCKET", help="view and steer a running supervisor")
     _add_server_args(tui)
+    from specctl.console.cli.fleet import add_source_args
+
+    add_source_args(tui, keys=False)  # the workers' keys: --admin-key-file, one key or 'URL KEY' lines
 
     run = verb("run", "run a supervisor")
     run.add_argument("--headless", action="store_true", help="no console: journal and control socket only")

@@ -16,9 +16,11 @@ from textual.binding import Binding
 from specctl.widgets.controls import ButtonSpec
 
 #: When an action applies: "always"; "live" (it steers a supervisor, so not in a replay, nor while the link
-#: is lost, nor on a server without the plugin); "replay" (it moves a journal's playback).
-Applies = Literal["always", "live", "replay"]
-APPLIES_WORDS: dict[Applies, str] = {"always": "always", "live": "live", "replay": "replay only"}
+#: is lost, nor on a server without the plugin); "replay" (it moves a journal's playback); "fleet" (the
+#: fleet console: `specctl tui --router`; on its table the live actions act on the marked workers, or all).
+Applies = Literal["always", "live", "replay", "fleet"]
+APPLIES_WORDS: dict[Applies, str] = {"always": "always", "live": "live", "replay": "replay only",
+                                     "fleet": "fleet console"}
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ ACTIONS: tuple[Action, ...] = (
            palette="Replay: slower", palette_help="Halve the playback speed"),
     Action("speed(2)", "Play at twice the speed", "plus,equals_sign", "Faster", key_display="+", applies="replay",
            palette="Replay: faster", palette_help="Double the playback speed"),
+    Action("fleet_mark", "Mark or unmark the worker under the cursor: fleet actions act on the marked, else all",
+           "m", "Mark", applies="fleet"),
+    Action("fleet_back", "Back to the fleet table from a worker opened with Enter", "escape", "Fleet",
+           applies="fleet"),
     Action("cycle_theme", "Next theme: dark, light, high contrast (remembered)", "c", "Theme",
            palette="Cycle theme", palette_help="specctl dark, light and high contrast"),
     Action("help", "This screen", "question_mark", "Help", key_display="?", palette="Keys",
@@ -111,10 +117,11 @@ def bindings() -> list[Binding]:
             for a in ACTIONS if a.keys]
 
 
-def help_rows() -> list[tuple[str, str, str]]:
-    """(keys, what it does, when) for every keyed action, then Textual's own keys."""
+def help_rows(fleet: bool = False) -> list[tuple[str, str, str]]:
+    """(keys, what it does, when) for every keyed action, then Textual's own keys; the fleet console's
+    own keys only in the fleet console (``fleet``)."""
     rows = [(", ".join(pretty_key(k) for k in a.keys.split(",")), a.help, APPLIES_WORDS[a.applies])
-            for a in ACTIONS if a.keys and a.footer]
+            for a in ACTIONS if a.keys and a.footer and (fleet or a.applies != "fleet")]
     return rows + list(TEXTUAL_ROWS)
 
 

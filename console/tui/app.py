@@ -210,7 +210,7 @@ class SpecctlApp(App[int]):
         (a greyed key that does nothing when pressed looks broken; the buttons are greyed as well)."""
         if actions.applies(action) == "replay":
             return isinstance(self.link, ReplayLink)
-        return True
+        return actions.applies(action) != "fleet"  # the fleet console (fleet_app.py) allows its own
 
     @property
     def can_steer(self) -> bool:
