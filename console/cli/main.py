@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = verb("run", "run a supervisor")
     run.add_argument("--headless", action="store_true", help="no console: journal and control socket only")
+    run.add_argument("--metrics-port", type=int, metavar="PORT",
+                     help="serve Prometheus metrics (GPUs, settings, health) on this port (0: a free one)")
+    run.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                     help="the address --metrics-port listens on (default 127.0.0.1; 0.0.0.0 for a scraper elsewhere)")
     _add_server_args(run)
 
     replay = verb("replay", "play a journal back in the console")
