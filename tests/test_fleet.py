@@ -8,6 +8,7 @@ lines, its exit code, and each simulator's own /server_info.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -212,3 +213,16 @@ def test_attach_to_the_router_says_so_once_instead_of_flapping(fleet: dict, tmp_
     assert len(said) == 1 and said[0]["workers"] == 3
     assert f"specctl tui --router {fleet['router']}" in said[0]["message"]
     assert not sup.records(event="server_ready") and not sup.records(event="server_unreachable")
+
+
+def test_fleet_table_of_the_config_file_is_the_default_inventory(fleet: dict, tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f'[fleet]\nworkers = ["{fleet["a"]}", "{fleet["c"]}"]\nexpect = ["http://127.0.0.1:9"]\n'
+                      f'admin_key_file = "{fleet["keys"]}"\ntimeout = 3\n')
+    got = subprocess.run([sys.executable, "-m", "specctl.console.cli", "fleet", "status"], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "SPECCTL_CONFIG": str(config)})
+    assert set(lines_by_url(got.stdout)) == {fleet["a"], fleet["c"], "http://127.0.0.1:9"}
+    config.write_text('[fleet]\nworker = ["http://x"]\n')
+    got = subprocess.run([sys.executable, "-m", "specctl.console.cli", "fleet", "status"], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "SPECCTL_CONFIG": str(config)})
+    assert got.returncode == 2 and "[fleet] unknown key 'worker'" in got.stderr
