@@ -108,9 +108,9 @@ class FleetTotals(Static):
 
     def show(self, source: str, totals: Mapping[str, Any], note: str = "") -> None:
         by = totals.get("by_outcome") or {}
-        counts = "  ".join(f"{n} {o}" for o, n in by.items())
-        line1 = Text.assemble(("FLEET ", "bold"), source, "  ", (f"{totals.get('workers', 0)} workers", "bold"),
-                              "  ", counts)
+        counts = ", ".join(f"{n} {o}" for o, n in by.items())
+        line1 = Text.assemble(("FLEET ", "bold"), source, " · ", (f"{totals.get('workers', 0)} workers", "bold"),
+                              ": ", counts)
         line2 = Text(f"spec on {totals.get('spec_on', 0)} · off {totals.get('spec_off', 0)}   "
                      f"{_num(totals.get('gen_tps'))} tok/s   {_num(totals.get('running'))} running"
                      + (f"   {note}" if note else ""))

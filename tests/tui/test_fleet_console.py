@@ -57,7 +57,7 @@ async def test_rows_force_off_on_the_fleet_and_into_a_worker_and_back(fleet: dic
         table = app.fleet_screen.query_one(FleetTable)
         await until(pilot, lambda: table.row_count == 3, "a row per worker")
         assert app.fleet_screen.query_one("#fleet-totals").render().plain.startswith(
-            f"FLEET router {fleet['router']}  3 workers")
+            f"FLEET router {fleet['router']} · 3 workers")
         await pilot.press("x")  # force off: the whole fleet, nothing marked
         await until(pilot, lambda: len(app.results) == 3, "a result per worker")
         assert app.results[fleet["a"]] == app.results[fleet["b"]] == "ok"

@@ -39,6 +39,9 @@ class FleetScreen(Screen):
         self.source = source
         self.marked: set[str] = set()
         self.redrawn = 0  # cells the table redrew over the screen's life (a test reads it)
+        self._ready = False
+        self._pending: tuple[Sequence[Mapping[str, Any]], Mapping[str, Any], str] | None = None
+        self._pending_log: list[dict[str, Any]] = []
 
     def compose(self) -> ComposeResult:
         yield FleetTotals(id="fleet-totals")
@@ -46,12 +49,25 @@ class FleetScreen(Screen):
         yield EventLog(id="fleet-log")
         yield Footer()
 
+    def on_mount(self) -> None:
+        self._ready = True
+        if self._pending is not None:  # data set before the screen was up: drawn now
+            self.call_after_refresh(self.show, *self._pending)
+        if self._pending_log:
+            self.call_after_refresh(self.log_records, self._pending_log)
+
     def show(self, rows: Sequence[Mapping[str, Any]], totals: Mapping[str, Any], note: str = "") -> None:
+        if not self._ready:
+            self._pending = (rows, totals, note)
+            return
         shown = [{**r, "marked": r["url"] in self.marked} for r in rows]
         self.query_one(FleetTotals).show(self.source, totals, note)
         self.redrawn += self.query_one(FleetTable).show(shown)
 
     def log_records(self, records: list[dict[str, Any]]) -> None:
+        if not self._ready:
+            self._pending_log = [*self._pending_log, *records]
+            return
         self.query_one(EventLog).show(records)
 
     def toggle_mark(self) -> str | None:
