@@ -130,7 +130,7 @@ def _router_key(path: str | None) -> str | None:
 async def execute(src: dict[str, Any], change: dict[str, Any] | None, only: list[str],
                   labels: dict[str, str]) -> tuple[list[WorkerState], list[Result] | None]:
     """Inventory, read every selected worker, then (for a change) check and send: one session throughout."""
-    async with aiohttp.ClientSession(connector=connector(64)) as session:
+    async with aiohttp.ClientSession(connector=connector(128)) as session:  # up to 256 requests at once
         workers = await inventory.load(session, router=src["router"], router_key=src["router_key"],
                                        workers=src["workers"], expected=src["expected"], timeout=src["timeout"])
         chosen = inventory.select(workers, only, labels)
