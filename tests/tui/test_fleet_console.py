@@ -8,6 +8,7 @@ plain data), so no port number or simulated tok/s moves them.
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -150,3 +151,23 @@ def test_the_tui_refuses_a_fleet_it_cannot_list(tmp_path: Path) -> None:
     got = subprocess.run([sys.executable, "-m", "specctl.console.cli", "tui", "--router", "http://127.0.0.1:9"],
                          capture_output=True, text=True, timeout=60)
     assert got.returncode == 3 and "cannot reach the router at http://127.0.0.1:9" in got.stderr
+
+
+async def test_the_single_server_view_on_a_router_says_what_it_found(fleet: dict) -> None:
+    """Attached to the router's URL, the console says once that it is a router and keeps the fleet view's
+    command in its banner, instead of flapping between ready and unreachable."""
+    from specctl.console.tui.app import SpecctlApp
+    from specctl.console.tui.fleet_app import attach_link
+
+    link, folder = attach_link(fleet["router"], None)
+    app = SpecctlApp(link, remember_theme=False)
+    try:
+        async with app.run_test(size=LARGE) as pilot:
+            await until(pilot, lambda: app.timeline.router is not None, "the attached_router event")
+            assert app.timeline.router["workers"] == 3
+            assert f"specctl tui --router {fleet['router']}" in app.status_text()
+            await pilot.pause(1.0)
+            log = "\n".join(line.text for line in app.dashboard.query_one("#log").lines)
+            assert log.count("ROUTER") == 1 and "READY" not in log and "UNREACH" not in log
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
