@@ -146,6 +146,9 @@ class FleetApp(SpecctlApp):
     async def on_unmount(self) -> None:
         if self._session is not None:
             await self._session.close()
+        if self._folder is not None:  # quit from a worker's view: its supervisor's folder goes too
+            await self.close_link()
+            shutil.rmtree(self._folder, ignore_errors=True)
 
     def rows(self) -> list[dict[str, Any]]:
         odd = differing(self.states)
