@@ -226,3 +226,25 @@ def test_fleet_table_of_the_config_file_is_the_default_inventory(fleet: dict, tm
     got = subprocess.run([sys.executable, "-m", "specctl.console.cli", "fleet", "status"], capture_output=True,
                          text=True, timeout=60, env={**os.environ, "SPECCTL_CONFIG": str(config)})
     assert got.returncode == 2 and "[fleet] unknown key 'worker'" in got.stderr
+
+
+def test_the_routers_engine_metrics_split_by_worker_are_each_workers_own(fleet: dict) -> None:
+    """The router's /engine_metrics, split back by worker_addr, gives each simulator's own /metrics numbers
+    (the ones that hold still: the plugin's gauges, and the idle plugin-less server's)."""
+    from specctl.runtime.fleet.state import split_engine_metrics
+    from specctl.runtime.probes.metrics import parse_metrics
+
+    with urllib.request.urlopen(f"{fleet['router']}/engine_metrics", timeout=5) as resp:
+        split = split_engine_metrics(resp.read().decode())
+    assert set(split) == {fleet["a"], fleet["b"], fleet["c"]}
+    for name in ("a", "b", "c"):
+        with urllib.request.urlopen(f"{fleet[name]}/metrics", timeout=5) as resp:
+            own = parse_metrics(resp.read().decode())
+        got = split[fleet[name]]
+        assert (got.spec_on, got.spec_steps, got.spec_switches) == (own.spec_on, own.spec_steps, own.spec_switches)
+        assert (got.running is None) == (own.running is None)
+    assert split[fleet["c"]] == own  # idle, no plugin: every number the same
+    got = json.loads(specctl("fleet", "status", "--json", "--router-metrics", "--router", fleet["router"]).stdout)
+    rows = {w["url"]: w for w in got["workers"]}
+    assert rows[fleet["c"]]["gen_tps"] == 0.0 and rows[fleet["a"]]["state"] == "ok"
+    assert rows[fleet["b"]]["running"] is not None

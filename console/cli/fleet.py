@@ -24,7 +24,16 @@ from specctl.runtime.fleet import inventory
 from specctl.runtime.fleet.control import Result, send
 from specctl.runtime.fleet.inventory import ROUTER_KEY_ENV, InventoryError
 from specctl.runtime.fleet.keys import KeyFileError, read_keys
-from specctl.runtime.fleet.state import DEFAULT_TIMEOUT, OK, OUTCOMES, WorkerState, connector, read_all
+from specctl.runtime.fleet.state import (
+    DEFAULT_TIMEOUT,
+    OK,
+    OUTCOMES,
+    Unanswered,
+    WorkerState,
+    connector,
+    read_all,
+    router_metrics,
+)
 from specctl.runtime.supervisor import config_file
 
 ACTIONS = ("status", "force-off", "force-on", "auto", "set")
@@ -60,6 +69,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--label", metavar="KEY=VALUE", action="append", default=[],
                    help="only workers with this router label (repeatable; e.g. canary=true)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of lines")
+    p.add_argument("--router-metrics", action="store_true",
+                   help="each worker's numbers from the router's /engine_metrics (one request) instead of its "
+                        "/metrics; its /server_info is still read")
     add_source_args(p)
 
 
@@ -71,6 +83,8 @@ def change_of(args: argparse.Namespace) -> dict[str, Any] | None:
     """The settings change the action asks for (None for status); Usage for a malformed one."""
     if args.action != "set" and args.pairs:
         raise Usage(f"{args.action} takes no KEY=VALUE (that is `fleet set`)")
+    if args.router_metrics and not (args.router or not args.workers):
+        raise Usage("--router-metrics needs --router")
     if args.steps is not None and args.action != "force-on":
         raise Usage("--steps goes with force-on")
     if args.action == "status":
@@ -128,7 +142,7 @@ def _router_key(path: str | None) -> str | None:
 
 
 async def execute(src: dict[str, Any], change: dict[str, Any] | None, only: list[str],
-                  labels: dict[str, str]) -> tuple[list[WorkerState], list[Result] | None]:
+                  labels: dict[str, str], via_router: bool = False) -> tuple[list[WorkerState], list[Result] | None]:
     """Inventory, read every selected worker, then (for a change) check and send: one session throughout."""
     async with aiohttp.ClientSession(connector=connector(128)) as session:  # up to 256 requests at once
         workers = await inventory.load(session, router=src["router"], router_key=src["router_key"],
@@ -138,7 +152,13 @@ async def execute(src: dict[str, Any], change: dict[str, Any] | None, only: list
             raise InventoryError("no worker matches --only/--label (the inventory has "
                                  f"{len(workers)}: {', '.join(w.url for w in workers[:4])}"
                                  f"{', ...' if len(workers) > 4 else ''})")
-        states = await read_all(session, chosen, src["timeout"])
+        known = None
+        if via_router and src["router"]:
+            try:
+                known = await router_metrics(session, src["router"], src["router_key"], src["timeout"])
+            except Unanswered as exc:
+                raise InventoryError(f"--router-metrics: {exc.detail}") from None
+        states = await read_all(session, chosen, src["timeout"], known=known)
         if change is None:
             return states, None
         return states, await send(session, states, change, src["keys"], src["timeout"])
@@ -156,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     t0 = time.monotonic()
     try:
-        states, results = asyncio.run(execute(src, change, args.only, labels))
+        states, results = asyncio.run(execute(src, change, args.only, labels, args.router_metrics))
     except InventoryError as exc:
         print(f"specctl fleet: {exc.message}", file=sys.stderr)
         return EXIT_NO_INVENTORY

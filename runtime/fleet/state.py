@@ -20,7 +20,7 @@ import aiohttp
 
 from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.core.view_only import NO_PLUGIN, NO_SPECULATION, headline
-from specctl.runtime.fleet.inventory import Worker
+from specctl.runtime.fleet.inventory import Worker, normal_url
 from specctl.runtime.probes.metrics import MetricsError, ServerMetrics, parse_metrics
 from specctl.runtime.probes.server_info import spec_state, speculative
 
@@ -128,13 +128,18 @@ def _loads(body: bytes) -> Any:
 
 
 async def read_worker(session: aiohttp.ClientSession, worker: Worker, timeout: float,
-                      headers: dict[str, str] | None = None) -> WorkerState:
-    """One worker's row: /server_info and /metrics at once, one timeout for both."""
+                      headers: dict[str, str] | None = None,
+                      known: dict[str, ServerMetrics] | None = None) -> WorkerState:
+    """One worker's row: /server_info and /metrics at once, one timeout for both; with ``known`` (the
+    router's /engine_metrics split by worker), its numbers from there and only /server_info asked."""
     if not worker.listed:
         return WorkerState(worker, MISSING, "expected, but the router does not list it")
     info_call = request(session, "GET", f"{worker.url}/server_info", timeout, headers=headers or {})
-    metrics_call = request(session, "GET", f"{worker.url}/metrics", timeout, headers=headers or {})
-    info_got, metrics_got = await asyncio.gather(info_call, metrics_call, return_exceptions=True)
+    if known is not None:
+        info_got, metrics_got = (await asyncio.gather(info_call, return_exceptions=True))[0], None
+    else:
+        metrics_call = request(session, "GET", f"{worker.url}/metrics", timeout, headers=headers or {})
+        info_got, metrics_got = await asyncio.gather(info_call, metrics_call, return_exceptions=True)
     if isinstance(info_got, Unanswered):
         return WorkerState(worker, info_got.outcome, info_got.detail)
     if isinstance(info_got, BaseException):
@@ -146,7 +151,7 @@ async def read_worker(session: aiohttp.ClientSession, worker: Worker, timeout: f
         info = None
     if not isinstance(info, dict):
         return WorkerState(worker, UNREACHABLE, f"/server_info: HTTP {status}, not an SGLang server's answer")
-    metrics = None
+    metrics = None if known is None else known.get(worker.url)
     if isinstance(metrics_got, tuple) and metrics_got[0] < 400:
         try:
             metrics = parse_metrics(metrics_got[1].decode("utf-8", errors="replace"))
@@ -164,9 +169,23 @@ async def read_worker(session: aiohttp.ClientSession, worker: Worker, timeout: f
 
 
 async def read_all(session: aiohttp.ClientSession, workers: Sequence[Worker], timeout: float = DEFAULT_TIMEOUT,
-                   headers: dict[str, str] | None = None) -> list[WorkerState]:
+                   headers: dict[str, str] | None = None,
+                   known: dict[str, ServerMetrics] | None = None) -> list[WorkerState]:
     """Every worker's row, in the inventory's order, read at once."""
-    return list(await asyncio.gather(*(read_worker(session, w, timeout, headers) for w in workers)))
+    return list(await asyncio.gather(*(read_worker(session, w, timeout, headers, known) for w in workers)))
+
+
+async def router_metrics(session: aiohttp.ClientSession, router: str, key: str | None,
+                         timeout: float) -> dict[str, ServerMetrics]:
+    """Every worker's numbers from one ``GET /engine_metrics`` of the router; Unanswered where it fails."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    status, body = await request(session, "GET", f"{normal_url(router)}/engine_metrics", timeout, headers=headers)
+    if status >= 400:
+        raise Unanswered(UNREACHABLE, f"the router's /engine_metrics answered HTTP {status}")
+    try:
+        return split_engine_metrics(body.decode("utf-8", errors="replace"))
+    except MetricsError as exc:
+        raise Unanswered(UNREACHABLE, str(exc)) from None
 
 
 def differing(states: Sequence[WorkerState]) -> set[str]:
@@ -196,3 +215,33 @@ def totals(states: Sequence[WorkerState]) -> dict[str, Any]:
         "gen_tps": sum(r["gen_tps"] or 0.0 for r in rows),
         "running": sum(r["running"] or 0.0 for r in rows),
     }
+
+
+def split_engine_metrics(text: str) -> dict[str, ServerMetrics]:
+    """The router's ``GET /engine_metrics`` (every worker's /metrics in one text, each series labelled
+    ``worker_addr`` and renamed ``sglang:x`` -> ``sglang_x``, ``specctl:x`` -> ``specctl_x``), split back
+    into each worker's numbers: one request to the router instead of one per worker. MetricsError for
+    text that is not Prometheus exposition."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    per: dict[str, list[str]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = dict(sample.labels)
+                addr = labels.pop("worker_addr", None)
+                if addr is None:
+                    continue
+                name = sample.name
+                for prefix in ("sglang", "specctl"):
+                    if name.startswith(prefix + "_"):
+                        name = f"{prefix}:{name[len(prefix) + 1:]}"
+                said = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+                per.setdefault(normal_url(addr), []).append(f"{name}{{{said}}} {sample.value!r}")
+    except Exception as exc:  # untrusted input: any parser failure means "malformed"
+        raise MetricsError(f"malformed /engine_metrics text: {exc}") from exc
+    return {url: parse_metrics("\n".join(lines) + "\n") for url, lines in per.items()}
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
