@@ -28,7 +28,8 @@ _EVENTS = {ev.SERVER_START: ("START", "plain"), ev.SERVER_READY: ("READY", "good
            ev.SETTINGS_RESTORE_FAILED: ("SETTINGS", "bad"), ev.SLOW_OFF_STATE: ("SLOW OFF", "bad"),
            ev.EAGER_PREFILL: ("EAGER", "warn"), ev.JOURNAL_GAP: ("JOURNAL", "bad"), ev.VIEW_ONLY: ("VIEW", "warn"),
            ev.DEPTH_COSTS_MISSING: ("DEPTH", "warn"),
-           ev.ATTACHED_SIMULATOR: ("SIM", "warn"), ev.BACKEND_THRESHOLDS: ("SETTINGS", "plain"),
+           ev.ATTACHED_SIMULATOR: ("SIM", "warn"), ev.ATTACHED_ROUTER: ("ROUTER", "warn"),
+           ev.BACKEND_THRESHOLDS: ("SETTINGS", "plain"),
            ev.BACKEND_THRESHOLDS_FAILED: ("SETTINGS", "bad"), ev.EXTERNAL_CHANGE: ("SETTINGS", "warn"),
            ev.SETTINGS_ADOPTED: ("SETTINGS", "warn"), ev.SETTINGS_RESET: ("SETTINGS", "plain"),
            ev.SETTINGS_LEARNED: ("SETTINGS", "plain"), ev.DESIRED_RESTORED: ("SETTINGS", "plain"),
@@ -36,7 +37,9 @@ _EVENTS = {ev.SERVER_START: ("START", "plain"), ev.SERVER_READY: ("READY", "good
            ev.BACKEND_THRESHOLDS_SKIPPED: ("SETTINGS", "warn"),
            ev.DENSE_THRESHOLDS_ON_MOE: ("SETTINGS", "warn"),
            # made by the console itself, not journaled: its link to the supervisor went and came back
-           "link_lost": ("LINK", "bad"), "link_restored": ("LINK", "good")}
+           "link_lost": ("LINK", "bad"), "link_restored": ("LINK", "good"),
+           # the fleet console's per-worker results of a command (console/tui/fleet_app.py)
+           "fleet": ("FLEET", "good"), "fleet_not_ok": ("FLEET", "bad")}
 
 
 def describe(record: dict[str, Any]) -> tuple[str, str, str]:

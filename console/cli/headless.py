@@ -29,7 +29,11 @@ def run_headless(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"specctl run: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return asyncio.run(_main(config))
+    port = getattr(args, "metrics_port", None)
+    if port is not None and not 0 <= port <= 65535:
+        print(f"specctl run: --metrics-port must be between 0 and 65535, got {port}", file=sys.stderr)
+        return EXIT_USAGE
+    return asyncio.run(_main(config, metrics=(getattr(args, "metrics_host", "127.0.0.1"), port)))
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
@@ -39,7 +43,7 @@ def stop_signals() -> tuple[signal.Signals, ...]:
     return (signal.SIGTERM, signal.SIGINT, *hangup)
 
 
-async def _main(config: SupervisorConfig) -> int:
+async def _main(config: SupervisorConfig, metrics: tuple[str, int | None] = ("127.0.0.1", None)) -> int:
     sup = Supervisor(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -52,9 +56,24 @@ async def _main(config: SupervisorConfig) -> int:
         await sup.stop()
         print(f"specctl run: cannot start: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    exporter = None
+    if metrics[1] is not None:  # opt-in: Prometheus's view of this host (runtime/supervisor/exporter.py)
+        from specctl.runtime.supervisor.exporter import Exporter
+
+        exporter = Exporter(sup, *metrics)
+        try:
+            await exporter.start()
+        except OSError as exc:
+            await sup.stop()
+            print(f"specctl run: cannot serve --metrics-port: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_REFUSED
+        print(f"specctl: Prometheus metrics at http://{metrics[0]}:{exporter.port}/metrics", file=sys.stderr,
+              flush=True)
     _announce(config, sup)
     printer = asyncio.create_task(_print_events(events))
     await stop.wait()
+    if exporter is not None:
+        await exporter.stop()
     await sup.stop()
     await printer
     return EXIT_OK

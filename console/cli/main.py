@@ -74,9 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
     tui = verb("tui", "the live console (default: on the embedded simulator)")
     tui.add_argument("--connect", metavar="SOCKET", help="view and steer a running supervisor")
     _add_server_args(tui)
+    from specctl.console.cli.fleet import add_source_args
+
+    add_source_args(tui, keys=False)  # the workers' keys: --admin-key-file, one key or 'URL KEY' lines
 
     run = verb("run", "run a supervisor, headless (the console is `specctl tui`)")
     run.add_argument("--headless", action="store_true", help="accepted for older scripts: run is always headless")
+    run.add_argument("--metrics-port", type=int, metavar="PORT",
+                     help="serve Prometheus metrics (GPUs, settings, health) on this port (0: a free one)")
+    run.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                     help="the address --metrics-port listens on (default 127.0.0.1; 0.0.0.0 for a scraper elsewhere)")
     _add_server_args(run)
 
     replay = verb("replay", "play a journal back in the console")
@@ -104,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     server = verb("server", "start, restart or stop the model server")
     server.add_argument("action", choices=("restart", "stop", "start"))
     server.add_argument("--socket", help="control socket path")
-    from specctl.console.cli import depth_costs, sglang_args
+    from specctl.console.cli import depth_costs, fleet, sglang_args
 
+    fleet.add_parser(sub)
     sglang_args.add_parser(sub)
     depth_costs.add_parser(sub)
     locate = verb("locate", "print where specctl keeps its socket, config and state")
@@ -133,6 +141,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from specctl.console.cli.sglang_args import run
 
         return run(args)
+    if args.verb == "fleet":
+        from specctl.console.cli.fleet import run as run_fleet
+
+        return run_fleet(args)
     if args.verb == "depth-costs":
         from specctl.console.cli.depth_costs import run as run_depth_costs
 

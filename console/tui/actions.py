@@ -17,9 +17,11 @@ from specctl.widgets.controls import ButtonSpec
 
 #: When an action applies: "always"; "live" (it steers a supervisor, so not in a replay, nor while the link
 #: is lost, nor on a server without the plugin); "replay" (it moves a journal's playback); "gpu" (on a GPU:
-#: the dashboard's focused GPU, or a GPU's own screen).
-Applies = Literal["always", "live", "replay", "gpu"]
-APPLIES_WORDS: dict[Applies, str] = {"always": "always", "live": "live", "replay": "replay only", "gpu": "on a GPU"}
+#: the dashboard's focused GPU, or a GPU's own screen); "fleet" (the fleet console: `specctl tui --router`;
+#: on its table the live actions act on the marked workers, or all).
+Applies = Literal["always", "live", "replay", "gpu", "fleet"]
+APPLIES_WORDS: dict[Applies, str] = {"always": "always", "live": "live", "replay": "replay only", "gpu": "on a GPU",
+                                     "fleet": "fleet console"}
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,10 @@ ACTIONS: tuple[Action, ...] = (
            "GPU detail", applies="gpu", palette="GPU {gpu}: history and processes", each_gpu=True,
            palette_help="Utilisation, memory, power, temperature and clocks over time, and its processes"),
     Action("close_gpu", "Back from a GPU's screen to the dashboard", "escape", "Back", applies="gpu"),
+    Action("fleet_mark", "Mark or unmark the worker under the cursor: fleet actions act on the marked, else all",
+           "m", "Mark", applies="fleet"),
+    Action("fleet_back", "Back to the fleet table from a worker opened with Enter", "escape", "Fleet",
+           applies="fleet"),
     Action("cycle_theme", "Next theme: dark, light, high contrast (remembered)", "c", "Theme",
            palette="Cycle theme", palette_help="specctl dark, light and high contrast"),
     Action("help", "This screen", "question_mark", "Help", key_display="?", palette="Keys",
@@ -118,10 +124,11 @@ def bindings() -> list[Binding]:
             for a in ACTIONS if a.keys]
 
 
-def help_rows() -> list[tuple[str, str, str]]:
-    """(keys, what it does, when) for every keyed action, then Textual's own keys."""
+def help_rows(fleet: bool = False) -> list[tuple[str, str, str]]:
+    """(keys, what it does, when) for every keyed action, then Textual's own keys; the fleet console's
+    own keys only in the fleet console (``fleet``)."""
     rows = [(", ".join(pretty_key(k) for k in a.keys.split(",")), a.help, APPLIES_WORDS[a.applies])
-            for a in ACTIONS if a.keys and a.footer]
+            for a in ACTIONS if a.keys and a.footer and (fleet or a.applies != "fleet")]
     return rows + list(TEXTUAL_ROWS)
 
 

@@ -200,6 +200,8 @@ class SpecctlApp(App[int]):
             words.append(self._link_text)
         if (why := self.timeline.view_only_reason) is not None:
             words.append(view_only.headline(why))
+        if (router := self.timeline.router) is not None:  # said once by the supervisor, kept in view here
+            words.append(f"a router, not a server: `specctl tui --router {router.get('url')}` shows its workers")
         link = self.link
         if isinstance(link, ReplayLink):
             state = "⏸" if link.paused else "▶"
@@ -225,7 +227,7 @@ class SpecctlApp(App[int]):
             return isinstance(self.screen, Dashboard) and isinstance(self.focused, GpuPanel)
         if action == "close_gpu":
             return isinstance(self.screen, GpuScreen)
-        return True
+        return actions.applies(action) != "fleet"  # the fleet console (fleet_app.py) allows its own
 
     @property
     def can_steer(self) -> bool:

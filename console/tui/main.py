@@ -18,7 +18,11 @@ from specctl.runtime.supervisor.journal import JournalReader, read_records
 
 
 def run_tui(args: argparse.Namespace) -> int:
-    """The live console: an in-process supervisor, or --connect to a running one."""
+    """The live console: an in-process supervisor, or --connect to a running one (or a fleet: --router)."""
+    if getattr(args, "router", None) or getattr(args, "workers", None):
+        from specctl.console.tui.fleet_app import run_fleet
+
+        return run_fleet(args)
     if args.connect:
         link: Link = SocketLink(args.connect)
         problem = _probe(link)

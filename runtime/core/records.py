@@ -247,6 +247,7 @@ SERVER_STOP: Final = "server_stop"
 SERVER_UNREACHABLE: Final = "server_unreachable"
 SERVER_LOG: Final = "server_log"
 ATTACHED_SIMULATOR: Final = "attached_simulator"
+ATTACHED_ROUTER: Final = "attached_router"  # --attach named an SGLang router, not a server: said once, not polled
 SPEC_SWITCH: Final = "spec_switch"
 SLOW_OFF_STATE: Final = "slow_off_state"
 EAGER_PREFILL: Final = "eager_prefill"

@@ -13,6 +13,14 @@ socket = "/run/specctl/specctl.sock"
 sim_preset = "h200-llama8b"
 sim_load = "bursts"
 admin_key_file = "~/.config/specctl/server.key"  # an --attach'ed server's admin key (0600)
+
+[fleet]               # `specctl fleet` and `specctl tui --router/--workers` (docs/fleet.md)
+router = "http://router:30000"
+router_key_file = "~/.config/specctl/router.key"   # the router's control-plane key (role admin)
+workers = ["http://10.0.0.1:30000"]                 # a plain list, where there is no router
+expect = ["http://10.0.0.1:30000"]                  # listed here but not by the router: `missing`
+admin_key_file = "~/.config/specctl/fleet.keys"    # the workers' admin keys
+timeout = 2.0
 ```
 
 Found at ``paths.config_file()`` (``$SPECCTL_CONFIG`` overrides). Read by ``specctl run``/``tui``
@@ -39,6 +47,11 @@ SUPERVISOR_KEYS: dict[str, type | tuple[type, ...]] = {
     "sim_load": str, "admin_key_file": str,
 }
 
+FLEET_KEYS: dict[str, type | tuple[type, ...]] = {
+    "router": str, "router_key_file": str, "workers": list, "expect": list, "admin_key_file": str,
+    "timeout": (int, float),
+}
+
 
 class ConfigFileError(ValueError):
     """The config file is unreadable or invalid; the message names the file and the key."""
@@ -48,6 +61,7 @@ class ConfigFileError(ValueError):
 class FileConfig:
     policy: dict[str, Any] = field(default_factory=dict)
     supervisor: dict[str, Any] = field(default_factory=dict)
+    fleet: dict[str, Any] = field(default_factory=dict)
 
 
 MAX_BYTES = 1024 * 1024  # a config is a few lines; past this it is a mistake (or /dev/zero)
@@ -72,11 +86,12 @@ def load(path: Path | None = None) -> FileConfig:
         raise ConfigFileError(f"{path}: {exc}") from None
     except RecursionError:
         raise ConfigFileError(f"{path}: nested too deep to be a specctl config") from None
-    unknown = set(raw) - {"policy", "supervisor"}
+    unknown = set(raw) - {"policy", "supervisor", "fleet"}
     if unknown:
-        raise ConfigFileError(f"{path}: unknown table [{sorted(unknown)[0]}] (known: [policy], [supervisor])")
+        raise ConfigFileError(f"{path}: unknown table [{sorted(unknown)[0]}] (known: [fleet], [policy], [supervisor])")
     return FileConfig(policy=_policy(path, raw.get("policy", {})),
-                      supervisor=_supervisor(path, raw.get("supervisor", {})))
+                      supervisor=_supervisor(path, raw.get("supervisor", {})),
+                      fleet=_table(path, "fleet", FLEET_KEYS, raw.get("fleet", {})))
 
 
 def _read(path: Path) -> str:
@@ -116,15 +131,20 @@ def floor_fix(steps: int) -> str:
 
 
 def _supervisor(path: Path, table: Any) -> dict[str, Any]:
+    return _table(path, "supervisor", SUPERVISOR_KEYS, table)
+
+
+def _table(path: Path, name: str, known: dict[str, type | tuple[type, ...]], table: Any) -> dict[str, Any]:
     if not isinstance(table, dict):
-        raise ConfigFileError(f"{path}: [supervisor] must be a table")
+        raise ConfigFileError(f"{path}: [{name}] must be a table")
     for key, value in table.items():
-        kind = SUPERVISOR_KEYS.get(key)
+        kind = known.get(key)
         if kind is None:
-            raise ConfigFileError(f"{path}: [supervisor] unknown key {key!r} "
-                                  f"(known: {', '.join(sorted(SUPERVISOR_KEYS))})")
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ConfigFileError(f"{path}: [supervisor] {key} has the wrong type: {value!r}")
+            raise ConfigFileError(f"{path}: [{name}] unknown key {key!r} "
+                                  f"(known: {', '.join(sorted(known))})")
+        if not isinstance(value, kind) or isinstance(value, bool) or (
+                isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+            raise ConfigFileError(f"{path}: [{name}] {key} has the wrong type: {value!r}")
     return dict(table)
 
 

@@ -37,6 +37,7 @@ from specctl.runtime.supervisor.edges import Once, ServerNotes, SwitchCursor
 from specctl.runtime.supervisor.gpu_feed import GpuFeed
 from specctl.runtime.supervisor.health import ServerHealth
 from specctl.runtime.supervisor.journal import Journal
+from specctl.runtime.supervisor.router_check import RouterCheck
 
 log = logging.getLogger(__name__)
 RECENT = 200
@@ -69,6 +70,7 @@ class Supervisor:
         self._announced = False  # supervisor_start said: only then is supervisor_stop
         # Said once per server start: its thresholds looked up; a slow "off", eager prefills, view only.
         self._thresholds_checked, self._notes = Once(), ServerNotes()
+        self._router = RouterCheck()
         self._switches = SwitchCursor()
         self._known_settings: dict[str, Any] | None = None  # the server's settings as last read
         self._expected: deque[dict[str, Any] | None] = deque(maxlen=8)  # settings we sent, not yet read back
@@ -256,6 +258,9 @@ class Supervisor:
             # the health check: SGLang's /health generates a token and answers after 1 s at the soonest,
             # which held every poll of a real server to 1.04 s whatever the interval (seen in its journals).
             healthy = self.state == "ready" or await client.health()
+            if healthy and await self._router.found(self.backend, self.emit):
+                self.emit(await self._sample(None, None, None))
+                return
             await self._note_health(healthy)  # on becoming ready, settings are restored before reading
             if healthy:
                 metrics, info = await asyncio.gather(client.metrics(), client.server_info())

@@ -61,6 +61,7 @@ class Timeline:
     supervisor_stopped: bool = False  # its last word was supervisor_stop: the server it sampled is no longer watched
     last_ready: Sample | None = None  # the newest sample of a ready server: "last seen" while it is not
     unreachable_since: float | None = None  # journal time of the first sample of the current UNREACHABLE spell
+    router: records.Event | None = None  # the supervisor found a router where a server was expected
 
     def fold(self, record: Record | dict[str, Any]) -> None:
         """One record in: a typed :data:`Record` (records.parse checked any from outside), or a link's RESET."""
@@ -72,6 +73,8 @@ class Timeline:
             name = record.get("event")
             if name == records.SPEC_SWITCH:
                 self.last_switch = record  # type: ignore[assignment]
+            elif name == records.ATTACHED_ROUTER:
+                self.router = record  # type: ignore[assignment]
             elif name in (records.SUPERVISOR_STOP, records.SUPERVISOR_START):
                 self.supervisor_stopped = name == records.SUPERVISOR_STOP
             self.pending_log.append(record)  # type: ignore[arg-type]
@@ -96,6 +99,7 @@ class Timeline:
         self.supervisor_stopped = False
         self.last_ready = None
         self.unreachable_since = None
+        self.router = None
 
     def _fold_sample(self, record: Sample) -> None:
         self.latest = record
