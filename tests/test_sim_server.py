@@ -139,7 +139,7 @@ def test_a_bad_batch_is_refused_whole(start_sim: Start, body: dict[str, Any], wh
     _, url = start_sim("--load", "idle")
     with httpx.Client(base_url=url, timeout=60) as client:
         response = client.post("/generate", json=body)
-        assert response.status_code == 400 and why in response.json()["error"]
+        assert response.status_code == 400 and why in response.json()["error"]["message"]
         assert client.get("/server_info").json()["internal_states"][0]["num_running_reqs"] == 0
         assert _spec(client)["step"] == 0  # nothing of it was queued
 

@@ -32,7 +32,7 @@ from specctl.runtime.sim.nospec import usage_problem
 from specctl.runtime.sim.preset_model import Preset
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
 from specctl.runtime.sim.routes import build_app
-from specctl.runtime.sim.serve import DEFAULT_MAX_CONNECTIONS, BadAddress, Listener, PortInUse
+from specctl.runtime.sim.serve import DEFAULT_MAX_CONNECTIONS, HEADER_TIMEOUT_S, BadAddress, Listener, PortInUse
 from specctl.runtime.sim.server import DEFAULT_MAX_QUEUED, SimConfig, SimServer
 from specctl.runtime.sim.tmpdirs import remove_own_dir, sweep_stale_dirs
 
@@ -66,6 +66,9 @@ def add_arguments(ap: argparse.ArgumentParser, *, port: int, load: str) -> None:
     ap.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
                     help=f"open connections served per replica; beyond them only the supervisor's admin reads "
                          f"(default {DEFAULT_MAX_CONNECTIONS})")
+    ap.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_S, metavar="SECONDS",
+                    help=f"close a connection whose request head has not arrived in this long "
+                         f"(default {HEADER_TIMEOUT_S:g})")
     ap.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
     ap.add_argument("--gpus", type=int, help=f"simulated GPU count, 1..{MAX_GPUS} (default: the preset's)")
     ap.add_argument("--load", default=load, help="the built-in load: idle | steady:c=N | ramp:from=A,to=B,period=S | "
@@ -125,6 +128,8 @@ def build_config(ns: argparse.Namespace, fail: Fail) -> SimConfig:
         fail(f"--context-length must be between 2 and 10000000, got {ns.context_length}")
     if not 1 <= ns.max_queued_requests <= 10_000_000:
         fail(f"--max-queued-requests must be between 1 and 10000000, got {ns.max_queued_requests}")
+    if not 0.1 <= ns.header_timeout <= 3600:
+        fail(f"--header-timeout must be between 0.1 and 3600 seconds, got {ns.header_timeout:g}")
     if not 2 <= ns.max_connections <= 100_000:
         fail(f"--max-connections must be between 2 and 100000, got {ns.max_connections}")
     for flag, key in (("--api-key", ns.api_key), ("--admin-api-key", ns.admin_api_key)):
@@ -285,7 +290,8 @@ async def _serve(ns: argparse.Namespace, cfg: SimConfig, admin_key: str | None) 
                 app.middlewares.insert(0, auth_guard(ns.api_key, admin_key))  # outermost: no handler runs first
             port = ns.port + i if ns.port else 0
             listeners.append(await Listener.start(app, ns.host, port, admin_key=admin_key,
-                                                  max_connections=ns.max_connections))
+                                                  max_connections=ns.max_connections,
+                                                  header_timeout_s=ns.header_timeout))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -38,6 +38,8 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
     try:
         return await handler(request)
     except BadRequest as exc:
+        if request.path == "/generate":  # http_server's _create_error_response for a ValueError
+            return web.json_response({"error": {"message": str(exc)}}, status=400)
         return _error(400, str(exc))
     except Overloaded as exc:  # SGLang: an HTTPException(503) from the scheduler's abort
         if request.path.startswith("/v1/"):

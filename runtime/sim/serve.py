@@ -15,7 +15,10 @@ the process's files or lock the supervisor out:
   the admin key (the supervisor that started the simulator always has it), or,
   on a server without an admin key, a read of ``SUPERVISOR_READS`` from a
   loopback peer; anything else on such a connection is answered 503 and the
-  connection closed. Beyond those the connection is closed at once.
+  connection closed. Beyond those, a new connection takes the place of the one
+  whose request head has waited longest (a half-open request), so a flood of
+  slow clients cannot lock the supervisor out; only when every connection is
+  being served is a new one closed at once.
 - The open-files limit is raised to its hard limit at start (as SGLang's
   ``set_ulimit`` does) and the process never accepts past it, whatever the
   per-server caps add up to.
@@ -83,6 +86,7 @@ class _Conn(asyncio.Protocol):
         self.owner, self.inner = owner, inner
         self.transport: asyncio.Transport | None = None
         self.reserved = False  # let in beyond max_connections: the supervisor's only
+        self.admitted = False  # counted and handed to aiohttp (a refused one never is)
         self.active = 0  # requests whose handler runs now
         self.pending_since: float | None = None  # a request began to arrive and no handler has it yet
 
@@ -90,11 +94,12 @@ class _Conn(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         owner = self.owner
-        if len(owner.open) >= owner.max_connections + RESERVED or not _Budget.room():
+        if (len(owner.open) >= owner.max_connections + RESERVED or not _Budget.room()) and not owner.evict():
             owner.refused += 1
             transport.abort()
             return
         self.reserved = len(owner.open) >= owner.max_connections
+        self.admitted = True
         owner.open[transport] = self
         _Budget.open += 1
         self.pending_since = time.monotonic()
@@ -109,9 +114,11 @@ class _Conn(asyncio.Protocol):
         return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.transport is not None and self.owner.open.pop(self.transport, None) is not None:
+        if self.transport is None or not self.admitted:
+            return
+        if self.owner.open.pop(self.transport, None) is not None:  # (an evicted one is out of the count already)
             _Budget.open -= 1
-            self.inner.connection_lost(exc)
+        self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
         self.inner.pause_writing()
@@ -129,6 +136,7 @@ class _Connections:
         self.header_timeout_s = header_timeout_s
         self.open: dict[asyncio.BaseTransport, _Conn] = {}
         self.refused = 0
+        self.evicted = 0
         self.timed_out = 0
 
     def supervisor(self, request: web.Request) -> bool:
@@ -157,6 +165,20 @@ class _Connections:
             return await handler(request)
         finally:
             conn.active -= 1
+
+    def evict(self) -> bool:
+        """Make room for a new connection: close the one whose request head has waited longest (never one
+        whose request is being served). Whether there was one; the newest connection is evicted last, so a
+        client that sends its request as it connects (the supervisor) always gets in."""
+        waiting = [(c.pending_since, t) for t, c in self.open.items() if c.active == 0 and c.pending_since is not None]
+        if not waiting:
+            return False
+        _, transport = min(waiting, key=lambda w: w[0])
+        self.evicted += 1
+        del self.open[transport]
+        _Budget.open -= 1
+        transport.abort()  # its connection_lost follows and tells aiohttp
+        return True
 
     def sweep(self) -> None:
         """Close the connections whose request head has not arrived in time."""
@@ -198,7 +220,7 @@ class Listener:
 
     async def _sweep(self) -> None:
         while True:
-            await asyncio.sleep(SWEEP_S)
+            await asyncio.sleep(min(SWEEP_S, self.conns.header_timeout_s / 2))
             self.conns.sweep()
 
     async def close(self) -> None:
