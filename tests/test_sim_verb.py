@@ -254,3 +254,21 @@ def test_a_simulator_whose_supervisor_was_killed_removes_its_folder(tmp_path: Pa
         parent.kill()
         proc.kill()
         proc.wait()
+
+
+# -- keys, as SGLang's decide_request_auth ----------------------------------------------------------
+def test_api_and_admin_keys_follow_sglangs_rules(tmp_path: Path) -> None:
+    with specctl_sim(tmp_path, "--api-key", "user-key", "--admin-api-key", "admin-key") as (url,), \
+            httpx.Client(base_url=url, timeout=30) as client:
+        def auth(key: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {key}"}
+
+        for open_path in ("/health", "/ready", "/metrics"):
+            assert client.get(open_path).status_code == 200, open_path
+        assert client.get("/v1/models").status_code == 401
+        assert client.get("/v1/models", headers=auth("user-key")).status_code == 200
+        assert client.get("/v1/models", headers=auth("admin-key")).status_code == 401  # the API key only
+        body = {"server_args": {"specctl_mode": 0}}
+        refused = client.post("/set_internal_state", json=body, headers=auth("user-key"))
+        assert refused.status_code == 401 and refused.json() == {"error": "Unauthorized"}
+        assert client.post("/set_internal_state", json=body, headers=auth("admin-key")).json() == [True]
