@@ -52,6 +52,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (["--load", "sometimes"], "load"),
     (["--api-key", ""], "--api-key must be a non-empty key"),
     (["--host", "10.255.255.1"], "is not an address of this machine"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(args: list[str], said: str) -> None:
     done = _specctl("sim", *args)

@@ -24,6 +24,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser("sim", help=text, description=text[0].upper() + text[1:] + ".")
     add_arguments(p, port=DEFAULT_PORT, load="idle")
     p.error = _usage  # type: ignore[method-assign]  # one line, exit 2, for argparse's own refusals too
+    parse = p.parse_known_args
+
+    def strict(args: Any = None, namespace: Any = None) -> Any:
+        """Unknown flags refused here, in one line, rather than by the top-level parser's usage block."""
+        ns, extras = parse(args, namespace)
+        if extras:
+            _usage(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
+
+    p.parse_known_args = strict  # type: ignore[method-assign]
     return p
 
 
