@@ -53,8 +53,7 @@ def test_models_list_and_retrieve(client: openai.OpenAI) -> None:
 def test_model_path_is_reported_and_two_replicas_answer(urls: list[str], http: httpx.Client) -> None:
     info = http.get("/server_info").json()
     assert info["model_path"] == "/models/llama-3.1-8b" and info["served_model_name"] == MODEL
-    assert len(urls) == 2 and int(urls[1].rsplit(":", 1)[1]) == int(urls[0].rsplit(":", 1)[1]) + 1 or \
-        len(urls) == 2  # --port 0: two free ports, not always consecutive
+    assert len(urls) == 2  # --port 0: two free ports (consecutive ones from a --port: tests/test_sim_verb.py)
     assert httpx.get(urls[1] + "/health", timeout=30).status_code == 200
 
 
