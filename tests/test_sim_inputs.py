@@ -29,10 +29,32 @@ def _server() -> SimServer:
 @given(JSON)
 def test_generate_bodies_parse_or_are_refused(body: Any) -> None:
     try:
-        prompt, max_new = parse_generate(body)
+        job = parse_generate(body)
     except BadRequest:
         return
-    assert prompt >= 1 and max_new >= 0
+    assert job.prompt_tokens >= 1 and (job.max_new is None or job.max_new >= 0)
+
+
+OPENAI = st.fixed_dictionaries({}, optional={
+    "model": JSON, "prompt": JSON, "messages": JSON, "max_tokens": JSON, "max_completion_tokens": JSON, "n": JSON,
+    "stop": JSON, "logprobs": JSON, "top_logprobs": JSON, "echo": JSON, "seed": JSON, "temperature": JSON,
+    "top_p": JSON, "stream_options": JSON,
+})
+
+
+@settings(max_examples=300)
+@given(OPENAI, st.booleans())
+def test_openai_bodies_are_jobs_or_client_errors(body: dict[str, Any], chat: bool) -> None:
+    """Whatever a client sends to /v1/completions or /v1/chat/completions is read into jobs or refused with
+    a client error (400), never an exception that would be a 500."""
+    from specctl.runtime.sim.api import ApiError, _Api
+
+    api = _Api(_server())
+    try:
+        jobs = api._chat_jobs(body) if chat else api._completion_jobs(body)
+    except (ApiError, BadRequest):
+        return
+    assert jobs and all(job.prompt_tokens >= 1 for job in jobs)
 
 
 @settings(max_examples=200)

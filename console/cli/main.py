@@ -111,11 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     server = verb("server", "start, restart or stop the model server")
     server.add_argument("action", choices=("restart", "stop", "start"))
     server.add_argument("--socket", help="control socket path")
-    from specctl.console.cli import depth_costs, fleet, sglang_args
+    from specctl.console.cli import depth_costs, fleet, sglang_args, sim
 
     fleet.add_parser(sub)
     sglang_args.add_parser(sub)
     depth_costs.add_parser(sub)
+    sim.add_parser(sub)
     locate = verb("locate", "print where specctl keeps its socket, config and state")
     locate.add_argument("--socket", help="control socket path")
     return parser
@@ -145,6 +146,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from specctl.console.cli.fleet import run as run_fleet
 
         return run_fleet(args)
+    if args.verb == "sim":
+        from specctl.console.cli.sim import run as run_sim
+
+        return run_sim(args)
     if args.verb == "depth-costs":
         from specctl.console.cli.depth_costs import run as run_depth_costs
 

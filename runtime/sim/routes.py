@@ -10,24 +10,20 @@ KV-pool endpoints.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from specctl.runtime.sim import admin, api
-from specctl.runtime.sim.generate import (
-    BadRequest,
-    client_rid,
-    generate_answer,
-    greedy_key,
-    parse_generate,
-    split_batch,
-)
+from specctl.runtime.sim.body import read_json
+from specctl.runtime.sim.generate import BadRequest, Job, client_rid, generate_answer, parse_generate, split_batch
 from specctl.runtime.sim.load import parse_load
-from specctl.runtime.sim.server import SimServer
+from specctl.runtime.sim.sampling import Stop
+from specctl.runtime.sim.server import Overloaded, Piece, SimServer
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -42,7 +38,13 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
     try:
         return await handler(request)
     except BadRequest as exc:
+        if request.path == "/generate":  # http_server's _create_error_response for a ValueError
+            return web.json_response({"error": {"message": str(exc)}}, status=400)
         return _error(400, str(exc))
+    except Overloaded as exc:  # SGLang: an HTTPException(503) from the scheduler's abort
+        if request.path.startswith("/v1/"):
+            return api.error_response(api.ApiError(str(exc), status=503, kind="503"))
+        return web.json_response({"detail": str(exc)}, status=503)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -56,10 +58,46 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
 
 
 async def _json_body(request: web.Request) -> Any:
-    try:
-        return json.loads(await request.read() or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("body is not valid JSON") from None
+    return await read_json(request)
+
+
+class _Output:
+    """One /generate request's output so far, shaped as SGLang's answer."""
+
+    def __init__(self, server: SimServer, job: Job) -> None:
+        self.server, self.job = server, job
+        self.source = server.source(job)
+        self.t0 = server.engine.now
+        self.ids: list[int] = []
+        self.text: list[str] = []
+        self.logprobs: list[tuple[float, list[tuple[int, float]]]] | None = [] if job.logprobs is not None \
+            else None
+        self.last: Piece | None = None
+
+    def pieces(self, rid: str | None, stream: bool) -> AsyncIterator[Piece]:
+        job = self.job
+        return self.server.run(job.prompt_tokens, self.server.new_limit(job.prompt_tokens, job.max_new), self.source,
+                               stop=Stop(job.stop), eos=job.eos, rid=rid, stream=stream, follow=stream)
+
+    def note(self, piece: Piece) -> dict[str, Any]:
+        self.ids.extend(piece.ids)
+        self.text.append(piece.text)
+        if self.logprobs is not None:
+            self.logprobs.extend(self.source.logprobs(piece.ids, self.job.logprobs or 0))
+        self.last = piece
+        return self.answer()
+
+    def answer(self) -> dict[str, Any]:
+        p = self.last
+        out = generate_answer(self.job.prompt_tokens, list(self.ids), "".join(self.text),
+                              p.finish if p else None, p.accept if p else None, self.server.engine.now - self.t0,
+                              p.verifies if p else 0, self.logprobs)
+        return self.server.answer(out)
+
+    async def whole(self, rid: str | None) -> dict[str, Any]:
+        async for piece in self.pieces(rid, stream=False):
+            self.note(piece)
+        return self.answer()
 
 
 def build_app(server: SimServer) -> web.Application:
@@ -100,9 +138,13 @@ def build_app(server: SimServer) -> web.Application:
     async def set_internal_state(request: web.Request) -> web.Response:
         return web.json_response(server.set_internal_state(await _json_body(request)))
 
-    async def metrics(_: web.Request) -> web.Response:
-        text = generate_latest(server.registry).decode()
-        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+    async def metrics(request: web.Request) -> web.Response:
+        """Prometheus text (version 0.0.4) by default; OpenMetrics when the Accept header asks for it."""
+        if "application/openmetrics-text" in request.headers.get("Accept", ""):
+            body, ctype = openmetrics.generate_latest(server.registry), openmetrics.CONTENT_TYPE_LATEST
+        else:
+            body, ctype = generate_latest(server.registry), CONTENT_TYPE_LATEST
+        return web.Response(body=body, headers={"Content-Type": ctype})
 
     async def generate(request: web.Request) -> web.StreamResponse:
         if not server.ready:
@@ -110,24 +152,30 @@ def build_app(server: SimServer) -> web.Application:
         body = await _json_body(request)
         batch = split_batch(body)
         if batch is not None:
-            return web.json_response(await server.generate_batch(batch))
-        if isinstance(body, dict) and body.get("stream"):
-            return await generate_stream(request, body)
-        return web.json_response(await server.generate(body))
+            jobs = [parse_generate(one) for one in batch]
+            for job in jobs:
+                server.check(job)
+            server.admit(len(jobs))
+            return web.json_response(list(await asyncio.gather(*(_Output(server, job).whole(None) for job in jobs))))
+        job = parse_generate(body)
+        server.check(job)
+        out = _Output(server, job)
+        if body.get("stream"):
+            if job.max_new != 0:
+                server.admit()
+            return await api.generate_stream(request, out.pieces(client_rid(body), stream=True), out.note)
+        return web.json_response(await out.whole(client_rid(body)))
 
-    async def generate_stream(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
-        prompt, max_new = parse_generate(body)
-        if problem := server.fit_problem(prompt, max_new):
-            raise BadRequest(problem)
-        t0 = server.engine.now
+    async def ready(_: web.Request) -> web.Response:
+        return web.Response(status=200 if server.ready else 503)
 
-        def answer(ids: list[int], finished: bool) -> dict[str, Any]:
-            out = generate_answer(prompt, ids, None, server.engine.now - t0, 0)
-            if not finished:
-                out["meta_info"]["finish_reason"] = None
-            return server.answer(out)
-
-        return await api.generate_stream(request, server, prompt, max_new, answer, greedy_key(body), client_rid(body))
+    async def get_load(_: web.Request) -> web.Response:
+        """SGLang 0.5.17's /get_load (what the router reads): one row per DP rank."""
+        e = server.engine
+        used = e.ctx_tokens
+        return web.json_response([{"dp_rank": 0, "num_reqs": len(e.running) + len(e.queue),
+                                   "num_waiting_reqs": len(e.queue), "num_tokens": used, "num_pending_tokens": 0,
+                                   "ts_tic": time.perf_counter()}])
 
     async def sim_gpus(_: web.Request) -> web.Response:
         return web.json_response(server.gpus.snapshot())
@@ -143,7 +191,7 @@ def build_app(server: SimServer) -> web.Application:
             raise BadRequest(str(exc)) from None
         return web.json_response({"failed": sorted(server.gpus.failed)})
 
-    async def get_load(_: web.Request) -> web.Response:
+    async def sim_load(_: web.Request) -> web.Response:
         return web.json_response({"spec": str(server.driver.spec)})
 
     async def set_load(request: web.Request) -> web.Response:
@@ -167,7 +215,10 @@ def build_app(server: SimServer) -> web.Application:
     app.router.add_post("/generate", generate)
     app.router.add_get("/sim/gpus", sim_gpus)
     app.router.add_post("/sim/gpus", set_failed_gpus)
-    app.router.add_get("/sim/load", get_load)
+    app.router.add_get("/sim/load", sim_load)
+    app.router.add_get("/get_load", get_load)
+    app.router.add_get("/ready", ready)
+    app.router.add_get("/ping", ready)  # SageMaker's: 200 when healthy (the simulator never pauses)
     app.router.add_post("/sim/load", set_load)
     app.router.add_post("/sim/stall", set_stall)
     api.add_routes(app, server)  # /v1/*, /model_info and the old /get_* names (api.py)

@@ -10,6 +10,7 @@ happens on the event loop thread, so no locks are needed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -26,18 +27,12 @@ from specctl.runtime.sim import nospec
 from specctl.runtime.sim.costs import tree_tokens
 from specctl.runtime.sim.depth import policy_costs
 from specctl.runtime.sim.engine import SimEngine, SimRequest
-from specctl.runtime.sim.generate import (
-    BadRequest,
-    client_rid,
-    generate_answer,
-    greedy_key,
-    output_ids,
-    parse_generate,
-)
+from specctl.runtime.sim.generate import ABORTED, BadRequest, Job
 from specctl.runtime.sim.gpus import SimGpus
 from specctl.runtime.sim.load import LoadDriver, LoadSpec
-from specctl.runtime.sim.metrics import Collector
+from specctl.runtime.sim.metrics import Collector, RequestMetrics
 from specctl.runtime.sim.preset_model import Preset
+from specctl.runtime.sim.sampling import EOS_ID, Stop, TokenSource, source_key, token_text
 
 TICK_S = 0.025
 CPU_BUDGET_S = 0.015  # per tick; beyond it the simulated clock falls behind rather than hog the CPU
@@ -45,6 +40,30 @@ MAX_LAG_S = 1.0  # lag beyond this is dropped, not caught up, so a stall does no
 UTIL_WINDOW_S = 1.0  # simulated GPU utilisation is measured over this much recent time, as NVML's is
 SGLANG_VERSION = "0.5.17"  # the SGLang release whose endpoints the simulator answers like
 HTTP_TAG = "http"
+CONTEXT_LEN = 131_072  # Llama 3.1's
+DEFAULT_MAX_QUEUED = 4096  # waiting requests before a new one is refused (SGLang's --max-queued-requests)
+IDLE_WAIT_S = 1.0  # with nothing to run and no load, the engine loop sleeps this long unless a request comes
+QUEUE_FULL = "The request queue is full."  # the scheduler's answer (scheduler.py, _abort_on_queued_limit)
+
+
+class Overloaded(Exception):
+    """The waiting queue is full: SGLang answers 503 with QUEUE_FULL."""
+
+
+@dataclass
+class Piece:
+    """Output ids a request produced since the last piece, their text, and how it ended (on the last one).
+
+    ``finish`` is SGLang's meta_info ``finish_reason``: ``{"type": "length", "length": N}``, ``{"type": "stop",
+    "matched": STRING_OR_EOS_ID}`` or ABORTED; None while the request runs.
+    """
+
+    ids: list[int]
+    text: str
+    finish: dict[str, Any] | None = None
+    start: int = 0  # the index of ids[0] among the request's output tokens
+    accept: float | None = None  # the request's tokens per verify so far (meta_info spec_accept_length)
+    verifies: int = 0  # its decode steps so far (spec_verify_ct)
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,10 @@ class SimConfig:
     # The depth choice's step-time table: "model" prices depths with the simulator's own model; a DepthCosts
     # (--depth-costs FILE) or None (--no-depth-costs) as a real server launched with or without SPECCTL_DEPTH_COSTS.
     depth_costs: DepthCosts | None | Literal["model"] = "model"
+    model_path: str | None = None  # --model-path: the path the server reports (default: the preset's)
+    served_model_name: str | None = None  # --served-model-name (default: the model path)
+    context_length: int = CONTEXT_LEN
+    max_queued_requests: int = DEFAULT_MAX_QUEUED
 
 
 class SimServer:
@@ -90,6 +113,7 @@ class SimServer:
         self._waiters: dict[int, asyncio.Future[SimRequest]] = {}
         self._http: dict[int, tuple[str, SimRequest]] = {}  # engine rid -> (the client's rid, request): /abort_request
         self._tick = asyncio.Event()  # set (and replaced) after every engine tick: streams wake on it
+        self._wake = asyncio.Event()  # set when a request arrives, so an idle engine loop runs at once
         self._busy: deque[tuple[float, float]] = deque()  # simulated (start, end) spells in which steps ran
         self._started = time.monotonic()
         self._lag_dropped_s = 0.0
@@ -97,6 +121,21 @@ class SimServer:
         self._task: asyncio.Task[None] | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(Collector(self))
+        self.requests = RequestMetrics(self.registry, self.served_model_name)
+        self._http_seq = 0  # requests taken over HTTP: a sampled request's id stream is keyed by it
+        self._offset = 0.0  # simulated time minus the event loop's clock (set when the engine loop starts)
+
+    @property
+    def model_path(self) -> str:
+        return self.cfg.model_path or self.cfg.preset.model_path
+
+    @property
+    def served_model_name(self) -> str:
+        return self.cfg.served_model_name or self.model_path
+
+    @property
+    def context_length(self) -> int:
+        return self.cfg.context_length
 
     # -- the real-time loop ---------------------------------------------
     async def start(self) -> None:
@@ -115,22 +154,30 @@ class SimServer:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        offset = self.engine.now - loop.time()  # simulated time = real time + offset
+        self._offset = self.engine.now - loop.time()  # simulated time = real time + offset
         last = loop.time()
         while True:
-            await asyncio.sleep(TICK_S)
+            if self._idle():  # nothing to run and no load: sleep until a request comes (cheap replicas)
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), IDLE_WAIT_S)
+            else:
+                await asyncio.sleep(TICK_S)
             now = loop.time()
-            target = now + offset
+            target = now + self._offset
             self._advance(target)
             lag = target - self.engine.now
             if lag > MAX_LAG_S:
-                offset -= lag
+                self._offset -= lag
                 self._lag_dropped_s += lag
             self.gpus.update(now - last, self.busy_fraction(min(target, self.engine.now)),
                              len(self.engine.running))
             last = now
             self._tick.set()
             self._tick = asyncio.Event()
+
+    def _idle(self) -> bool:
+        return not self.engine.has_work and self.driver.target(self.engine.now) == 0
 
     def _advance(self, target: float) -> None:
         """Run simulated steps up to ``target`` (or the tick's CPU budget), noting when the GPUs computed."""
@@ -227,8 +274,10 @@ class SimServer:
         p = self.cfg.preset
         steps = self.policy.settings.steps
         return {
-            "model_path": p.model_path,
-            "served_model_name": p.model_path,
+            "model_path": self.model_path,
+            "served_model_name": self.served_model_name,
+            "context_length": self.context_length,
+            "max_queued_requests": self.cfg.max_queued_requests,
             "tp_size": p.tp_size,
             "dp_size": 1,
             "attention_backend": p.attention_backend,
@@ -258,74 +307,133 @@ class SimServer:
             },
         }
 
-    # -- /generate --------------------------------------------------------
-    def fit_problem(self, prompt_tokens: int, max_new: int) -> str | None:
-        """Why a request cannot be admitted at all, or None."""
-        if prompt_tokens + max_new > self.engine.kv_pool_tokens:
-            return (f"prompt plus max_new_tokens ({prompt_tokens + max_new}) exceeds the KV pool "
-                    f"({self.engine.kv_pool_tokens} tokens)")
+    # -- generation --------------------------------------------------------
+    def context_problem(self, prompt_tokens: int, max_new: int | None) -> str | None:
+        """SGLang's length checks (tokenizer_manager._validate_one_request, 0.5.23), or None."""
+        ctx = self.context_length
+        if prompt_tokens >= ctx:
+            return f"The input ({prompt_tokens} tokens) is longer than the model's context length ({ctx} tokens)."
+        if max_new is not None and prompt_tokens + max_new > ctx:
+            return (f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
+                    f"You requested a total of {prompt_tokens + max_new} tokens: {prompt_tokens} tokens from the "
+                    f"input messages and {max_new} tokens for the completion. Please reduce the number of tokens "
+                    f"in the input messages or the completion to fit within the limit.")
         return None
 
-    async def tokens(self, prompt_tokens: int, max_new: int, greedy: str | None = None,
-                     rid: str | None = None) -> AsyncIterator[list[int]]:
-        """A request's output ids as the engine produces them, a tick's worth at a time.
+    def new_limit(self, prompt_tokens: int, max_new: int | None) -> int:
+        """The tokens a request may produce: its own limit, else what the context leaves (as the scheduler's
+        init_req_max_new_tokens: max_req_len - input - 1), never beyond the KV pool."""
+        room = min(self.context_length - 1, self.engine.kv_pool_tokens - 1) - prompt_tokens - 1
+        return max(0, room if max_new is None else min(max_new, room))
 
-        The performance model decides when each appears (the first after the prefill and a decode
-        step, then as steps finish), so a streaming client sees the simulated TTFT and inter-token
-        latency. A client that leaves early aborts the request, as SGLang does; one aborted through
-        /abort_request (``rid``: the client's) ends early. ``greedy``: the prompt of a greedy request
-        (greedy_key), whose output it alone decides.
+    def admit(self, n: int = 1) -> None:
+        """Refuse ``n`` new requests when the waiting queue would pass --max-queued-requests."""
+        if len(self.engine.queue) + n > self.cfg.max_queued_requests:
+            raise Overloaded(QUEUE_FULL)
+
+    def source(self, job: Job, choice: int = 0) -> TokenSource:
+        """The id stream of one output of ``job`` (sampling.source_key)."""
+        key, greedy = source_key(job.prompt_key, greedy=job.greedy, seed=job.seed, server_seed=self.cfg.seed,
+                                 request=self.next_request(), choice=choice)
+        return TokenSource(key, greedy=greedy)
+
+    def check(self, job: Job) -> None:
+        """SGLang's length checks of a job: BadRequest with its message."""
+        if problem := self.context_problem(job.prompt_tokens, job.max_new):
+            raise BadRequest(problem)
+
+    def run_job(self, job: Job, *, choice: int = 0, rid: str | None = None, stream: bool = False,
+                follow: bool = False) -> AsyncIterator[Piece]:
+        return self.run(job.prompt_tokens, self.new_limit(job.prompt_tokens, job.max_new), self.source(job, choice),
+                        stop=Stop(job.stop), eos=job.eos, rid=rid, stream=stream, follow=follow)
+
+    def next_request(self) -> int:
+        self._http_seq += 1
+        return self._http_seq
+
+    async def run(self, prompt_tokens: int, max_new: int, source: TokenSource, *, stop: Stop | None = None,
+                  eos: bool = False, rid: str | None = None, stream: bool = False,
+                  follow: bool = True) -> AsyncIterator[Piece]:
+        """One request through the engine: its output as pieces, the last with its finish reason.
+
+        The performance model decides when each token appears (the first after the prefill and a decode
+        step, then as steps finish), so a client sees the simulated TTFT and inter-token latency. Ids are
+        drawn from ``source`` only as the engine produces them. ``follow``: wake every tick (a stream, or
+        stop strings to watch); otherwise wait for the end. A stop string ends the request where it
+        appears; ``eos``: the request has no limit of its own and ends at a simulated EOS. A client that
+        leaves (its handler cancelled) aborts the request, as SGLang does; so does /abort_request
+        (``rid``: the client's).
         """
-        if max_new == 0:
+        out_len = max_new
+        eos_at = None
+        if eos:
+            w = self.cfg.preset.workload
+            eos_at = source.eos_after(w.output_min, w.output_max)
+            out_len = min(out_len, eos_at)
+        t0 = self.engine.now
+        metrics = self.requests.start(prompt_tokens, stream, t0)
+        if out_len == 0:
+            metrics.finish(0, t0)
+            yield Piece([], "", {"type": "length", "length": 0})
             return
-        req = self.engine.submit(prompt_tokens, max_new, HTTP_TAG)
+        self.admit()
+        if not self.engine.has_work:  # an idle engine's clock may be up to IDLE_WAIT_S behind: bring it to now
+            self.engine.idle_until(asyncio.get_running_loop().time() + self._offset)
+        req = self.engine.submit(prompt_tokens, out_len, HTTP_TAG)
+        self._wake.set()
         self._http[req.rid] = (rid or f"sim-{req.rid}", req)
-        ids = output_ids(self.cfg.seed, req.rid, max_new, greedy)
-        sent = 0
+        fut: asyncio.Future[SimRequest] | None = None
+        if not follow and not (stop and stop.strings):
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters[req.rid] = fut
+        sent, tail, ended = 0, "", False
+        keep = max(0, (stop.longest if stop else 0) - 1)
         try:
-            while sent < max_new:
+            while True:
                 if self._task is None or self._task.done():
                     raise ConnectionAbortedError("simulator stopping")
-                await self._tick.wait()
+                if fut is not None:
+                    await asyncio.shield(fut)
+                else:
+                    await self._tick.wait()
                 if req.done > sent:
-                    yield ids[sent:req.done]
+                    ids = source.take(req.done - sent)
+                    texts = [token_text(sent + i, t) for i, t in enumerate(ids)]
+                    text = "".join(texts)
+                    start = sent
+                    if stop and stop.strings and (hit := stop.find(tail + text, 0)) is not None:
+                        at, matched = hit[0] - len(tail), hit[1]
+                        end, n = at + len(matched), 0
+                        while n < len(ids) and sum(map(len, texts[:n])) < end:
+                            n += 1
+                        sent += n
+                        self.engine.abort(req)  # the scheduler ends it here: the batch drops it
+                        metrics.token(sent, self.engine.now)
+                        ended = True
+                        yield Piece(ids[:n], text[:max(0, at)], {"type": "stop", "matched": matched}, start,
+                                    req.accept_len, req.decode_steps)
+                        return
+                    if keep:
+                        tail = (tail + text)[-keep:]
                     sent = req.done
-                if req.finished_at is not None and sent < max_new:  # aborted (/abort_request)
+                    metrics.token(sent, self.engine.now)
+                    finish: dict[str, Any] | None = None
+                    if sent >= out_len:
+                        finish = {"type": "stop", "matched": EOS_ID} if eos_at is not None and sent == eos_at \
+                            else {"type": "length", "length": sent}
+                    ended = finish is not None
+                    yield Piece(ids, text, finish, start, req.accept_len, req.decode_steps)
+                    if finish is not None:
+                        return
+                if req.finished_at is not None and sent < out_len:  # aborted (/abort_request)
+                    yield Piece([], "", dict(ABORTED), sent, req.accept_len, req.decode_steps)
                     return
         finally:
             self._http.pop(req.rid, None)
+            self._waiters.pop(req.rid, None)
             if req.finished_at is None:
                 self.engine.abort(req)
-
-    async def generate(self, body: Any) -> dict[str, Any]:
-        """Queue one request and answer when its simulated tokens are done."""
-        prompt_tokens, max_new = parse_generate(body)
-        if problem := self.fit_problem(prompt_tokens, max_new):
-            raise BadRequest(problem)
-        t0 = self.engine.now
-        if max_new == 0:
-            return generate_answer(prompt_tokens, [], None, 0.0, 0)
-        req = self.engine.submit(prompt_tokens, max_new, HTTP_TAG)
-        fut: asyncio.Future[SimRequest] = asyncio.get_running_loop().create_future()
-        self._waiters[req.rid] = fut
-        self._http[req.rid] = (client_rid(body) or f"sim-{req.rid}", req)
-        try:
-            done = await fut
-        finally:
-            self._http.pop(req.rid, None)
-            if self._waiters.pop(req.rid, None) is not None:
-                self.engine.abort(req)  # the client left before the answer
-        ids = output_ids(self.cfg.seed, done.rid, done.done, greedy_key(body))
-        return self.answer(generate_answer(prompt_tokens, ids, done.accept_len, done.finished_at - t0,
-                                           done.decode_steps, aborted=done.done < max_new))
-
-    async def generate_batch(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A batched /generate: every prompt checked first (a bad one queues none), then all queued at once."""
-        for body in bodies:
-            prompt_tokens, max_new = parse_generate(body)
-            if problem := self.fit_problem(prompt_tokens, max_new):
-                raise BadRequest(problem)
-        return list(await asyncio.gather(*(self.generate(body) for body in bodies)))
+            metrics.finish(sent, self.engine.now, aborted=not ended)
 
     def answer(self, out: dict[str, Any]) -> dict[str, Any]:
         """A /generate answer as this server sends it: without speculation, no speculative meta_info."""

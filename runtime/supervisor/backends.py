@@ -225,7 +225,7 @@ class SimBackend(ProcessBackend):
 
     def __init__(self, preset: str, gpus: int | None, load: str, settings: dict[str, Any],
                  extra: list[str] | None = None, port: int = 0, depth_costs: Path | None = None) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="specctl-sim-")
+        self._dir = tempfile.TemporaryDirectory(prefix=f"specctl-sim-{os.getpid()}-")
         self._port_file = Path(self._dir.name) / "port"
         argv = [sys.executable, "-m", "specctl.runtime.sim", "--host", "127.0.0.1",
                 "--port", str(port), "--port-file", str(self._port_file), "--preset", preset,

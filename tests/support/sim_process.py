@@ -44,3 +44,28 @@ def sim_process(tmp_path: Path, *args: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def specctl_sim(tmp_path: Path, *args: str) -> Iterator[list[str]]:
+    """Start ``specctl sim ARGS`` (the verb, as a user runs it) on free ports; yield each replica's URL; stop it."""
+    tag = f"specctl-sim-{time.monotonic_ns()}"
+    port_file, err_file = tmp_path / f"{tag}.port", tmp_path / f"{tag}.err"
+    with err_file.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "specctl.console.cli", "sim", "--port", "0",
+                                 "--port-file", str(port_file), *args],
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not port_file.exists():
+            assert proc.poll() is None, f"specctl sim exited: {err_file.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, "specctl sim never wrote its port file"
+            time.sleep(0.05)
+        yield [f"http://127.0.0.1:{int(line)}" for line in port_file.read_text().split()]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
