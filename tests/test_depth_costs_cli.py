@@ -68,6 +68,7 @@ def pinned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"journal": sup.journal, "prior": prior, "tmp": tmp}
 
 
+@pytest.mark.slow
 def test_pinned_depths_are_measured_in_the_simulators_order_and_the_table_starts_a_server(
         pinned: dict[str, Path]) -> None:
     table_path = pinned["tmp"] / "T.json"

@@ -54,6 +54,7 @@ def settle(h: Headless, samples: int = 8) -> None:
     wait_for(lambda: len(h.records("sample")) >= count + samples, "a few more samples")
 
 
+@pytest.mark.slow
 def test_an_attached_moe_running_the_dense_row_is_told_once_with_both_fixes(tmp_path: Path) -> None:
     printed = triton_on_h200(tmp_path)
     row = {k: printed[k] for k in ROW_KEYS}

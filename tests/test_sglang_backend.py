@@ -129,6 +129,7 @@ async def test_commands_reach_the_launched_server(standin: Path) -> None:
         await sup.stop()
 
 
+@pytest.mark.slow
 async def test_the_launched_servers_control_endpoint_wants_the_supervisors_key(standin: Path,
                                                                             tmp_path: Path) -> None:
     """SGLang under --admin-api-key (here the stand-in, which reads it from --config as SGLang does): a
@@ -280,6 +281,7 @@ async def test_the_operators_whole_thresholds_on_a_moe_need_no_why(standin: Path
         assert not events(sup, "backend_thresholds_skipped") and not events(sup, "backend_thresholds")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
 async def test_a_missing_sglang_is_one_clear_message_then_a_start_once_it_is_there(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -304,6 +306,7 @@ async def test_a_missing_sglang_is_one_clear_message_then_a_start_once_it_is_the
         await sup.stop()
 
 
+@pytest.mark.slow
 async def test_a_restart_keeps_the_pair_the_operator_ran_with_after_setting_half_of_it(
         standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # FlashInfer on an H200: the row gives off_at 114, on_at 48. `specctl set off_at=100` runs
