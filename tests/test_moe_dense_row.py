@@ -105,6 +105,7 @@ def test_only_the_group_the_operator_left_to_the_row_is_named(tmp_path: Path) ->
             assert h.stop() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("preset", "sglang_args", "supervisor_args"), [
     # the line printed with --experts: the Triton row measured on a MoE, nothing to say
     ("h200-qwen3moe", ("--experts", "128"), ()),
