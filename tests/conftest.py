@@ -1,14 +1,14 @@
 """Fixtures shared across test modules, and the ``online`` marker.
 
 ``online`` marks the tests that read SGLang's release wheels (every test that
-takes the ``sglang_source`` fixture). What a run does with them:
+takes the ``sglang_source`` fixture). The default run leaves them out, with
+``slow`` and ``bench`` (pyproject's addopts), so a plain ``pytest`` needs nothing
+but the machine. The second tier, ``pytest -m "slow or bench or online"``, runs them:
 
-- by default, a test whose wheel is already in the cache runs (it needs no
-  network); one whose wheel is not there is skipped, saying how to fetch it.
-  So a plain ``pytest`` needs nothing but the machine.
 - ``--online`` (or ``SPECCTL_ONLINE=1``, which .ci/run sets) downloads a
-  missing wheel once, so every ``online`` test runs.
-- ``-m "not online"`` leaves them all out; ``-m online`` runs only them.
+  missing wheel once, so every ``online`` test runs;
+- without it, a test whose wheel is already in the cache runs and one whose
+  wheel is not there is skipped, saying how to fetch it.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           f"(also {ONLINE_ENV}=1)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that reads a wheel is ``online``: marked by the fixture it takes, so none is missed."""
     for item in items:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from specctl.runtime.core import policy
 from specctl.runtime.sim.presets import get_preset
 
 from support.benches import BENCH_DIR, load_bench
+
+pytestmark = pytest.mark.bench  # tests a bench/ script: the second tier
 
 BENCH = BENCH_DIR / "accept_window.py"
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from support.benches import load_bench
+
+pytestmark = pytest.mark.bench  # tests a bench/ script: the second tier
 
 control_limits = load_bench("control_limits")
 

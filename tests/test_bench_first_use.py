@@ -26,11 +26,14 @@ import urllib.request
 from itertools import product
 from pathlib import Path
 
+import pytest
 from test_bench_gpu_dryrun import assert_clean, dry_run
 
 from specctl.runtime.core.settings import MODE_CODES
 
 from support.sim_process import sim_process
+
+pytestmark = pytest.mark.bench  # tests a bench/ script: the second tier
 
 REPO = Path(__file__).resolve().parent.parent
 GPU = REPO / "bench" / "gpu"

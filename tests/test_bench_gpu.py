@@ -22,6 +22,8 @@ import pytest
 
 from support.sim_process import sim_process
 
+pytestmark = pytest.mark.bench  # tests a bench/ script: the second tier
+
 GPU = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 DEADLINE_S = 60.0
 

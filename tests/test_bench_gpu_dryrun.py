@@ -24,6 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+pytestmark = pytest.mark.bench  # tests a bench/ script: the second tier
+
 REPO = Path(__file__).resolve().parent.parent
 GPU = REPO / "bench" / "gpu"
 DEADLINE_S = 300.0  # only to end a hung run; nothing here asserts on timing

@@ -27,6 +27,8 @@ import pytest
 
 from support.sglang_source import SglangSource
 
+pytestmark = pytest.mark.bench  # tests a bench/ script: the second tier
+
 REPO = Path(__file__).resolve().parent.parent
 GPU = REPO / "bench" / "gpu"
 STANDIN = REPO / "tests" / "standin_sglang" / "sglang"

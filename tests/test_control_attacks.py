@@ -116,6 +116,7 @@ async def test_idle_connections_time_out_but_a_subscriber_keeps_its_stream(sock_
         await server.stop()
 
 
+@pytest.mark.slow
 def test_out_of_descriptors_accept_backs_off_says_it_once_and_the_owner_gets_through(sock_dir: Path) -> None:
     """The attack: 1,030 idle connections against a soft limit of 1,024 (here 300 against 64, with the cap
     set past the limit so that accept() itself fails). Before: accept() tracebacks at 100 % CPU, megabytes

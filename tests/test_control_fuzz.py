@@ -116,6 +116,7 @@ def _drain(server: ServerThread, sub: Any) -> list[dict[str, Any]]:
     return server.call(drain())
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(stream=streams())

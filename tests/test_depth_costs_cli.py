@@ -68,6 +68,7 @@ def pinned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"journal": sup.journal, "prior": prior, "tmp": tmp}
 
 
+@pytest.mark.slow
 def test_pinned_depths_are_measured_in_the_simulators_order_and_the_table_starts_a_server(
         pinned: dict[str, Path]) -> None:
     table_path = pinned["tmp"] / "T.json"
@@ -114,6 +115,7 @@ def test_pinned_depths_are_measured_in_the_simulators_order_and_the_table_starts
         assert sup.stop() == 0
 
 
+@pytest.mark.slow  # reads the journal the pinned fixture takes ~18 s of real windows to write
 def test_without_a_prior_the_cells_without_evidence_are_named_and_nothing_is_written(pinned: dict[str, Path]) -> None:
     table_path = pinned["tmp"] / "none.json"
     out = specctl("depth-costs", str(pinned["journal"]), "--out", str(table_path))

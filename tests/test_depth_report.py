@@ -13,8 +13,11 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.bench  # tests a bench/ script: the second tier
 
 GPU = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 DEPTH = GPU / "results" / "depth"

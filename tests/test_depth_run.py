@@ -108,6 +108,7 @@ def standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
             "--speculative-candidate-steps", "0,1,2,3"]
 
 
+@pytest.mark.slow
 def test_a_launch_with_middle_depths_and_no_table_says_once_that_auto_will_not_choose_them(
         tmp_path: Path, standin: list[str]) -> None:
     h = Headless(tmp_path, *standin)

@@ -26,6 +26,7 @@ def sup(tmp_path: Path):
     h.stop()
 
 
+@pytest.mark.slow
 def test_load_switches_off_force_on_is_journaled_and_quiet_turns_it_back_on(sup: Headless) -> None:
     switch = sup.wait_event("spec_switch", on=False)
     off_at = sup.status()["spec"]["settings"]["off_at"]
@@ -111,6 +112,7 @@ def test_under_nohup_a_hang_up_leaves_the_supervisor_running(tmp_path: Path) -> 
             proc.wait()
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_supervisor_leaves_a_readable_journal_and_no_orphans(tmp_path: Path) -> None:
     h = Headless(tmp_path, "--sim-load", "steady:c=100", "--sim-gpus", "8")
     pid = h.ready_sample()["server"]["pid"]
@@ -145,6 +147,7 @@ def test_socket_abuse_does_not_disturb_the_supervisor(sup: Headless) -> None:
     assert sup.proc.poll() is None
 
 
+@pytest.mark.slow
 def test_server_stop_start_restart_from_the_cli(sup: Headless) -> None:
     first = sup.ready_sample()["server"]["pid"]
     stopped = sup.cli("server", "stop")

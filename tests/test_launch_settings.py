@@ -220,6 +220,7 @@ def test_a_config_files_floor_refused_at_runs_steps_is_the_files(tmp_path: Path,
 TREE_LAUNCH = ("--speculative-num-steps", "2", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16")
 
 
+@pytest.mark.slow
 def test_run_launches_the_tree_under_the_switch_and_steers_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(STANDIN), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("STANDIN_STEP_S", "0.02")

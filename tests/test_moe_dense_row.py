@@ -54,6 +54,7 @@ def settle(h: Headless, samples: int = 8) -> None:
     wait_for(lambda: len(h.records("sample")) >= count + samples, "a few more samples")
 
 
+@pytest.mark.slow
 def test_an_attached_moe_running_the_dense_row_is_told_once_with_both_fixes(tmp_path: Path) -> None:
     printed = triton_on_h200(tmp_path)
     row = {k: printed[k] for k in ROW_KEYS}
@@ -104,6 +105,7 @@ def test_only_the_group_the_operator_left_to_the_row_is_named(tmp_path: Path) ->
             assert h.stop() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("preset", "sglang_args", "supervisor_args"), [
     # the line printed with --experts: the Triton row measured on a MoE, nothing to say
     ("h200-qwen3moe", ("--experts", "128"), ()),

@@ -88,6 +88,7 @@ def test_options_a_server_without_speculation_cannot_have_are_usage_errors(extra
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_specctl_attached_to_a_server_without_speculation_watches_it_and_refuses_to_steer(tmp_path: Path) -> None:
     with sim_process(tmp_path, "--no-speculation", "--load", "steady:c=8", "--gpus", "2") as url:
         h = Headless(tmp_path, "--attach", url)

@@ -129,6 +129,7 @@ async def test_commands_reach_the_launched_server(standin: Path) -> None:
         await sup.stop()
 
 
+@pytest.mark.slow
 async def test_the_launched_servers_control_endpoint_wants_the_supervisors_key(standin: Path,
                                                                             tmp_path: Path) -> None:
     """SGLang under --admin-api-key (here the stand-in, which reads it from --config as SGLang does): a
@@ -166,6 +167,7 @@ async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatc
         assert (settings["off_at"], settings["min_accept"]) != (32, 1.3), "not the policy's defaults"
 
 
+@pytest.mark.slow
 async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     own = {"off_at": "48", "on_at": "40"}
@@ -178,6 +180,7 @@ async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
         assert (settings["off_at"], settings["on_at"]) == (48, 40)
 
 
+@pytest.mark.slow
 async def test_a_tree_under_the_switch_on_triton_gets_the_trees_own_row(standin: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # the report's topk-4 tree under specctl's switch on an H200 with Triton: the static tree fell below no
@@ -197,6 +200,7 @@ async def test_a_tree_under_the_switch_on_triton_gets_the_trees_own_row(standin:
             "the floor stays the policy's: a tree's break-even was not measured (nor the chain's row's floor taken)"
 
 
+@pytest.mark.slow
 async def test_a_tree_on_another_gpu_keeps_the_defaults_and_the_journal_says_why(
         standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the report's own system: its tree under the switch on Blackwell with FlashInfer, where nothing was measured
@@ -213,6 +217,7 @@ async def test_a_tree_on_another_gpu_keeps_the_defaults_and_the_journal_says_why
         assert not events(sup, "backend_thresholds")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("preset", "gpu_source", "why"), [
     ("rtx-8gpu-report-topk1", "sim", "this server runs on NVIDIA RTX PRO 6000 Blackwell Server Edition"),
     ("h200-llama8b-flashinfer", "none", "this server's GPUs could not be read")])
@@ -231,6 +236,7 @@ async def test_thresholds_measured_on_another_gpu_stay_out_and_the_journal_says_
         assert not events(sup, "backend_thresholds")
 
 
+@pytest.mark.slow
 async def test_a_moe_on_triton_on_an_h200_gets_the_row_measured_on_a_moe(
         standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Qwen3-30B-A3B with Triton on an H200, as the first MoE sitting ran it: static EAGLE-3 stops paying
@@ -248,6 +254,7 @@ async def test_a_moe_on_triton_on_an_h200_gets_the_row_measured_on_a_moe(
         assert len(events(sup, "backend_thresholds")) == 1, "applied once a start, not every poll"
 
 
+@pytest.mark.slow
 async def test_a_moe_on_another_gpu_is_told_both_reasons_at_once(standin: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # The report's system: GLM-5 (256 routed experts) with FlashInfer on RTX PRO 6000s. Told only
@@ -268,6 +275,7 @@ async def test_a_moe_on_another_gpu_is_told_both_reasons_at_once(standin: Path,
         assert not events(sup, "backend_thresholds")
 
 
+@pytest.mark.slow
 async def test_the_operators_whole_thresholds_on_a_moe_need_no_why(standin: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     own = {"off_at": "64", "on_at": "8", "min_accept": "1.0", "accept_slope": "0"}
@@ -280,6 +288,7 @@ async def test_the_operators_whole_thresholds_on_a_moe_need_no_why(standin: Path
         assert not events(sup, "backend_thresholds_skipped") and not events(sup, "backend_thresholds")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
 async def test_a_missing_sglang_is_one_clear_message_then_a_start_once_it_is_there(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -304,6 +313,7 @@ async def test_a_missing_sglang_is_one_clear_message_then_a_start_once_it_is_the
         await sup.stop()
 
 
+@pytest.mark.slow
 async def test_a_restart_keeps_the_pair_the_operator_ran_with_after_setting_half_of_it(
         standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # FlashInfer on an H200: the row gives off_at 114, on_at 48. `specctl set off_at=100` runs
@@ -326,6 +336,7 @@ async def test_a_restart_keeps_the_pair_the_operator_ran_with_after_setting_half
         assert restored["changes"] == {"off_at": 100, "on_at": 48}
 
 
+@pytest.mark.slow
 async def test_a_tree_launched_under_the_switch_keeps_the_defaults_and_says_why(
         standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # every row was measured with a chain; the report's tree (topk 4, 16 draft tokens) costs more a verify

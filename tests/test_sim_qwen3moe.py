@@ -188,6 +188,7 @@ def test_the_moe_row_runs_the_better_state_where_the_gpu_measured_it_and_the_den
 ENVELOPE = Path(__file__).resolve().parents[1] / "bench" / "policy_envelope.py"
 
 
+@pytest.mark.bench  # runs a bench/ script
 def test_the_envelope_runs_with_sglangs_acceptance_law_without_depths() -> None:
     out = subprocess.run([sys.executable, str(ENVELOPE), "--preset", "h200-qwen3moe", "--sglang-law"],
                          capture_output=True, text=True, timeout=300)
@@ -202,6 +203,7 @@ def auto_settings(stdout: str, preset: str) -> dict[str, Any]:
     return ast.literal_eval(line.partition("auto settings: ")[2])
 
 
+@pytest.mark.bench  # runs a bench/ script
 def test_the_envelope_picks_each_presets_row_as_the_supervisor_would() -> None:
     # The MoE on Triton's H200 gets the row measured on a MoE (thresholds.for_server), the report's GLM-5
     # on RTX PRO 6000s keeps the defaults for both reasons; the dense FlashInfer H200 gets its row. Each
@@ -227,6 +229,7 @@ def test_the_envelope_picks_each_presets_row_as_the_supervisor_would() -> None:
     assert {key: dense[key] for key in BY_BACKEND["flashinfer"]} == BY_BACKEND["flashinfer"]
 
 
+@pytest.mark.bench  # runs a bench/ script
 def test_the_operators_set_wins_over_the_row_group_by_group_in_the_envelope() -> None:
     out = subprocess.run([sys.executable, str(ENVELOPE), "--preset", "h200-llama8b-flashinfer", "--sglang-law",
                           "--set", "off_at=64", "on_at=16"], capture_output=True, text=True, timeout=300)
@@ -237,6 +240,7 @@ def test_the_operators_set_wins_over_the_row_group_by_group_in_the_envelope() ->
     assert (settings["off_at"], settings["on_at"]) == (64, 16) and {k: settings[k] for k in floor} == floor
 
 
+@pytest.mark.bench  # runs a bench/ script
 def test_a_row_kept_off_the_moe_is_still_run_there_when_set_by_hand() -> None:
     """How docs/results/moe.md judges the Triton row on the MoE: the whole row with --set."""
     row = BY_BACKEND["triton"]

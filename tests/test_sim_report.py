@@ -117,6 +117,7 @@ def test_topk1_with_specctl_auto_beats_the_static_tree_at_every_load() -> None:
         assert auto > 1.1 * tree, c
 
 
+@pytest.mark.bench  # runs a bench/ script
 def test_the_topk_bench_prints_the_comparison_and_refuses_bad_input() -> None:
     bench = Path(__file__).resolve().parents[1] / "bench" / "topk_compare.py"
     out = subprocess.run([sys.executable, str(bench), "--concurrency", "1", "--accept-lens", "2.02"],
@@ -130,6 +131,7 @@ def test_the_topk_bench_prints_the_comparison_and_refuses_bad_input() -> None:
     assert bad.returncode == 2 and "between 1 and 4" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.bench  # runs a bench/ script
 def test_the_topk_bench_predicts_the_h200_tree_run_with_the_reports_tree_flags() -> None:
     """--system h200-triton: the GPU bench's tree phase, predicted; the chain under specctl wins under load."""
     bench = Path(__file__).resolve().parents[1] / "bench" / "topk_compare.py"

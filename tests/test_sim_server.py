@@ -274,6 +274,7 @@ def test_server_info_names_the_preset_and_its_attention_backend(start_sim: Start
     assert info["specctl_sim"]["preset"] == "h200-llama8b-fa3"
 
 
+@pytest.mark.slow
 def test_startup_delay_then_sigterm_exits_cleanly(start_sim: Start) -> None:
     proc, url = start_sim("--load", "steady:c=8", "--startup-delay", "3")
     with httpx.Client(base_url=url, timeout=30) as client:

@@ -121,6 +121,7 @@ def test_refused_commands_with_huge_args_neither_rotate_the_journal_away_nor_flo
 
 # -- 3. file descriptors: the owner gets through a socket full of idle clients --------
 
+@pytest.mark.slow
 def test_under_256_open_files_300_idle_clients_leave_the_owners_status_answering(tmp_path: Path) -> None:
     """The attack: more idle connections than the supervisor has descriptors (300 under RLIMIT_NOFILE=256).
 
@@ -353,6 +354,7 @@ def test_a_change_made_past_the_supervisor_is_journaled_when_it_is_next_seen(sup
     assert len(sup.records("event", "settings_adopted")) == 1
 
 
+@pytest.mark.slow
 def test_with_attach_the_operator_gives_the_servers_key(tmp_path: Path) -> None:
     """A server started elsewhere with an admin key: without it specctl cannot steer (and says what it needs);
     with --admin-key-file it can. A key file others may read is refused: it is a password."""

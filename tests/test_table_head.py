@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.bench  # tests a bench/ script: the second tier
+
 GPU = Path(__file__).resolve().parent.parent / "bench" / "gpu"
 OUTPUTS = GPU / "results" / "depth" / "triton-nospec-outputs.json"
 sys.path.insert(0, str(GPU))

@@ -23,6 +23,8 @@ from test_bench_gpu_dryrun import assert_clean, dry_run
 from support.benches import load_bench
 from support.sim_process import sim_process
 
+pytestmark = pytest.mark.bench  # tests a bench/ script: the second tier
+
 REPO = Path(__file__).resolve().parent.parent
 GPU = REPO / "bench" / "gpu"
 sys.path.insert(0, str(GPU))

@@ -26,6 +26,7 @@ from support.sim_process import sim_process
 TREE_WORDS = HEADLINES[TREE]
 
 
+@pytest.mark.slow
 def test_specctl_attached_to_a_tree_server_says_tree_and_the_chain_fix(tmp_path: Path) -> None:
     with sim_process(tmp_path, "--no-plugin", "--preset", "rtx-8gpu-report", "--load", "steady:c=4") as url:
         h = Headless(tmp_path, "--attach", url)
@@ -56,6 +57,7 @@ def test_a_chain_server_without_the_plugin_still_reads_without_the_plugin(tmp_pa
             assert h.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_tree_under_the_switch_is_steered_between_its_depth_and_off(tmp_path: Path, monkeypatch) -> None:
     # the plugin's opt-in in the server's environment, as `specctl sglang-args --topk 4` prints it: the report's
     # topk-4 tree (2 steps, 16 draft tokens) then runs with the plugin, and specctl steers it like a chain

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.bench  # tests a bench/ script: the second tier
+
 REPO = Path(__file__).resolve().parent.parent
 FETCH = REPO / "bench" / "gpu" / "fetch_wheels_0523.sh"
 INSTALL = REPO / "bench" / "gpu" / "install_0523.sh"

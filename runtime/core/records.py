@@ -16,7 +16,8 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal, TypedDict, get_args
+from types import UnionType
+from typing import Any, Final, Literal, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 VERSION = 1
 KINDS = ("sample", "event", "command")
@@ -298,14 +299,6 @@ def command(cmd: str, ok: bool, uid: int | None, t: float | None = None, **field
 Check = Callable[[Any], bool]
 
 
-def _num(value: Any) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
-
-
-def _int(value: Any) -> bool:
-    return value is None or whole(value) is not None
-
-
 def whole(value: Any, least: int | None = None) -> int | None:
     """``value`` where it is an int (not a bool, which Python counts as one) of at least ``least``; else None.
 
@@ -317,19 +310,9 @@ def whole(value: Any, least: int | None = None) -> int | None:
     return value if least is None or value >= least else None
 
 
-def _str(value: Any) -> bool:
-    return value is None or isinstance(value, str)
-
-
-def _bool(value: Any) -> bool:
-    return value is None or isinstance(value, bool)
-
-
-def _shape(fields: Mapping[str, Check], optional: bool = False) -> Check:
+def _shape(fields: Mapping[str, Check]) -> Check:
     """A dict whose known fields have their types (unknown ones pass: a newer writer may add some)."""
     def check(value: Any) -> bool:
-        if value is None and optional:
-            return True
         return isinstance(value, dict) and all(ok(value[k]) for k, ok in fields.items() if k in value)
     return check
 
@@ -338,37 +321,65 @@ def _list_of(item: Check) -> Check:
     return lambda value: isinstance(value, list) and all(item(x) for x in value)
 
 
-def _any_dict(value: Any) -> bool:
-    return isinstance(value, dict)
+def _check_of(hint: Any, nullable: bool) -> Check:
+    """The run-time check of one declared type, read from the declaration itself.
+
+    ``nullable``: None passes (a scalar field of a record that could not be read). A list, a dict or
+    a nested record is None only where it is declared ``| None``, so a reader can walk it.
+    """
+    args = get_args(hint)
+    if get_origin(hint) in (Union, UnionType):
+        kinds = [arg for arg in args if arg is not type(None)]
+        checks = [_check_of(arg, nullable=False) for arg in kinds]
+        with_none = nullable or len(kinds) < len(args)
+        return lambda value: (with_none and value is None) or any(ok(value) for ok in checks)
+    if is_typeddict(hint):
+        return _shape(_declared(hint))
+    if get_origin(hint) is list:
+        return _list_of(_check_of(args[0], nullable=False))
+    if get_origin(hint) is dict or hint is dict:
+        values = _check_of(args[1], nullable=False) if args else _anything
+        return lambda value: isinstance(value, dict) and all(values(v) for v in value.values())
+    if get_origin(hint) is Literal:
+        scalar: Check = lambda value: value in args  # noqa: E731
+    elif hint in _SCALARS:
+        scalar = _SCALARS[hint]
+    elif hint is Any:
+        return _anything
+    else:
+        raise TypeError(f"records: no run-time check for the declared type {hint!r}")
+    return (lambda value: value is None or scalar(value)) if nullable else scalar
 
 
-_PROGRESS = _shape({"phase": _str, "fraction": _num, "elapsed_s": _num}, optional=True)
-_SERVER = _shape({"state": _str, "url": _str, "sim": _bool, "running": _num, "queued": _num, "gen_tps": _num,
-                  "accept_len": _num, "token_usage": _num, "decode_tokens_total": _num, "model": _str,
-                  "tp": _int, "prefill_graphs": _bool, "speculative": _bool, "topk": _int, "version": _str, "pid": _int,
-                  "restarts": _int, "error": _str,
-                  "progress": _PROGRESS, "uptime_s": _num, "since": _num, "last_step_t": _num})
-_SETTINGS = _shape({"mode": _str, "steps": _num, "off_at": _num, "on_at": _num, "min_accept": _num,
-                    "accept_slope": _num, "accept_window": _num, "probe_after": _num, "dwell": _num,
-                    "warm_below": _num})
-_SPEC = _shape({"mode": _str, "on": _bool, "steps": _num, "reason": _str, "switches": _num, "step": _num,
-                "last_switch_step": _num, "batch_size": _num, "accept_mean": _num, "verifies": _num,
-                "steps_on": _num, "steps_off": _num, "settings": _SETTINGS,
-                "off_state": _shape({"fast": _bool, "why_not": _str}), "experts": _int}, optional=True)
-_GPU_PROCESS = _shape({"pid": _int, "user": _str, "mem_used": _num, "command": _str})
-_GPU = _shape({"index": _int, "name": _str, "uuid": _str, "state": _str, "error": _str, "util": _num,
-               "mem_used": _num, "mem_total": _num, "power_w": _num, "power_limit_w": _num, "temp_c": _num,
-               "sm_clock_mhz": _num, "mem_clock_mhz": _num,
-               "processes": lambda x: x is None or _list_of(_GPU_PROCESS)(x)})
-_PROC = _shape({"pid": _int, "name": _str, "cpu_percent": _num, "rss": _num, "num_threads": _num})
-_SAMPLE = _shape({"sim": _bool, "server": _SERVER, "spec": _SPEC, "gpus": _list_of(_GPU), "procs": _list_of(_PROC)})
-_SAMPLE_NEEDS = ("server", "spec", "gpus")
-_EVENT = _shape({"pid": _int, "url": _str, "error": _str, "retry": _bool, "returncode": _int, "attempt": _int,
-                 "delay_s": _num, "lines": _list_of(lambda x: isinstance(x, str)), "on": _bool, "reason": _str,
-                 "batch_size": _num, "step": _num, "why": _str, "changes": _any_dict, "settings": _any_dict,
-                 "ok": _bool, "backend": _str, "experts": _int, "index": _int, "sim": _bool, "lost": _int})
-_COMMAND = _shape({"cmd": lambda x: isinstance(x, str), "ok": lambda x: isinstance(x, bool), "uid": _int,
-                   "args": _any_dict, "error": _str, "message": _str})
+def _anything(_value: Any) -> bool:
+    return True
+
+
+def _declared(shape: type) -> dict[str, Check]:
+    """Each declared field of a TypedDict with its check: the declaration is the one source of both."""
+    optional: frozenset[str] = shape.__optional_keys__  # type: ignore[attr-defined]
+    return {name: _check_of(hint, nullable=name in optional) for name, hint in get_type_hints(shape).items()}
+
+
+def declared_fields(shape: type, *kinds: type) -> tuple[str, ...]:
+    """The fields of ``shape`` declared as one of ``kinds`` (``None`` aside), in declaration order:
+    e.g. a GPU's text fields, ``declared_fields(Gpu, str)``."""
+    def kind(hint: Any) -> set[Any]:
+        return set(get_args(hint)) - {type(None)} if get_origin(hint) in (Union, UnionType) else {hint}
+    return tuple(name for name, hint in get_type_hints(shape).items() if kind(hint) and kind(hint) <= set(kinds))
+
+
+_SCALARS: dict[Any, Check] = {
+    str: lambda value: isinstance(value, str),
+    bool: lambda value: isinstance(value, bool),
+    int: lambda value: whole(value) is not None,
+    float: lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
+}
+_SAMPLE, _EVENT, _COMMAND = (_shape(_declared(shape)) for shape in (Sample, Event, Command))
+# The fields a record of the kind must have; ``v``, ``t`` and ``kind`` are checked on their own.
+_SAMPLE_NEEDS, _EVENT_NEEDS, _COMMAND_NEEDS = (
+    tuple(sorted(shape.__required_keys__ - {"v", "t", "kind"}))
+    for shape in (Sample, Event, Command))
 
 
 def parse(raw: Any) -> Record | None:
@@ -386,9 +397,9 @@ def parse(raw: Any) -> Record | None:
     if kind == "sample":
         ok = all(k in raw for k in _SAMPLE_NEEDS) and _SAMPLE(raw)
     elif kind == "event":
-        ok = isinstance(raw.get("event"), str) and _EVENT(raw)
+        ok = all(k in raw for k in _EVENT_NEEDS) and _EVENT(raw)
     elif kind == "command":
-        ok = all(k in raw for k in ("cmd", "ok")) and _COMMAND(raw)
+        ok = all(k in raw for k in _COMMAND_NEEDS) and _COMMAND(raw)
     else:
         ok = False
     return raw if ok else None  # type: ignore[return-value]  # checked field by field above

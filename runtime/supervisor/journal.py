@@ -188,12 +188,12 @@ def _repair_tail(fd: int, path: Path) -> int:
 
 
 MAX_T = 1e10  # unix seconds (the year 2286): a timestamp past it is corrupt, not the future
-# fields readers draw, by type; a field not named here may be anything (new ones are added over time)
-_GPU_TEXT = ("name", "uuid", "state", "error")
-_GPU_NUMBERS = ("index", "util", "mem_used", "mem_total", "power_w", "power_limit_w", "temp_c", "sm_clock_mhz")
-_SERVER_TEXT = ("state", "url", "model", "error")
-_SERVER_NUMBERS = ("running", "queued", "gen_tps", "accept_len", "token_usage", "decode_tokens_total", "tp",
-                   "pid", "restarts", "uptime_s")
+# fields readers draw, by type, as the records declare them; a field not declared may be anything (new
+# ones are added over time)
+_GPU_TEXT = records.declared_fields(records.Gpu, str)
+_GPU_NUMBERS = records.declared_fields(records.Gpu, int, float)
+_SERVER_TEXT = records.declared_fields(records.Server, str)
+_SERVER_NUMBERS = records.declared_fields(records.Server, int, float)
 
 
 class JournalReader:

@@ -141,6 +141,7 @@ async def test_a_command_sent_while_the_view_is_paused_says_the_view_is_paused(a
         await until(pilot, lambda: "FORCED OFF" in banner(app), "FORCED OFF once resumed")
 
 
+@pytest.mark.slow
 async def test_the_server_restarts_from_the_palette_once_the_operator_says_yes(app: SpecctlApp, journal: Path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
@@ -159,6 +160,7 @@ async def test_the_server_restarts_from_the_palette_once_the_operator_says_yes(a
     assert record["ok"] and record["args"] == {"action": "restart"}
 
 
+@pytest.mark.slow
 async def test_an_invalid_set_is_refused_whole_and_nothing_is_sent(app: SpecctlApp, journal: Path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
@@ -224,6 +226,7 @@ async def test_help_lists_every_key(replay) -> None:
         assert not isinstance(app.screen, HelpScreen)
 
 
+@pytest.mark.slow
 async def test_palette_runs_force_off(app: SpecctlApp, journal: Path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)

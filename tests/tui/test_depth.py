@@ -141,6 +141,7 @@ async def test_pinning_a_depth_from_the_palette(tmp_path: Path) -> None:
     assert record["ok"] and record["args"] == {"mode": "on", "steps": 2} and record["uid"] == os.getuid()
 
 
+@pytest.mark.slow
 async def test_a_two_state_server_has_no_depth_to_pin(tmp_path: Path) -> None:
     app = live_app(tmp_path / "run.jsonl", None)
     async with app.run_test(size=(120, 40)) as pilot:

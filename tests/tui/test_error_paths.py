@@ -42,6 +42,7 @@ def test_set_steps_names_the_field_and_why(headless: Headless) -> None:
     assert record["ok"] is False and "launched for 3 draft steps" in record["message"]
 
 
+@pytest.mark.slow
 def test_set_half_a_pair_says_which_pair_to_set_together(headless: Headless) -> None:
     out = headless.cli("set", "off_at=8")
     assert out.returncode == 1
@@ -97,6 +98,7 @@ def test_tui_refuses_a_socket_folder_others_can_write_before_taking_the_screen(t
     assert not (shared / "s.sock").exists()
 
 
+@pytest.mark.slow
 def test_tui_in_a_terminal_offers_to_connect_and_does(headless: Headless, tmp_path: Path) -> None:
     master, slave = os.openpty()
     env = dict(os.environ, TERM="xterm-256color", SPECCTL_STATE_DIR=str(tmp_path / "state"))

@@ -56,6 +56,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60)
 
 
+@pytest.mark.slow
 async def test_cli_and_console_work_through_a_forwarded_socket(relay: tuple[Path, Path], sock_dir: Path) -> None:
     local, remote = relay
     sup = Headless(sock_dir, "--sim-load", "steady:c=4", "--sim-gpus", "1")

@@ -19,6 +19,7 @@ def banner(app) -> str:
     return app.dashboard.query_one(SpecBanner).render().plain
 
 
+@pytest.mark.slow
 async def test_replay_to_a_time_shows_the_state_of_that_time(replay, settled) -> None:
     app = replay("eight_gpu.jsonl", 180)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -52,6 +53,7 @@ async def test_controls_are_greyed_out_in_a_replay(replay, settled) -> None:
         assert "Force speculation off" not in titles and "Restart the model server" not in titles
 
 
+@pytest.mark.slow
 async def test_pause_and_speed_keys(replay, settled) -> None:
     app = replay("one_gpu.jsonl", 100)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from specctl.console.tui.app import SpecctlApp
 from specctl.console.tui.links import ReplayLink
 from specctl.runtime.core import records
@@ -18,6 +20,7 @@ from support.headless import wait_for
 from support.tui import settle
 
 
+@pytest.mark.slow
 async def test_a_gpu_named_by_a_list_or_a_time_of_1e308_does_not_crash_the_replay(tmp_path: Path) -> None:
     gpu = {"index": 0, "name": "SIM H200", "uuid": "GPU-0", "state": "ok", "error": None, "util": 40.0,
            "mem_used": 1, "mem_total": 2, "power_w": 300.0, "power_limit_w": 700.0, "temp_c": 50.0,
@@ -72,6 +75,7 @@ def drain(fd: int, into: bytearray) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_replay_says_how_many_malformed_records_it_skipped(tmp_path: Path) -> None:
     good = [records.event("supervisor_start", t=1000.0 + i) for i in range(3)]
     bad = ['{"t": 1e308, "kind": "event", "event": "x"}',  # a time past any clock

@@ -29,6 +29,7 @@ def drain(fd: int) -> None:
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
 def test_a_hang_up_or_sigterm_quits_the_console_as_q_does(tmp_path: Path, sig: int) -> None:
     sock = tmp_path / "ctl.sock"

@@ -66,6 +66,7 @@ def headless(sock_dir: Path):
     stop(sup)
 
 
+@pytest.mark.slow
 async def test_a_killed_supervisor_greys_the_whole_view_and_the_log_says_so(headless: Headless,
                                                                               sock_dir: Path) -> None:
     app = SpecctlApp(SocketLink(headless.socket), remember_theme=False)
@@ -109,6 +110,7 @@ async def test_a_killed_supervisor_greys_the_whole_view_and_the_log_says_so(head
     stop(second)  # once the console has left: it is the supervisor's shutdown under test elsewhere, not here
 
 
+@pytest.mark.slow
 async def test_a_server_that_stops_answering_marks_its_last_figures_old(headless: Headless) -> None:
     app = SpecctlApp(SocketLink(headless.socket), remember_theme=False)
     async with app.run_test(size=(120, 40)) as pilot:
