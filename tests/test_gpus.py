@@ -38,8 +38,9 @@ class FakeGpu:
         self.uuid = f"GPU-{index:08d}-0000-0000-0000-000000000000"
         self.errors = errors
         self.lost = False
-        # this test process holds 119 GB of it (a real pid: psutil reads its user and command line)
-        self.processes = [SimpleNamespace(pid=os.getpid(), usedGpuMemory=119_000_000_000)]
+        # a real process holds 119 GB of it (psutil reads its user and command line): pid 1, whose command
+        # line holds still, where a test worker's own title changes with each test under xdist
+        self.processes = [SimpleNamespace(pid=HOLDER_PID, usedGpuMemory=119_000_000_000)]
 
 
 class FakeNvml:
@@ -145,8 +146,9 @@ METRIC_CALLS = (
     "nvmlDeviceGetComputeRunningProcesses",
 )
 CALLS_PER_PASS = {fn: 2 if fn == "nvmlDeviceGetClockInfo" else 1 for fn in METRIC_CALLS}  # SM and memory clocks
-ME = psutil.Process()
-MY_PROCESS = {"pid": os.getpid(), "user": ME.username(), "mem_used": 119_000_000_000, "command": " ".join(ME.cmdline())}
+HOLDER_PID = 1
+ME = psutil.Process(HOLDER_PID)
+MY_PROCESS = {"pid": HOLDER_PID, "user": ME.username(), "mem_used": 119_000_000_000, "command": " ".join(ME.cmdline())}
 
 
 def healthy(index: int) -> dict[str, Any]:
