@@ -29,8 +29,8 @@ class UsageError(Exception):
     """The command line itself is wrong; nothing was sent."""
 
 
-def run_verb(args: argparse.Namespace) -> int:
-    """Run one verb; returns the process exit code."""
+def run_verb(args: argparse.Namespace, verb: Callable[[Path, argparse.Namespace], int] | None = None) -> int:
+    """Run one verb (``verb``, or the one VERBS names); returns the process exit code."""
     try:
         path = Path(args.socket) if args.socket else config_file.socket_path()
     except config_file.ConfigFileError as e:
@@ -40,7 +40,7 @@ def run_verb(args: argparse.Namespace) -> int:
     if args.verb == "locate":
         return _locate(path)
     try:
-        return VERBS[args.verb](path, args)
+        return (verb or VERBS[args.verb])(path, args)
     except UsageError as e:
         return _fail(f"specctl {args.verb}: {e}", EXIT_USAGE)
     except NoSupervisor as e:
@@ -116,7 +116,9 @@ def parse_pairs(pairs: list[str]) -> dict[str, Any]:
     """``["off_at=64", "mode=off"]`` -> ``{"off_at": 64, "mode": "off"}``: names and types checked here,
     so a typo is a usage error (exit 2) with or without a supervisor to ask."""
     try:
-        return check_fields(config.parse_pairs(pairs))
+        pairs, calibrate = config.calibrate_pair(pairs)  # the supervisor's own switch, not a policy setting
+        checked = check_fields(config.parse_pairs(pairs))
+        return checked if calibrate is None else {**checked, "calibrate": "on" if calibrate else "off"}
     except config.ConfigError as e:
         raise UsageError(f"{e} (e.g. specctl set off_at=64 on_at=32)") from None
     except SettingsError as e:
@@ -125,8 +127,10 @@ def parse_pairs(pairs: list[str]) -> dict[str, Any]:
 
 def _set(path: Path, args: argparse.Namespace) -> int:
     changes = parse_pairs(args.pairs)
-    settings = call(path, "set", {"settings": changes})["settings"]
-    print("settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
+    result = call(path, "set", {"settings": changes})
+    print("settings: " + " ".join(f"{k}={v}" for k, v in (result.get("settings") or {}).items()))
+    if "calibrate" in result:
+        print(f"calibrate: {result['calibrate']}")
     return EXIT_OK
 
 

@@ -217,7 +217,7 @@ EventName = Literal[
     "spec_switch", "slow_off_state", "eager_prefill", "view_only", "depth_costs_missing",
     "settings", "settings_restored", "settings_restore_failed", "backend_thresholds", "backend_thresholds_failed",
     "backend_thresholds_skipped", "dense_thresholds_on_moe", "gpu_failed", "gpu_recovered", "gpu_unavailable",
-    "external_change",
+    "external_change", "calibrated", "calibration_probe", "calibration_reset",
 ]
 EVENT_NAMES: tuple[EventName, ...] = get_args(EventName)
 
@@ -249,6 +249,9 @@ GPU_FAILED: Final = "gpu_failed"
 GPU_RECOVERED: Final = "gpu_recovered"
 GPU_UNAVAILABLE: Final = "gpu_unavailable"
 EXTERNAL_CHANGE: Final = "external_change"
+CALIBRATED: Final = "calibrated"  # learned thresholds published, with the table behind them
+CALIBRATION_PROBE: Final = "calibration_probe"  # a short run of the state not in use, for a reading
+CALIBRATION_RESET: Final = "calibration_reset"
 
 
 # -- building records (the supervisor's side: typed by construction) -----------

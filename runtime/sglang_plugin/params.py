@@ -15,6 +15,7 @@ hooks in the same process find it.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -66,6 +67,7 @@ class SpecctlParams:
         self._held: int | None = None  # the switch warm-up's depth while it runs (hold)
         self._observer = observer
         self._reported: int | None = None
+        self._last_decided: float | None = None  # perf_counter at the last decision (None: held or none yet)
         self._report()
         _active = self
 
@@ -94,9 +96,14 @@ class SpecctlParams:
 
         While the switch warm-up holds a depth, that depth, and the policy is not asked.
         """
+        now = time.perf_counter()
+        if self._last_decided is not None:  # the last decision's step, timed to this one (the meter's reading)
+            self.policy.step_time(now - self._last_decided)
+        self._last_decided = None
         if self._held is not None:
             self._in_flight.append((self._held, True))
             return self._held
+        self._last_decided = now
         steps = self.policy.decide(batch_size)
         self._in_flight.append((steps, False))
         self._report()

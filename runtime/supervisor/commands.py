@@ -10,6 +10,7 @@ reported, not hidden.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -33,8 +34,10 @@ from specctl.runtime.core.thresholds import (
 from specctl.runtime.probes.server_info import draft_topk, spec_state, target_experts
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 
-COMMANDS = ("ping", "status", "mode", "set", "server")
-JOURNALED = ("mode", "set", "server")
+COMMANDS = ("ping", "status", "mode", "set", "server", "calibration")
+JOURNALED = ("mode", "set", "server", "calibration")
+CALIBRATION_ACTIONS = ("show", "reset")
+CALIBRATE = "calibrate"  # `specctl set calibrate=off|on`: not a policy setting, the supervisor's own switch
 SERVER_ACTIONS = ("restart", "stop", "start")
 
 
@@ -80,6 +83,11 @@ class CommandHandler:
     def __init__(self, sup: SupervisorPort, settings: Mapping[str, Any]) -> None:
         self.sup = sup
         self.desired: dict[str, Any] = dict(settings)  # survives server restarts
+        # every setting an operator set (config [policy], --set, `specctl set`, mode): calibration leaves them alone
+        self.operator_keys: set[str] = set(groups_touched(settings))
+        self.operator_epoch = 0  # grows with every operator command that changes settings
+        self.learned: dict[str, Any] = {}  # what calibration published, restored after a restart with desired
+        self.calibration: Any = None  # runtime.supervisor.calibrate.CalibrationLoop, where the supervisor runs one
         self._lock = asyncio.Lock()
 
     async def execute(self, cmd: str, args: dict[str, Any], uid: int | None) -> dict[str, Any]:
@@ -122,7 +130,56 @@ class CommandHandler:
         settings = args.get("settings")
         if not isinstance(settings, dict) or not settings:
             raise CommandError(BAD_REQUEST, 'set needs {"settings": {"name": value, ...}}')
-        return await self._apply(settings)
+        settings = dict(settings)
+        enable = _calibrate_value(settings.pop(CALIBRATE)) if CALIBRATE in settings else None
+        if enable is not None and self.calibration is None:
+            raise CommandError(UNAVAILABLE, "this supervisor runs no calibration", field=CALIBRATE)
+        result = await self._apply(settings) if settings else {"settings": (self._latest_spec() or {}).get("settings")}
+        if enable is not None:
+            self.calibration.enabled = enable
+            result = {**result, CALIBRATE: "on" if enable else "off"}
+        return result
+
+    async def _cmd_calibration(self, args: dict[str, Any]) -> dict[str, Any]:
+        action = args.get("action", "show")
+        if action not in CALIBRATION_ACTIONS:
+            raise CommandError(INVALID_VALUE, f"action must be one of {', '.join(CALIBRATION_ACTIONS)}, "
+                                              f"got {action!r}", field="action")
+        if self.calibration is None:
+            raise CommandError(UNAVAILABLE, "this supervisor runs no calibration")
+        if action == "reset":
+            return dict(await self.calibration.reset())
+        return dict(self.calibration.show())
+
+    async def push_learned(self, values: dict[str, Any]) -> bool:
+        """THE way calibration publishes what it learned: settings the operator does not own, to the server.
+
+        Validated whole against the server's settings, sent like an operator's set (every rank takes
+        them at one step boundary), read back as ours; kept for a restarted server (push_desired).
+        """
+        values = {k: v for k, v in values.items() if k not in self.operator_keys}
+        if not await self._push_own(values):
+            return False
+        self.learned.update(values)
+        return True
+
+    async def push_probe(self, mode: str) -> bool:
+        """A calibration probe: force ``on``/``off`` for a few steps, ``auto`` to end it (not kept)."""
+        if "mode" in self.operator_keys and mode != "auto" and self.desired.get("mode", "auto") != "auto":
+            return False
+        return await self._push_own({"mode": mode})
+
+    async def _push_own(self, values: dict[str, Any]) -> bool:
+        client = self.sup.server_client
+        if not values or client is None:
+            return False
+        try:
+            new = self._current().with_changes(values)
+            self.sup.expect_settings(new.as_dict())
+            answers = await client.set_internal_state(new.to_wire(values.keys()))
+        except (CommandError, SettingsError, ServerUnreachable):
+            return False
+        return bool(answers) and all(answers)
 
     async def _apply(self, changes: dict[str, Any]) -> dict[str, Any]:
         current = self._current()
@@ -143,6 +200,8 @@ class CommandHandler:
             raise refused(current, new, ((self.sup.latest_sample or {}).get("server") or {}).get("topk"))
         applied = {k: getattr(new, k) for k in changes}
         self.desired.update({k: getattr(new, k) for k in groups_touched(changes)})  # the pair it ran, for restarts
+        self.operator_keys |= groups_touched(changes)
+        self.operator_epoch += 1
         self.sup.emit(records.event(records.SETTINGS, changes=applied, settings=new.as_dict()))
         await self.sup.poll_now()
         spec = self._latest_spec() or {}
@@ -169,7 +228,13 @@ class CommandHandler:
     async def push_desired(self) -> None:
         """After a (re)start, give the server what operators asked for, so nothing is lost."""
         client = self.sup.server_client
-        if not self.desired or client is None:
+        if not self.desired and not self.learned or client is None:
+            return
+        if self.learned:  # calibration's values first, the operator's over them
+            with contextlib.suppress(SettingsError, ServerUnreachable):
+                learned = {k: v for k, v in self.learned.items() if k not in self.operator_keys}
+                await client.set_internal_state(PolicySettings().with_changes(learned).to_wire(learned.keys()))
+        if not self.desired:
             return
         try:
             wire = PolicySettings().with_changes(self.desired).to_wire(self.desired.keys())
@@ -197,7 +262,7 @@ class CommandHandler:
         if why_not is not None:
             self.sup.emit(records.event(records.BACKEND_THRESHOLDS_SKIPPED, backend=backend, experts=experts,
                                         gpus=sorted({n for n in gpu_names if n}), why=why_not))
-        pair = unset_groups(row or {}, self.desired)
+        pair = unset_groups(row or {}, {**self.learned, **self.desired})  # calibration refines a row: kept
         client = self.sup.server_client
         if not apply or not pair or client is None:
             return False
@@ -252,6 +317,16 @@ class CommandHandler:
         if action in ("start", "restart"):
             await self.sup.start_server()
         return {"state": self.sup.state}
+
+
+def _calibrate_value(value: Any) -> bool:
+    """``calibrate=on|off`` (also true/false, 1/0); anything else is refused naming the setting."""
+    text = str(value).strip().lower()
+    if text in ("on", "true", "1"):
+        return True
+    if text in ("off", "false", "0"):
+        return False
+    raise CommandError(INVALID_VALUE, f"{CALIBRATE}: must be on or off, got {value!r}", field=CALIBRATE)
 
 
 def _row_running(row: Mapping[str, float], settings: Mapping[str, Any], chosen: Mapping[str, Any]) -> dict[str, Any]:
