@@ -213,8 +213,9 @@ def decided(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def meter_counts(state: dict[str, Any]) -> dict[str, Any]:
-    """The meter's step and verify counts (the same on every rank), without its seconds (each rank's clock)."""
-    return {b: {d: [c[0], c[3], c[4]] for d, c in depths.items()} for b, depths in state["meter"].items()}
+    """The meter's verify counts and acceptance (the same on every rank); its step times are each rank's clock's,
+    and so is which steps it leaves out as stalls."""
+    return {b: {d: [c[3], c[4]] for d, c in depths.items()} for b, depths in state["meter"].items()}
 
 
 # -- calibration: learned settings arrive on every rank at the same step ------------------------------
