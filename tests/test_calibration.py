@@ -80,8 +80,13 @@ def test_probes_take_under_two_percent_of_steps_on_a_stepping_load() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("preset,levels", [("rtx-topk1", STEP_LOAD), ("unknown-gpu", (1, 4, 16, 64, 192, 4, 192))])
 def test_calibrated_auto_serves_the_better_state_without_a_row(preset: str, levels: tuple[int, ...]) -> None:
+    """>= 0.97 from a level's second visit; a first visit pays for its probes (>= 0.9): on the report's system
+    a 32-step probe of drafting at 192 requests runs 8 s at 0.72 of off, inside that level's 30 s window."""
     got = shares(preset, levels)
-    assert all(share >= 0.97 for _, share in got), got
+    first = set(levels)
+    for c, share in got:
+        assert share >= (0.9 if c in first else 0.97), got
+        first.discard(c)
     run = runs(preset, levels)["calibrated"]
     assert run.probe_share < 0.02, (run.probe_steps, run.steps)
 
@@ -219,3 +224,16 @@ def test_the_simulated_gpu_name_is_one_no_row_knows() -> None:
     assert isinstance(p.gpu, GpuSpec)
     assert for_server(p.attention_backend, [p.gpu.name])[0] is None
     assert for_server("flashinfer", ["NVIDIA H200"], experts=128)[0] is None  # the MoE on FlashInfer: none either
+
+
+def test_the_meter_leaves_out_stalls_and_idle_gaps() -> None:
+    """A step over 4x the fastest of its cell (an idle gap, a cold first step, a long prefill) is no reading."""
+    from specctl.runtime.core.step_meter import StepMeter
+
+    meter = StepMeter()
+    meter.timed(1, 3, 0.9)  # a cold first step after a start
+    for _ in range(100):
+        meter.timed(1, 3, 0.008)
+    meter.timed(1, 3, 0.5)  # an idle gap between loads
+    steps, seconds = meter.as_dict()["1"]["3"][:2]
+    assert steps == 100 and seconds == pytest.approx(0.8)

@@ -52,7 +52,7 @@ PROBE_STEPS = 32
 PROBE_MAX_S = 5.0
 # A bucket still close after this many steps of the probed state is not probed again: either state
 # serves it within the noise.
-PROBE_UNTIL = 512
+PROBE_UNTIL = 128
 # Share of all steps that probes may take, beyond a start-up credit of two probes (one of each state).
 PROBE_SHARE = 0.01
 PROBE_CREDIT = 2 * PROBE_STEPS

@@ -24,11 +24,11 @@ BUCKET_EDGES: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 1
 # A step slower than this is an idle gap or a stall, not a decode step's cost (the plugin times
 # steps as the interval between two decisions, which also spans a server that had nothing to run).
 MAX_STEP_S = 2.0
-# A step more than OUTLIER times its cell's mean (once the cell holds OUTLIER_AFTER steps) is left out: a few
-# such steps (an idle gap between loads, a stall, a long prompt's prefill) among thousands of decode steps
-# would swamp the variance that every call is judged by (seen on the GPU: a 4.5 ms cell scattered by 14 %).
+# A step more than OUTLIER times the fastest step of its cell is left out: a few such steps (an idle gap
+# between loads, a stall, a cold first step after a start, a long prompt's prefill) among thousands of
+# decode steps would swamp the variance every call is judged by (seen on the GPU: a 4.5 ms cell scattered
+# by 14 %). The fastest, not the mean: a cold start's slow first steps would raise a mean's bar for all.
 OUTLIER = 4.0
-OUTLIER_AFTER = 8
 CELL_FIELDS = ("steps", "seconds", "seconds_sq", "verifies", "accepted", "accepted_sq")
 
 
@@ -50,6 +50,8 @@ class StepMeter:
 
     def __init__(self) -> None:
         self._cells: dict[int, dict[int, list[float]]] = {}
+        self._least: dict[tuple[int, int], float] = {}  # the fastest step seen per (bucket, depth)
+        self._first: dict[tuple[int, int], float] = {}  # a cell's first step, until a second one judges it
         self._skip = False
 
     def skip_next(self) -> None:
@@ -66,12 +68,18 @@ class StepMeter:
         """One decode step's time, from a caller that leaves out switch steps itself (the plugin)."""
         if batch_size < 1 or not 0.0 < seconds <= MAX_STEP_S:
             return
+        key = (bucket(batch_size), depth)
+        if key not in self._least:  # a cell's first step waits for the second: it is often a cold one
+            self._least[key] = seconds
+            self._first[key] = seconds
+            return
         cell = self._cell(batch_size, depth)
-        if cell[0] >= OUTLIER_AFTER and seconds > OUTLIER * cell[1] / cell[0]:
-            return  # a stall, an idle gap or a long prefill: not what this state costs a step
-        cell[0] += 1
-        cell[1] += seconds
-        cell[2] += seconds * seconds
+        least = self._least[key] = min(self._least[key], seconds)
+        for t in (self._first.pop(key, None), seconds):
+            if t is not None and t <= OUTLIER * least:  # else a stall, an idle gap, a cold step or a long prefill
+                cell[0] += 1
+                cell[1] += t
+                cell[2] += t * t
 
     def verify(self, batch_size: int, depth: int, mean_accepted: float) -> None:
         """One verify of ``batch_size`` requests at ``depth`` accepted ``mean_accepted`` drafts a request."""
