@@ -203,4 +203,89 @@ def test_every_rank_chooses_the_same_depth_at_every_step(tmp_path: Path) -> None
     for other in reports[1:]:
         assert other["decisions"] == first["decisions"], f"rank {other['rank']} diverged"
         assert other["switches"] == first["switches"] and other["count"] == first["count"]
-        assert other["state"] == first["state"] and other["refused"] == first["refused"]
+        assert decided(other["state"]) == decided(first["state"]) and other["refused"] == first["refused"]
+        assert meter_counts(other["state"]) == meter_counts(first["state"])  # its times are each rank's own
+
+
+def decided(state: dict[str, Any]) -> dict[str, Any]:
+    """A rank's policy state but its step meter: the meter times each rank's own steps, which differ."""
+    return {k: v for k, v in state.items() if k != "meter"}
+
+
+def meter_counts(state: dict[str, Any]) -> dict[str, Any]:
+    """The meter's verify counts and acceptance (the same on every rank); its step times are each rank's clock's,
+    and so is which steps it leaves out as stalls."""
+    return {b: {d: [c[3], c[4]] for d, c in depths.items()} for b, depths in state["meter"].items()}
+
+
+# -- calibration: learned settings arrive on every rank at the same step ------------------------------
+
+def step_cost(bs: int, depth: int) -> float:
+    """A made-up GPU: drafting 3 steps costs 1.6x a plain decode at one request and 2.6x at 200."""
+    return (0.004 + 0.00004 * bs) * (1.0 + (0.6 + 0.005 * bs) * (depth > 0))
+
+
+def calibrated_stream(seed: int, steps: int) -> tuple[list[tuple[Any, ...]], int]:
+    """Rank 0's policy as the supervisor reads it (its state, timed by ``step_cost``), the Calibrator's plans
+    sent back as /set_internal_state bodies between two steps: the broadcast the ranks receive, and how many
+    of its settings messages are calibration's."""
+    from specctl.runtime.core.calibration import Calibrator
+    from specctl.runtime.core.policy import SpecPolicy
+
+    rng = random.Random(seed)
+    observed = SpecPolicy(PolicySettings(dwell=2))
+    calibrator = Calibrator()
+    stream: list[tuple[Any, ...]] = []
+    pushed = 0
+    bs = 4
+    for i in range(steps):
+        if i % 600 == 0:
+            bs = rng.choice([2, 4, 64, 192])
+        if i % 25 == 0:  # a poll
+            plan = calibrator.observe(observed.state())
+            changes: dict[str, Any] = dict(plan.publish)
+            if plan.probe is not None:
+                changes["mode"] = plan.probe
+            if changes:
+                wire = observed.settings.with_changes(changes).to_wire(changes.keys())
+                observed.apply(changes)
+                stream.append(("settings", wire))
+                pushed += bool(plan.publish)
+        depth = observed.decide(bs)
+        accepts = [min(depth, int(rng.random() < 0.8) + int(rng.random() < 0.6)) for _ in range(bs)]
+        if depth:
+            observed.on_verify(accepts, depth)
+        observed.step_time(step_cost(bs, depth))
+        stream.append(("step", bs, accepts if depth else [0] * bs))
+    return stream, pushed
+
+
+def settings_rank_main(rank: int, cfg: str, conn: Any) -> None:
+    """One scheduler rank: applies each broadcast settings change; reports its decisions and, at each step,
+    the settings it decided with."""
+    params = SpecctlParams(3, cfg, settings=PolicySettings(dwell=2))
+    decisions: list[tuple[int, str]] = []
+    refused = 0
+    while (msg := conn.recv()) is not None:
+        if msg[0] == "settings":
+            refused += not applied(params, msg[1])
+        else:
+            _, bs, accepts = msg
+            steps = params.get_steps_for_batch(bs)
+            params.on_verify_complete(accepts, bs)
+            s = params.policy.settings
+            decisions.append((steps, f"{s.mode} {s.off_at} {s.on_at} {s.min_accept} {s.accept_slope}"))
+    conn.send({"rank": rank, "decisions": decisions, "refused": refused})
+
+
+def test_calibrated_settings_arrive_on_every_rank_at_the_same_step(tmp_path: Path) -> None:
+    cfg = str(write_config(tmp_path / "adaptive.json", 3))
+    stream, pushed = calibrated_stream(seed=5, steps=6000)
+    assert pushed >= 1, "the calibrator must publish learned settings in this stream"
+    reports = run_ranks(settings_rank_main, (cfg,), stream)
+    first = reports[0]
+    assert first["refused"] == 0
+    seen = {d[1] for d in first["decisions"]}
+    assert len(seen) > 2, "learned thresholds and probes must change the settings ranks decide with"
+    for other in reports[1:]:
+        assert other["decisions"] == first["decisions"], f"rank {other['rank']} diverged"

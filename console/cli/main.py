@@ -111,12 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     server = verb("server", "start, restart or stop the model server")
     server.add_argument("action", choices=("restart", "stop", "start"))
     server.add_argument("--socket", help="control socket path")
-    from specctl.console.cli import depth_costs, fleet, sglang_args, sim
+    from specctl.console.cli import calibration, depth_costs, fleet, sglang_args, sim
 
     fleet.add_parser(sub)
     sglang_args.add_parser(sub)
     depth_costs.add_parser(sub)
     sim.add_parser(sub)
+    calibration.add_parser(sub)
     locate = verb("locate", "print where specctl keeps its socket, config and state")
     locate.add_argument("--socket", help="control socket path")
     return parser
@@ -154,6 +155,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from specctl.console.cli.depth_costs import run as run_depth_costs
 
         return run_depth_costs(args)
+    if args.verb == "calibration":
+        from specctl.console.cli.calibration import run as run_calibration
+
+        return run_calibration(args)
     if args.verb == "tui":
         from specctl.console.tui.main import run_tui
 

@@ -32,8 +32,8 @@ class UsageError(Exception):
     """The command line itself is wrong; nothing was sent."""
 
 
-def run_verb(args: argparse.Namespace) -> int:
-    """Run one verb; returns the process exit code."""
+def run_verb(args: argparse.Namespace, verb: Callable[[Path, argparse.Namespace], int] | None = None) -> int:
+    """Run one verb (``verb``, or the one VERBS names); returns the process exit code."""
     try:
         path = Path(args.socket) if args.socket else config_file.socket_path()
     except config_file.ConfigFileError as e:
@@ -43,7 +43,7 @@ def run_verb(args: argparse.Namespace) -> int:
     if args.verb == "locate":
         return _locate(path)
     try:
-        return VERBS[args.verb](path, args)
+        return (verb or VERBS[args.verb])(path, args)
     except UsageError as e:
         return _fail(f"specctl {args.verb}: {e}", EXIT_USAGE)
     except NoSupervisor as e:
@@ -144,7 +144,9 @@ def _checked(changes: dict[str, Any]) -> dict[str, Any]:
 def parse_pairs(pairs: list[str]) -> dict[str, Any]:
     """``["off_at=64", "mode=off"]`` -> ``{"off_at": 64, "mode": "off"}``, checked as :func:`_checked`."""
     try:
-        return _checked(config.parse_pairs(pairs))
+        pairs, calibrate = config.calibrate_pair(pairs)  # the supervisor's own switch, not a policy setting
+        checked = _checked(config.parse_pairs(pairs))
+        return checked if calibrate is None else {**checked, "calibrate": "on" if calibrate else "off"}
     except config.ConfigError as e:
         raise UsageError(f"{e} (e.g. specctl set off_at=64 on_at=32)") from None
 
@@ -168,6 +170,8 @@ def _set(path: Path, args: argparse.Namespace) -> int:
     changes = parse_pairs(args.pairs)
     result = call(path, "set", {"settings": changes})
     print("settings: " + _settings_line(result["settings"]) + _pending(result))
+    if "calibrate" in result:
+        print(f"calibrate: {result['calibrate']}")
     return EXIT_OK
 
 

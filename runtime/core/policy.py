@@ -27,6 +27,7 @@ from typing import Any
 
 from specctl.runtime.core.depth_model import AcceptStats, DepthCosts
 from specctl.runtime.core.settings import PolicySettings
+from specctl.runtime.core.step_meter import StepMeter
 
 # Reasons a switch happened; clients branch on these strings.
 REASONS = ("load", "quiet", "low_accept", "probe", "forced", "depth")
@@ -103,6 +104,7 @@ class SpecPolicy:
         self._last_batch = 0
         self._depths = self._settings.depths()
         self._steps_at: dict[int, int] = {}
+        self.meter = StepMeter()  # what each step cost, for calibration (read, never decided on)
 
     # -- settings -------------------------------------------------------
     @property
@@ -129,8 +131,12 @@ class SpecPolicy:
             self._accept_reqs = deque(self._accept_reqs, maxlen=new.accept_window)
             self._accept_req_sum = sum(self._accept_reqs)
             self._stats.set_window(new.accept_window)
-        self._settings = new
+        old, self._settings = self._settings, new
         self._depths = new.depths()
+        if (self._low_accept_since is not None and not self._depth
+                and (new.min_accept, new.accept_slope) != (old.min_accept, old.accept_slope)
+                and self._floor(self._last_batch) <= self._low_accept_mean):
+            self._low_accept_since = None  # a new floor the mean that switched it off clears: judged again
 
     # -- per-step inputs ------------------------------------------------
     def decide(self, batch_size: int) -> int:
@@ -169,6 +175,7 @@ class SpecPolicy:
         if not values or self._skip_cold_verify():
             return
         self._record_mean(sum(values) / len(values), len(values))
+        self.meter.verify(len(values), self._depth if depth is None else depth, sum(values) / len(values))
         if len(self._depths) > 2:  # only a choice among depths reads acceptance per position
             self._stats.add(values, self._depth if depth is None else depth)
 
@@ -181,6 +188,11 @@ class SpecPolicy:
         """
         if not self._skip_cold_verify():
             self._record_mean(float(mean), max(1, self._last_batch))
+            self.meter.verify(max(1, self._last_batch), self._depth, float(mean))
+
+    def step_time(self, seconds: float) -> None:
+        """How long the step of the last decision took, for the meter; no decision reads it."""
+        self.meter.step(self._last_batch, self._depth, seconds)
 
     def _skip_cold_verify(self) -> bool:
         """Count a verify heard; True where it is the first after a resume from off, left out of the window.
@@ -327,6 +339,7 @@ class SpecPolicy:
         self._reason = reason
         self._last_switch_step = self._step
         self._switch_count += 1
+        self.meter.skip_next()
         on = depth > 0
         if on:
             self._held_off = False
@@ -389,6 +402,7 @@ class SpecPolicy:
             "steps_off": self._steps_off,
             "settings": s.as_dict(),
             "recent_switches": [sw.as_dict() for sw in self._switches],
+            "meter": self.meter.as_dict(),
         }
 
     def _accept_by_depth(self, depths: tuple[int, ...]) -> dict[str, float] | None:

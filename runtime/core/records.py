@@ -232,7 +232,8 @@ EventName = Literal[
     "settings", "settings_restored", "settings_restore_failed", "backend_thresholds", "backend_thresholds_failed",
     "backend_thresholds_skipped", "dense_thresholds_on_moe", "gpu_failed", "gpu_recovered", "gpu_unavailable",
     "external_change", "settings_adopted", "settings_learned", "settings_reset", "desired_restored",
-    "desired_unusable", "server_busy",
+    "desired_unusable", "server_busy", "calibrated",
+    "calibration_probe", "calibration_reset",
 ]
 EVENT_NAMES: tuple[EventName, ...] = get_args(EventName)
 
@@ -271,6 +272,9 @@ SETTINGS_RESET: Final = "settings_reset"  # `specctl set --reset`: back to the c
 DESIRED_RESTORED: Final = "desired_restored"  # the kept desired state, read at supervisor start
 DESIRED_UNUSABLE: Final = "desired_unusable"  # its file could not be read or written
 SERVER_BUSY: Final = "server_busy"  # it accepts connections but does not answer in time
+CALIBRATED: Final = "calibrated"  # learned thresholds published, with the table behind them
+CALIBRATION_PROBE: Final = "calibration_probe"  # a short run of the state not in use, for a reading
+CALIBRATION_RESET: Final = "calibration_reset"
 
 
 # -- building records (the supervisor's side: typed by construction) -----------

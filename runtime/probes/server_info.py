@@ -60,10 +60,11 @@ def prefill_graphs(info: dict[str, Any] | None) -> bool | None:
 
 
 def public_spec(spec: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The sample's ``spec``: the policy state without its switch history (events carry that)."""
+    """The sample's ``spec``: the policy state without its switch history (events carry that) and its step
+    meter (calibration reads it; a ``calibrated`` event carries what it made of it)."""
     if spec is None:
         return None
-    return {k: v for k, v in spec.items() if k != "recent_switches"}
+    return {k: v for k, v in spec.items() if k not in ("recent_switches", "meter")}
 
 
 def is_simulator(info: dict[str, Any] | None) -> bool:

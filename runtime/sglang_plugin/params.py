@@ -15,6 +15,7 @@ hooks in the same process find it.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -66,6 +67,7 @@ class SpecctlParams:
         self._held: int | None = None  # the switch warm-up's depth while it runs (hold)
         self._observer = observer
         self._reported: int | None = None
+        self._last_verify: tuple[float, int] | None = None  # (perf_counter, depth) of the last verify heard
         self._report()
         _active = self
 
@@ -114,7 +116,23 @@ class SpecctlParams:
         drafted, held = self._in_flight.popleft() if self._in_flight else self._now()
         if drafted > 0 and not held:  # a warm-up batch's acceptance is its prompts', not the traffic's
             self.policy.on_verify(num_correct_drafts_per_req, drafted)
+        self._time_verify(batch_size, drafted, held)
         return None
+
+    def _time_verify(self, batch_size: int, depth: int, held: bool) -> None:
+        """The step meter's reading: verify to verify, for the verified batch's size and depth.
+
+        Verify to verify, not decision to decision: SGLang also asks for a depth before a prefill
+        batch's draft extend (with that batch's size), which would split a decode step's time and
+        give part of it to a small bucket. The interval that follows a change of depth (a switch)
+        and a held (warm-up) batch are left out.
+        """
+        now = time.perf_counter()
+        last, self._last_verify = self._last_verify, (now, depth)
+        if held:
+            self._last_verify = None
+        elif last is not None and last[1] == depth:
+            self.policy.meter.timed(batch_size, depth, now - last[0])
 
     # -- the switch warm-up (switch_warmup.py) ---------------------------
     def hold(self, depth: int) -> None:

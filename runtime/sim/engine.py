@@ -173,6 +173,8 @@ class SimEngine:
             tokens, finished = self._advance_plain()
         self.now += duration
         self.busy_s += duration
+        if self.policy is not None and self.held is None:
+            self.policy.step_time(duration)  # the meter calibration reads (the plugin times its steps too)
         self._record(duration, tokens)
         self.prefill_tokens_total += sum(prompts)
         for req in finished:

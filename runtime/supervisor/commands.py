@@ -10,6 +10,7 @@ reported, not hidden.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -49,9 +50,11 @@ from specctl.runtime.probes.server_info import draft_topk, spec_state, target_ex
 from specctl.runtime.probes.sglang_client import ServerUnreachable
 from specctl.runtime.supervisor.desired import Desired
 
-COMMANDS = ("ping", "status", "mode", "set", "server")
+COMMANDS = ("ping", "status", "mode", "set", "server", "calibration")
 SETTLE_S = 2.0  # how long a command waits for a switch to show before answering "at the next step"
-JOURNALED = ("mode", "set", "server")
+JOURNALED = ("mode", "set", "server", "calibration")
+CALIBRATION_ACTIONS = ("show", "reset")
+CALIBRATE = "calibrate"  # `specctl set calibrate=off|on`: not a policy setting, the supervisor's own switch
 SERVER_ACTIONS = ("restart", "stop", "start")
 
 
@@ -99,6 +102,8 @@ class CommandHandler:
     def __init__(self, sup: SupervisorPort, store: Desired) -> None:
         self.sup = sup
         self.store = store  # the desired state: survives server and supervisor restarts (desired.py)
+        self.operator_epoch = 0  # grows with every operator command that changes settings (calibration reads it)
+        self.calibration: Any = None  # runtime.supervisor.calibrate.CalibrationLoop, where the supervisor runs one
         self._lock = asyncio.Lock()
         self._uid: int | None = None  # the peer of the command running now
         self._baseline: dict[str, Any] = {}  # the server's settings as it started, before anything was pushed
@@ -184,14 +189,77 @@ class CommandHandler:
         settings = args.get("settings")
         if not isinstance(settings, dict) or not settings:
             raise CommandError(BAD_REQUEST, 'set needs {"settings": {"name": value, ...}} or {"reset": true}')
+        settings = dict(settings)
+        enable = _calibrate_value(settings.pop(CALIBRATE)) if CALIBRATE in settings else None
+        if enable is not None and self.calibration is None:
+            raise CommandError(UNAVAILABLE, "this supervisor runs no calibration", field=CALIBRATE)
         for key, value in settings.items():
             _field_checked(key, value)
-        new = await self._apply(settings)
-        kept = {k: getattr(new, k) for k in groups_touched(settings)}  # the pair it ran, for restarts
-        if self.store.pin is not None and "steps" in kept:  # a depth set by hand ends a pin; the mode stays on
-            kept.setdefault("mode", new.mode)
-        self.store.choose(kept, self._uid)
-        return await self._settled(new)
+        if settings:
+            new = await self._apply(settings)
+            kept = {k: getattr(new, k) for k in groups_touched(settings)}  # the pair it ran, for restarts
+            if self.store.pin is not None and "steps" in kept:  # a depth set by hand ends a pin; the mode stays on
+                kept.setdefault("mode", new.mode)
+            self.store.choose(kept, self._uid)
+            result = await self._settled(new)
+        else:
+            result = {"settings": (self._latest_spec() or {}).get("settings")}
+        if enable is not None:
+            self.calibration.enabled = enable
+            result = {**result, CALIBRATE: "on" if enable else "off"}
+        return result
+
+    async def _cmd_calibration(self, args: dict[str, Any]) -> dict[str, Any]:
+        action = args.get("action", "show")
+        if action not in CALIBRATION_ACTIONS:
+            raise CommandError(INVALID_VALUE, f"action must be one of {', '.join(CALIBRATION_ACTIONS)}, "
+                                              f"got {action!r}", field="action", kind=MALFORMED)
+        if self.calibration is None:
+            raise CommandError(UNAVAILABLE, "this supervisor runs no calibration")
+        if action == "reset":
+            return dict(await self.calibration.reset())
+        return dict(self.calibration.show())
+
+    @property
+    def operator_keys(self) -> set[str]:
+        """Every setting people own: the config file's [policy] and --set, each operator's set or mode, a
+        change adopted from elsewhere, a pinned depth. Calibration leaves them alone."""
+        owned = set(self.store.state.config) | set(self.store.state.chosen)
+        if self.store.pin is not None:
+            owned |= {"mode", "steps"}
+        return set(groups_touched(owned)) if owned else set()
+
+    async def push_learned(self, values: dict[str, Any]) -> bool:
+        """THE way calibration publishes what it learned: settings the operator does not own, to the server.
+
+        Validated whole against the server's settings, sent like an operator's set (every rank takes
+        them at one step boundary), read back as ours; kept in the desired state's learned layer, below
+        the operator's, so a restarted server or supervisor starts from it.
+        """
+        values = {k: v for k, v in values.items() if k not in self.operator_keys}
+        if not await self._push_own(values):
+            return False
+        with contextlib.suppress(SettingsError):
+            self.store.learned(values, "calibration")
+        return True
+
+    async def push_probe(self, mode: str) -> bool:
+        """A calibration probe: force ``on``/``off`` for a few steps, ``auto`` to end it (not kept)."""
+        if "mode" in self.operator_keys and mode != "auto" and self.desired.get("mode", "auto") != "auto":
+            return False
+        return await self._push_own({"mode": mode})
+
+    async def _push_own(self, values: dict[str, Any]) -> bool:
+        client = self.sup.server_client
+        if not values or client is None:
+            return False
+        try:
+            new = self._current().with_changes(values)
+            self.sup.expect_settings(new.as_dict())
+            answers = await client.set_internal_state(new.to_wire(values.keys()))
+        except (CommandError, SettingsError, ServerUnreachable):
+            return False
+        return bool(answers) and all(answers)
 
     async def learned(self, values: Mapping[str, Any], provenance: str) -> dict[str, Any]:
         """A calibration's values, kept below the operator's (desired.Desired.learned) and sent where no
@@ -245,6 +313,7 @@ class CommandHandler:
         if not answers or not all(answers):
             raise refused(current, new, ((self.sup.latest_sample or {}).get("server") or {}).get("topk"))
         if journal:
+            self.operator_epoch += 1
             applied = {k: getattr(new, k) for k in changes}
             self.sup.emit(records.event(records.SETTINGS, changes=applied, settings=new.as_dict(), by=self._uid,
                                         source="operator"))
@@ -337,7 +406,7 @@ class CommandHandler:
         if why_not is not None:
             self.sup.emit(records.event(records.BACKEND_THRESHOLDS_SKIPPED, backend=backend, experts=experts,
                                         gpus=sorted({n for n in gpu_names if n}), why=why_not))
-        pair = unset_groups(row or {}, self.desired)
+        pair = unset_groups(row or {}, self.desired)  # config, calibration and people: a row fills only the rest
         client = self.sup.server_client
         if not apply or not pair or client is None:
             return False
@@ -400,6 +469,17 @@ def _field_checked(key: str, value: Any) -> Any:
         return check_ranges({key: value})[key]
     except SettingsError as exc:
         raise CommandError(INVALID_VALUE, str(exc), field=exc.field, kind=MALFORMED) from None
+
+
+def _calibrate_value(value: Any) -> bool:
+    """``calibrate=on|off`` (also true/false, 1/0); anything else is refused naming the setting."""
+    text = str(value).strip().lower()
+    if text in ("on", "true", "1"):
+        return True
+    if text in ("off", "false", "0"):
+        return False
+    raise CommandError(INVALID_VALUE, f"{CALIBRATE}: must be on or off, got {value!r}", field=CALIBRATE,
+                       kind=MALFORMED)
 
 
 def _row_running(row: Mapping[str, float], settings: Mapping[str, Any], chosen: Mapping[str, Any]) -> dict[str, Any]:

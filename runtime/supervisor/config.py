@@ -57,6 +57,9 @@ class SupervisorConfig:
     from_file: frozenset[str] = frozenset()
     # where the desired state is kept (desired.py); None: in memory only, lost with the supervisor
     desired_path: Path | None = None
+    # the calibration loop (docs/calibration.md; --set calibrate=on|off): None runs it for an SGLang server
+    # specctl launches, and not for the simulator or an attached server until `specctl set calibrate=on`
+    calibrate: bool | None = None
 
     def __post_init__(self) -> None:
         if not 0.05 <= self.interval <= 60:
@@ -208,6 +211,7 @@ class SupervisorConfig:
         sup = site.supervisor
         log = args.log or sup.get("log")
         from_file = {key for key in sup if getattr(args, key, None) is None}
+        pairs, calibrate = calibrate_pair(args.settings)
         try:
             return cls(
                 backend=backend, url=attach_url(args.attach) if attach else None,
@@ -223,13 +227,14 @@ class SupervisorConfig:
                 desired_path=desired_file(paths.state_dir(), str(sock.absolute())),
                 journal_path=Path(log) if log else None,
                 journal_max_mb=float(args.log_max_mb if args.log_max_mb is not None else sup.get("log_max_mb", 64.0)),
-                settings={**site.policy, **parse_pairs(args.settings), **_candidates_arg(args),
+                settings={**site.policy, **parse_pairs(pairs), **_candidates_arg(args),
                           **_sim_steps_arg(args, backend)},
                 admin_key=_admin_key(args, sup) if attach else _no_key_for_launch(args),
                 depth_costs=Path(args.depth_costs) if getattr(args, "depth_costs", None) else None,
                 flags=_setting_flags(args, backend),
-                from_file=frozenset(site.policy) - set(parse_pairs(args.settings)) - set(_candidates_arg(args))
+                from_file=frozenset(site.policy) - set(parse_pairs(pairs)) - set(_candidates_arg(args))
                 - set(_sim_steps_arg(args, backend)),
+                calibrate=calibrate,
             )
         except ConfigError as exc:
             raise _blame_the_file(exc, from_file) from None
@@ -369,6 +374,20 @@ def attach_url(text: str) -> str:
     if port == 0:
         raise ConfigError(f"--attach {text!r}: the port must be a number between 1 and 65535")
     return url.rstrip("/")
+
+
+def calibrate_pair(pairs: list[str]) -> tuple[list[str], bool | None]:
+    """``--set calibrate=on|off`` is the supervisor's switch, not a policy setting: taken out of the pairs."""
+    rest, value = [], None
+    for pair in pairs:
+        key, _, text = pair.partition("=")
+        if key.strip() != "calibrate":
+            rest.append(pair)
+        elif text.strip().lower() in ("on", "true", "1", "off", "false", "0"):
+            value = text.strip().lower() in ("on", "true", "1")
+        else:
+            raise ConfigError(f"calibrate: must be on or off, got {text.strip()!r}")
+    return rest, value
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:

@@ -30,6 +30,7 @@ from specctl.runtime.probes.server_info import (
 )
 from specctl.runtime.probes.sglang_client import ServerBusy, ServerUnreachable, SGLangClient
 from specctl.runtime.supervisor.backends import AttachBackend, Backend, BackendError, SimBackend
+from specctl.runtime.supervisor.calibrate import CalibrationLoop
 from specctl.runtime.supervisor.commands import CommandHandler
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.desired import Desired
@@ -56,6 +57,12 @@ class Supervisor:
         self.health = ServerHealth(config.restart_backoff)
         self.desired = Desired(config.desired_path, config.settings, self.emit)
         self.commands = CommandHandler(self, self.desired)
+        self.calibration = CalibrationLoop(
+            self.commands.push_learned, self.commands.push_probe, self.emit,
+            owned=lambda: self.commands.operator_keys, epoch=lambda: self.commands.operator_epoch,
+            wake=self._wake_in,
+            enabled=config.calibrate if config.calibrate is not None else config.backend == "sglang")
+        self.commands.calibration = self.calibration
         self._journal: Journal | None = None
         self._control: Any = None
         self._client: SGLangClient | None = None
@@ -229,6 +236,11 @@ class Supervisor:
                     await self._wake.wait()
             self._wake.clear()
 
+    def _wake_in(self, seconds: float) -> None:
+        """Poll again ``seconds`` from now at the latest (a calibration probe ends then)."""
+        if seconds < self.config.interval:
+            asyncio.get_running_loop().call_later(max(0.0, seconds), self._wake.set)
+
     async def poll_now(self, timeout: float = 5.0) -> None:
         """Ask for a sample now and wait until one that *began* after this call is published.
 
@@ -285,6 +297,10 @@ class Supervisor:
                 await self.commands.push_desired()
             else:
                 self._note_external_change(spec)
+        try:
+            await self.calibration.after_poll(spec, time.time())
+        except Exception:  # a fault in calibration must not end supervision: it stops learning, the server runs on
+            log.exception("calibration failed")
         sample = await self._sample(metrics, info, spec)
         self._emit_if(self._notes.view_only(sample))
         self.emit(sample)

@@ -1,0 +1,94 @@
+"""Calibrated auto beside forced on, forced off and default auto, per preset and load level, in one process.
+
+Each preset runs one schedule of load levels (closed-loop clients, one engine across the schedule, so
+calibration carries what it learned from level to level) four times: forced on, forced off, auto with
+the policy's defaults (what a server with no thresholds row runs), and auto with the calibration loop
+(runtime/sim/calibrated.py: the real Calibrator polled every 0.5 simulated seconds, as the supervisor
+polls). Each level runs LEVEL_S simulated seconds and is counted over its last WINDOW_S. The presets are
+ones no measured row covers: the report's RTX PRO 6000 system at topk 1, the MoE on FlashInfer (an
+uncalibrated variant: h200-qwen3moe's costs with FlashInfer's verify term, accept length 2.4), and
+h200-llama8b-flashinfer on a GPU name no row knows.
+
+    python bench/calibrate.py [--preset rtx-topk1 ...] [--level-s 60] [--window-s 30] [--csv FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from specctl.runtime.sim.calibrated import Level, run_schedule
+from specctl.runtime.sim.preset_model import Preset
+from specctl.runtime.sim.presets import get_preset
+
+
+def moe_flashinfer() -> Preset:
+    p = get_preset("h200-qwen3moe")
+    return replace(p, name="h200-qwen3moe-flashinfer-uncalibrated", attention_backend="flashinfer", accept_len=2.4,
+                   params=replace(p.params, verify_kv_s=p.params.verify_kv_s * 227 / 493))
+
+
+def unknown_gpu() -> Preset:
+    p = get_preset("h200-llama8b-flashinfer")
+    return replace(p, name="unknown-gpu-flashinfer", gpu=replace(p.gpu, name="NVIDIA B200"))
+
+
+STEP_LOAD = (4, 192, 4, 192, 4, 192)
+PRESETS: dict[str, tuple[Callable[[], Preset], tuple[int, ...]]] = {
+    "rtx-topk1": (lambda: get_preset("rtx-8gpu-report-topk1"), STEP_LOAD),
+    "moe-flashinfer": (moe_flashinfer, (1, 4, 16, 64, 192, 4, 192, 4, 192)),
+    "unknown-gpu": (unknown_gpu, (1, 4, 16, 64, 192, 4, 192)),
+}
+SERVERS = ("on", "off", "auto", "calibrated")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", action="append", choices=sorted(PRESETS), help="default: all")
+    ap.add_argument("--level-s", type=float, default=60.0)
+    ap.add_argument("--window-s", type=float, default=30.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--csv", help="also write the rows here")
+    args = ap.parse_args(argv)
+    if not 0 < args.window_s <= args.level_s:
+        print("bench/calibrate.py: --window-s must be above 0 and at most --level-s", file=sys.stderr)
+        return 2
+    rows = []
+    t0 = time.monotonic()
+    for name in args.preset or list(PRESETS):
+        build, levels = PRESETS[name]
+        schedule = [Level(c, args.level_s, args.level_s - args.window_s) for c in levels]
+        runs = {s: run_schedule(build(), schedule, s, seed=args.seed) for s in SERVERS}  # type: ignore[arg-type]
+        cal = runs["calibrated"]
+        print(f"\n{name}: {args.level_s:g} s a level, tok/s over its last {args.window_s:g} s; probes "
+              f"{cal.probe_steps} of {cal.steps} steps ({100 * cal.probe_share:.2f} %), "
+              f"{len(cal.publishes)} publishes")
+        print("| level | c | forced on | forced off | default auto | calibrated auto | default / best | "
+              "calibrated / best |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for i, c in enumerate(levels):
+            on, off, auto, calib = (runs[s].levels[i].tok_s for s in SERVERS)
+            best = max(on, off)
+            print(f"| {i + 1} | {c} | {on:.0f} | {off:.0f} | {auto:.0f} | {calib:.0f} | {auto / best:.3f} | "
+                  f"{calib / best:.3f} |")
+            rows.append({"preset": name, "level": i + 1, "concurrency": c, "on": round(on, 1), "off": round(off, 1),
+                         "auto": round(auto, 1), "calibrated": round(calib, 1),
+                         "auto_over_best": round(auto / best, 4), "calibrated_over_best": round(calib / best, 4),
+                         "probe_share": round(cal.probe_share, 5)})
+        print(f"learned: {cal.settings['off_at']=} {cal.settings['on_at']=} {cal.settings['min_accept']=} "
+              f"{cal.settings['accept_slope']=}".replace("cal.settings[", "").replace("]", ""))
+    if args.csv and rows:
+        with open(args.csv, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    print(f"\n({time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
