@@ -7,7 +7,6 @@ test is exactly the one a driver would exercise.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator
