@@ -1,5 +1,5 @@
-"""The simulator against SGLang 0.5.23's behaviour, row by row of docs/sim-conformance.md, driven by the
-`openai` SDK (sync and async, streamed and not) and plain HTTP against one real `specctl sim` process."""
+"""The simulator against SGLang 0.5.23's behaviour, row by row of docs/simulator.md ("Conformance with SGLang"),
+driven by the `openai` SDK (sync and async, streamed and not) and plain HTTP against one real `specctl sim` process."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ follow SGLang's ``entrypoints/openai/protocol.py``, ``serving_completions.py``,
 simulator's: a request's tokens appear as the performance model produces
 them, tick by tick, so a client measures the simulated server's TTFT and
 inter-token latency. Every output (``n`` choices, batch prompts) is its own
-simulated request in the batch. docs/sim-conformance.md lists each parameter.
+simulated request in the batch. docs/simulator.md ("Conformance with SGLang") lists each parameter.
 """
 
 from __future__ import annotations
