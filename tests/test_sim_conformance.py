@@ -278,6 +278,7 @@ def test_metrics_have_sglang_0523_names_types_and_buckets(client: openai.OpenAI,
     assert om.headers["content-type"].startswith("application/openmetrics-text") and om.text.endswith("# EOF\n")
 
 
+@pytest.mark.slow  # second tier: it needs promtool (Debian's prometheus package), which a fresh machine lacks
 def test_promtool_checks_the_metrics(http: httpx.Client, tmp_path: Path) -> None:
     import shutil
     import subprocess
