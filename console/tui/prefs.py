@@ -7,10 +7,10 @@ event loop never waits on the disk. A missing or damaged file means defaults.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from specctl.runtime.core.atomic_file import write_atomic
 from specctl.runtime.supervisor.paths import state_dir
 
 FILE_NAME = "console.json"
@@ -32,6 +32,4 @@ def save_prefs(prefs: dict[str, Any]) -> None:
     """Write atomically: a crash mid-write leaves the old file, never half of one."""
     path = prefs_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{FILE_NAME}.{os.getpid()}")
-    tmp.write_text(json.dumps(prefs, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(prefs, sort_keys=True) + "\n")

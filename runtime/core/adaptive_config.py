@@ -61,11 +61,12 @@ def build_config(steps: int, buckets: Iterable[int] | None = None,
 
 
 def write_config(path: str | os.PathLike[str], steps: int, buckets: Iterable[int] | None = None,
-                 candidates: Iterable[int] | None = None) -> Path:
-    """Write the config atomically (a half-written file would fail SGLang's start-up)."""
+                 candidates: Iterable[int] | None = None, mode: int | None = None) -> Path:
+    """Write the config atomically (a half-written file would fail SGLang's start-up); ``mode``: its
+    permissions, set on the descriptor before the rename (write_atomic), never by path afterwards."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    return write_atomic(target, json.dumps(build_config(steps, buckets, candidates)) + "\n")
+    return write_atomic(target, json.dumps(build_config(steps, buckets, candidates)) + "\n", mode=mode)
 
 
 def candidate_steps(config: dict[str, Any]) -> list[int]:

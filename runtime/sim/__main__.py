@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from specctl.runtime.core.atomic_file import write_atomic
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
 from specctl.runtime.core.settings import SettingsError, check_fields, unasked_floor
 from specctl.runtime.core.tree_drafts import tree_depths_problem, tree_switch_enabled
@@ -146,9 +147,7 @@ def _depth_costs(ap: argparse.ArgumentParser, ns: argparse.Namespace) -> DepthCo
 
 def _write_port(path: Path, port: int) -> None:
     """Temporary file then rename, so a reader never sees a half-written port."""
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(f"{port}\n")
-    os.replace(tmp, path)
+    write_atomic(path, f"{port}\n", mode=0o644)
 
 
 def admin_guard(key: str) -> Any:
