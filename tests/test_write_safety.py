@@ -156,7 +156,7 @@ def test_a_folder_owned_by_another_user_is_refused_with_the_attacker_running(bas
             assert proc.returncode == 2, proc.stderr
             lines = proc.stderr.strip().splitlines()
             assert len(lines) == 1 and "belongs to another user" in lines[0] and "Traceback" not in proc.stderr
-            for i in range(50):
+            for _ in range(50):
                 with pytest.raises(UnsafeTargetError, match="belongs to another user"):
                     write_atomic(theirs / "target.json", "{}\n", mode=0o644)
             assert stat.S_IMODE(secret.stat().st_mode) == 0o600
