@@ -192,7 +192,8 @@ async def test_the_journal_and_the_screen_never_see_the_launched_servers_key(
     monkeypatch.setenv("SPECCTL_STATE_DIR", str(tmp_path / "state"))
     journal = tmp_path / "journal.jsonl"
     cfg = SupervisorConfig(backend="sglang", model="/models/llama", draft="/models/eagle3", interval=0.1,
-                           restart_backoff=(0.2, 1.0), journal_path=journal, sglang_args=["--api-key", "s3cret-api-key"])
+                           restart_backoff=(0.2, 1.0), journal_path=journal,
+                           sglang_args=["--api-key", "s3cret-api-key"])
     sup = Supervisor(cfg)
     screen = sup.hub.subscribe()
     await sup.start()
