@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.runtime.core.atomic_file import write_atomic
+from specctl.runtime.core.json_file import read_json
 from specctl.runtime.supervisor.paths import state_dir
 
 FILE_NAME = "console.json"
@@ -22,8 +23,8 @@ def prefs_file() -> Path:
 
 def load_prefs() -> dict[str, Any]:
     try:
-        data = json.loads(prefs_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(prefs_file(), 64 << 10, "preferences file")
+    except ValueError:  # JsonFileError: absent, not a regular file, too large, not JSON
         return {}
     return data if isinstance(data, dict) else {}
 
