@@ -273,4 +273,9 @@ def _fields_shaped(fields: dict[str, Any], text: tuple[str, ...], numbers: tuple
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past float range
+        return False
