@@ -134,7 +134,8 @@ class SocketLink(Link):
         from specctl.runtime.control.client import ControlClient, NoSupervisor
 
         await self.close()  # a reconnect starts from fresh connections
-        self._commands, self._stream = ControlClient(self.path), ControlClient(self.path)
+        self._commands, self._stream = (ControlClient(self.path, interactive=True),
+                                        ControlClient(self.path, interactive=True))
         try:
             await self._commands.connect()
             await self._stream.connect()
@@ -183,7 +184,7 @@ class SocketLink(Link):
 
         if self._commands is not None:
             await self._commands.close()
-        self._commands = ControlClient(self.path)
+        self._commands = ControlClient(self.path, interactive=True)
         try:
             await self._commands.connect()
         except (NoSupervisor, ProtocolError) as exc:
