@@ -286,8 +286,9 @@ def call(path: str | os.PathLike[str], cmd: str, args: dict[str, Any] | None = N
             except ControlError as exc:
                 if not interactive or exc.details.get("busy") is not True or pause is None:
                     raise  # only the socket's own "every place is busy", never a command's refusal
-            except NoSupervisor as exc:  # closed before its answer: made room for another newcomer
-                if not interactive or "closed the connection" not in str(exc) or pause is None:
+            except NoSupervisor as exc:  # closed before its answer: its place went to another newcomer before
+                # its request was read (a place on probation), so the command did not run
+                if not interactive or "the connection" not in str(exc) or pause is None:
                     raise
             await asyncio.sleep(pause)
         raise AssertionError("unreachable")

@@ -239,12 +239,13 @@ CLOSE_GRACE_S = 1.0  # a closing connection waits this long for its client to ta
 STOP_GRACE_S = 2.0  # stop() waits this long for client tasks to end after closing their connections
 FD_HEADROOM = 96  # descriptors left for everything else: journal, NVML, HTTP pool, the server's pipes, ...
 ACCEPT_BACKOFF = (0.05, 1.0)  # first and longest pause after accept() fails for want of resources
+ACCEPT_BATCH = 32  # connections taken off the backlog at once (well within FD_HEADROOM)
 EVICT_IDLE_S = 1.0  # at the cap, a connection idle this long gives its place to a newcomer
 _STARVED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
-PROBATION_GRACE_S = 0.05  # a newcomer in the reserve that sent nothing for this long gives its place to the next
-# (a person's client sends its request as soon as the greeting is read: well within this)
+PROBATION_GRACE_S = 0.2  # a newcomer in the reserve that sent nothing for this long gives its place to the next
+# (a person's client sends its request as soon as the greeting is read: well within this, even on a loaded host)
 RESERVE_MAX = 16  # places kept for a person's commands, at most (an eighth of the cap below 128)
 
 
@@ -336,10 +337,25 @@ class ControlServer:
                 await self._accept_failed(exc)
                 continue
             self._starved = 0
-            task = asyncio.create_task(self._on_client(conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            await asyncio.sleep(0)  # let it register before the next accept: the count and eviction see it
+            self._spawn(conn)
+            # the rest of the backlog in one go (a storm of connects must not queue a person's behind it one
+            # loop turn each); each is counted and placed by its own task, within FD_HEADROOM of the cap
+            for _ in range(ACCEPT_BATCH - 1):
+                try:
+                    conn, _ = sock.accept()
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    await self._accept_failed(exc)
+                    break
+                self._spawn(conn)
+            await asyncio.sleep(0)  # let them register before the next accept: the count and eviction see them
+
+    def _spawn(self, conn: socket.socket) -> None:
+        conn.setblocking(False)
+        task = asyncio.create_task(self._on_client(conn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _accept_failed(self, exc: OSError) -> None:
         """Out of descriptors (or memory): say it once, free the longest-idle connection, back off."""
