@@ -193,6 +193,8 @@ def main() -> None:
                 sup.wait()
         errors = (folder / "stderr.txt").read_text(errors="replace")
         print(f"supervisor stderr: {len(errors)} bytes, {errors.count('Traceback')} tracebacks")
+        if "Traceback" in errors:
+            print(errors[errors.index("Traceback"):][:3000])
 
 
 if __name__ == "__main__":

@@ -244,7 +244,7 @@ EVICT_IDLE_S = 1.0  # at the cap, a connection idle this long gives its place to
 _STARVED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
-PROBATION_GRACE_S = 0.2  # a newcomer in the reserve that sent nothing for this long gives its place to the next
+PROBATION_GRACE_S = 0.1  # a newcomer in the reserve that sent nothing for this long gives its place to the next
 # (a person's client sends its request as soon as the greeting is read: well within this, even on a loaded host)
 RESERVE_MAX = 16  # places kept for a person's commands, at most (an eighth of the cap below 128)
 
@@ -310,6 +310,7 @@ class ControlServer:
         self._quiet_until = 0.0  # the failure is said again only after this (loop time)
         self.evicted = 0  # connections closed to make room, for the benchmark and tests
         self._quiet = _Quiet()
+        self._room = asyncio.Event()  # set when a client task ends: the accept loop may take more
 
     async def start(self) -> None:
         """Bind the socket (0600, in a 0700 directory if we make it) and start accepting."""
@@ -331,6 +332,11 @@ class ControlServer:
     async def _accept_loop(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            # descriptors held by control connections stay under the cap plus one batch, counting those
+            # accepted but not yet placed and those closing: the rest of FD_HEADROOM is the supervisor's own
+            while len(self._tasks) >= self.max_clients + ACCEPT_BATCH:
+                self._room.clear()
+                await self._room.wait()
             try:
                 conn, _ = await loop.sock_accept(sock)
             except OSError as exc:
@@ -340,7 +346,7 @@ class ControlServer:
             self._spawn(conn)
             # the rest of the backlog in one go (a storm of connects must not queue a person's behind it one
             # loop turn each); each is counted and placed by its own task, within FD_HEADROOM of the cap
-            for _ in range(ACCEPT_BATCH - 1):
+            for _ in range(min(ACCEPT_BATCH - 1, self.max_clients + ACCEPT_BATCH - len(self._tasks))):
                 try:
                     conn, _ = sock.accept()
                 except BlockingIOError:
@@ -355,7 +361,11 @@ class ControlServer:
         conn.setblocking(False)
         task = asyncio.create_task(self._on_client(conn))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._room.set()
 
     async def _accept_failed(self, exc: OSError) -> None:
         """Out of descriptors (or memory): say it once, free the longest-idle connection, back off."""
