@@ -50,7 +50,7 @@ def table(tmp_path: Path) -> Path:
      "--speculative-num-steps: must be one of the candidates [1, 3], got 2"),
     (["--speculative-candidate-steps", "0,1,17"], "--speculative-candidate-steps: depths must be between 0 and 16"),
     (["--speculative-candidate-steps", "0,1,2,3", "--depth-costs", "missing.json"],
-     "--depth-costs missing.json: [Errno 2] No such file or directory"),
+     "--depth-costs missing.json: No such file or directory"),
     (["--speculative-candidate-steps", "0,1,2,3", "--depth-costs", "bad.json"], "--depth-costs bad.json: "),
     (["--speculative-candidate-steps", "0,1,2,3,4", "--speculative-num-steps", "4", "--depth-costs", "costs.json"],
      "--depth-costs costs.json: no column for depth 4 (it prices 0, 1, 2, 3; the candidates are 0,1,2,3,4)"),

@@ -33,6 +33,7 @@ from specctl.runtime.sglang_plugin import (
     fast_off,
     plugin,
     server_args_check,
+    server_info,
     switch_warmup,
     tree_switch,
 )
@@ -83,7 +84,8 @@ def all_hooks(release: Release) -> list[tuple[HookSpec, Any]]:
     width, tree = draft_extend_graphs.around_resolve_num_tokens_per_req, tree_switch.handlers(release)
     return ([(s, core[s.handler]) for s in release.hooks] + [(s, fast[s.handler]) for s in release.fast_off_hooks]
             + [(s, width) for s in release.draft_extend_hooks] + [(s, tree[s.handler]) for s in release.tree_hooks]
-            + [(s, switch_warmup.around_wait_and_warmup) for s in release.warmup_hooks])
+            + [(s, switch_warmup.around_wait_and_warmup) for s in release.warmup_hooks]
+            + [(s, server_info.after_args_dump) for s in release.redact_hooks])
 
 
 def test_every_hook_target_exists_with_the_parameters_the_plugin_expects(sglang_source: SglangSource) -> None:
@@ -525,6 +527,8 @@ class StandIns:
         self.warmups: list[str] = []  # what SGLang's warm-up thread ran, in order
         for spec in source.release.warmup_hooks:
             self._set(spec.target, self._wait_and_warmup())
+        for spec in source.release.redact_hooks:
+            self._set(spec.target, self._args_dump(spec))
 
     def _module(self, name: str) -> types.ModuleType:
         """``name`` and its parent packages, created empty where missing."""
@@ -593,6 +597,22 @@ class StandIns:
                 self.warmups.append("ready to roll")
 
         return _wait_and_warmup
+
+    def _args_dump(self, spec: HookSpec) -> Any:
+        """SGLang's argument-dump builders, as each release writes them: every server argument, the keys too."""
+        if spec.params == ("base",):  # TokenizerManager.resolved_config_dict(self, base)
+            def resolved_config_dict(owner: Any, base: dict[str, Any]) -> dict[str, Any]:
+                return {**base, "served_model_name": "m"}
+
+            return resolved_config_dict
+
+        def build_server_info(server_args: Any, scheduler_info: dict[str, Any]) -> dict[str, Any]:
+            result = dict(vars(server_args))
+            result["launch_command"] = "python -m sglang.launch_server --api-key s3cret-api --port 30000"
+            result.update(scheduler_info)
+            return result
+
+        return build_server_info
 
     def resolve(self, dotted: str) -> Any:
         return compat.resolve(dotted)
@@ -1175,3 +1195,35 @@ def test_start_up_stops_when_sglang_did_not_apply_the_draft_extend_hook(world: S
     message = str(err.value.code)
     assert f"draft-extend graph hook on {specs[0].target} " in message
     assert "unset SPECCTL_DRAFT_EXTEND_GRAPHS" in message
+
+
+def test_server_info_dumps_lose_every_key(hooked, sglang_source: SglangSource) -> None:
+    """The admin key read back as any local user would, through what /server_info builds its answer with on
+    this release: SGLang's real HookRegistry applied the plugin's hooks, and no ``*api_key*`` is left."""
+    world, _ = hooked
+    args = types.SimpleNamespace(model_path="m", admin_api_key="s3cret-admin", api_key="s3cret-api", port=30000)
+    for spec in sglang_source.release.redact_hooks:
+        target = world.resolve(spec.target)
+        assert hasattr(target, "__wrapped__"), spec.target
+        if spec.params == ("base",):
+            owner = world.resolve(spec.target.rsplit(".", 1)[0])()
+            answer = owner.resolved_config_dict(dict(vars(args)))
+        else:
+            answer = target(args, {"status": "ready"})
+        text = json.dumps(answer)
+        assert "s3cret" not in text and "api_key" not in text, (spec.target, text)
+        assert answer["model_path"] == "m" and answer["port"] == 30000
+    assert args.admin_api_key == "s3cret-admin"  # the server keeps its own key: the dump was a copy
+
+
+def test_server_info_is_built_by_the_hooked_functions(sglang_source: SglangSource) -> None:
+    """Both routes that dump the arguments (/server_info, /get_server_info) run server_info(), whose body goes
+    through one of the hooked builders, on this release."""
+    http = sglang_source.srt("entrypoints/http_server.py")
+    body = http.split("async def server_info():", 1)[1].split("\n@app.", 1)[0]
+    names = {spec.target.rsplit(".", 1)[1] for spec in sglang_source.release.redact_hooks}
+    assert any(f"{name}(" in body for name in names), body
+    assert "dataclasses.asdict(server_args)\n" not in body.replace("resolved_config_dict(\n                "
+                                                                   "dataclasses.asdict(server_args)\n", "")
+    tail = http.split('@app.get("/get_server_info")', 1)[1].split("\n@app.", 1)[0]
+    assert "return await server_info()" in tail

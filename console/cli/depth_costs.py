@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.console.cli.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
-from specctl.runtime.core.atomic_file import write_atomic
+from specctl.runtime.core.atomic_file import UnsafeTargetError, check_target, write_atomic
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, pool_rising, read_costs
 from specctl.runtime.supervisor.depth_fit import (
     DEFAULT_BUCKETS,
@@ -191,6 +191,10 @@ def _unwritable(path: Path) -> str | None:
         return f"no folder {folder}"
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         return "permission denied"
+    try:
+        check_target(path)
+    except OSError as exc:  # UnsafeTargetError: a device, a FIFO, a link, a folder others can swap names in
+        return str(exc) if isinstance(exc, UnsafeTargetError) else exc.strerror or str(exc)
     return None
 
 

@@ -136,8 +136,9 @@ def run(args: argparse.Namespace) -> int:
         return _usage(str(exc))
     try:
         # the settings' depths, not only {0, steps}: the plugin refuses a candidate SGLang did not build
-        write_config(path, args.steps, candidates=settings.candidates)
-        path.chmod(0o644)  # written as root for a server that runs as its own user: it must be able to read it
+        # 0644: written as root for a server that runs as its own user, which must be able to read it; the mode
+        # is set on the descriptor before the rename, never by path (a swapped symlink would carry it elsewhere)
+        write_config(path, args.steps, candidates=settings.candidates, mode=0o644)
     except OSError as exc:
         return _usage(f"cannot write the adaptive config at {path}: {exc.strerror or exc}")
     if costs is None and any(0 < d < settings.steps for d in settings.candidates):

@@ -13,13 +13,13 @@ import asyncio
 import os
 from abc import ABC, abstractmethod
 from bisect import bisect_right
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from specctl.runtime.core.errors import UNAVAILABLE, CommandError
 from specctl.runtime.core.records import Record, parse
-from specctl.runtime.supervisor.journal import read_records
+from specctl.runtime.supervisor.journal import JournalIndex
 
 RESET = "reset"  # a record kind that only links make: forget what was shown, a replay seeked back
 
@@ -138,7 +138,8 @@ class SocketLink(Link):
         from specctl.runtime.control.client import ControlClient, NoSupervisor
 
         await self.close()  # a reconnect starts from fresh connections
-        self._commands, self._stream = ControlClient(self.path), ControlClient(self.path)
+        self._commands, self._stream = (ControlClient(self.path, interactive=True),
+                                        ControlClient(self.path, interactive=True))
         try:
             await self._commands.connect()
             await self._stream.connect()
@@ -199,7 +200,7 @@ class SocketLink(Link):
 
         if self._commands is not None:
             await self._commands.close()
-        self._commands = ControlClient(self.path)
+        self._commands = ControlClient(self.path, interactive=True)
         try:
             await self._commands.connect()
         except (NoSupervisor, ProtocolError) as exc:
@@ -210,6 +211,12 @@ class SocketLink(Link):
             if client is not None:
                 await client.close()
         self._stream = self._commands = None
+
+
+# A seek parses and delivers every event and command up to its time, but samples only of this last stretch:
+# the console keeps HISTORY_S (600 s) of chart history and shows the latest sample; older samples would be
+# parsed to be thrown away (a seek across a 200 MB journal took seconds for them).
+SEEK_SAMPLES_S = 900.0
 
 
 class ReplayLink(Link):
@@ -228,23 +235,25 @@ class ReplayLink(Link):
         self.speed = speed
         self.paused = paused
         self._start_at = start_at
-        self._records: list[dict[str, Any]] = []
-        self._times: list[float] = []
+        self._index: JournalIndex | None = None
+        self._times: Sequence[float] = ()
         self._next = 0  # index of the next record to deliver
         self._position = 0.0  # journal time shown
         self._seek_to: float | None = None
         self._wake = asyncio.Event()
         self.settled = asyncio.Event()  # set whenever a seek has been delivered in full
+        self.skipped = 0  # corrupt or misshapen records met while playing (the index leaves out timeless lines)
 
     @property
     def describe(self) -> str:
         return f"replay {self.path.name}"
 
     async def open(self) -> None:
-        """Read the whole journal off the event loop, in a thread."""
-        timed = await asyncio.to_thread(lambda: list(read_records(self.path)))  # each has a numeric t
-        self._records = sorted(timed, key=lambda r: float(r["t"]))  # stable: equal times keep file order
-        self._times = [float(r["t"]) for r in self._records]
+        """Index the journal off the event loop, in a thread: where each line starts and its time, not the
+        records (a 200 MB journal is a few MB of index); a record is parsed when it is played."""
+        self._index = await asyncio.to_thread(JournalIndex, self.path)
+        self._times = self._index.times
+        self.skipped = self._index.unindexed
         self._position = self.start
         self._seek_to = self.start if self._start_at is None else self._start_at
 
@@ -269,7 +278,7 @@ class ReplayLink(Link):
         self._wake.set()
 
     def resume(self) -> None:
-        if self._next >= len(self._records):
+        if self._next >= len(self._times):
             self.seek(self.start)  # at the end: play again from the start
         self.paused = False
         self._wake.set()
@@ -291,11 +300,10 @@ class ReplayLink(Link):
                 async for record in self._deliver_seek():
                     yield record
                 continue
-            if self.paused or self._next >= len(self._records):
-                self.paused = self.paused or self._next >= len(self._records)
+            if self.paused or self._next >= len(self._times):
+                self.paused = self.paused or self._next >= len(self._times)
                 await self._sleep(None)
                 continue
-            record = self._records[self._next]
             delay = (self._times[self._next] - self._position) / self.speed
             if delay > 0:
                 started = asyncio.get_running_loop().time()
@@ -306,7 +314,9 @@ class ReplayLink(Link):
                     continue
             self._position = self._times[self._next]
             self._next += 1
-            yield record
+            record = self._record(self._next - 1)
+            if record is not None:
+                yield record
 
     async def _deliver_seek(self) -> AsyncIterator[dict[str, Any]]:
         target, self._seek_to = self._seek_to, None
@@ -315,12 +325,30 @@ class ReplayLink(Link):
         if stop < self._next:
             self._next = 0
             yield {"v": 1, "t": target, "kind": RESET}
+        assert self._index is not None
+        samples, times = self._index.samples, self._times
+        shown_from = target - SEEK_SAMPLES_S  # older samples are past every chart's history: not even parsed
         for i in range(self._next, stop):
-            yield self._records[i]
+            if samples[i] and times[i] < shown_from and i < stop - 1:
+                continue
+            record = self._record(i)
+            if record is not None:
+                yield record
             if i % 256 == 255:
                 await asyncio.sleep(0)  # a long seek must not starve the screen
         self._next, self._position = stop, target
         self.settled.set()
+
+    def _record(self, i: int) -> dict[str, Any] | None:
+        assert self._index is not None
+        record = self._index.record(i)
+        if record is None:
+            self.skipped += 1
+        return record  # type: ignore[return-value]  # a typed Record is a dict
+
+    async def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
 
     async def _sleep(self, delay: float | None) -> bool:
         """Wait ``delay`` seconds (forever if None); True if a control woke us first."""

@@ -82,6 +82,9 @@ def _offer_connect(path: Path) -> int:
     return _run(SocketLink(path))
 
 
+PRECOUNT_BYTES = 32 << 20  # up to this, malformed records are counted (a whole parse) before the screen shows
+
+
 def run_replay(args: argparse.Namespace) -> int:
     """A journal played back in the same screens, with pause, seek and speed."""
     path = Path(args.file)
@@ -95,10 +98,16 @@ def run_replay(args: argparse.Namespace) -> int:
     if problem:
         print(f"specctl: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    skipped = _malformed(path)
+    counted = path.stat().st_size <= PRECOUNT_BYTES  # a large journal is indexed, not parsed, before it shows
+    skipped = _malformed(path) if counted else 0
     if skipped:  # said before the screen takes the terminal; it is there again when the console exits
         print(f"specctl replay: skipped {skipped} malformed records of {path}", file=sys.stderr)
-    return _run(ReplayLink(path, speed=args.speed))
+    link = ReplayLink(path, speed=args.speed)
+    code = _run(link)
+    if not counted and link.skipped:  # those met while playing: the rest of a large journal was not read
+        print(f"specctl replay: skipped {link.skipped} malformed records of {path} (of those played)",
+              file=sys.stderr)
+    return code
 
 
 def _malformed(path: Path) -> int:

@@ -7,10 +7,11 @@ event loop never waits on the disk. A missing or damaged file means defaults.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from specctl.runtime.core.atomic_file import write_atomic
+from specctl.runtime.core.json_file import read_json
 from specctl.runtime.supervisor.paths import state_dir
 
 FILE_NAME = "console.json"
@@ -22,8 +23,8 @@ def prefs_file() -> Path:
 
 def load_prefs() -> dict[str, Any]:
     try:
-        data = json.loads(prefs_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(prefs_file(), 64 << 10, "preferences file")
+    except ValueError:  # JsonFileError: absent, not a regular file, too large, not JSON
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -32,6 +33,4 @@ def save_prefs(prefs: dict[str, Any]) -> None:
     """Write atomically: a crash mid-write leaves the old file, never half of one."""
     path = prefs_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{FILE_NAME}.{os.getpid()}")
-    tmp.write_text(json.dumps(prefs, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(prefs, sort_keys=True) + "\n")

@@ -15,6 +15,7 @@ import os
 import socket
 import stat
 import struct
+import sys
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -56,9 +57,12 @@ def no_supervisor_message(path: str | os.PathLike[str]) -> str:
 class ControlClient:
     """One connection to a supervisor. ``async with ControlClient(path) as c: await c.request("ping")``."""
 
-    def __init__(self, path: str | os.PathLike[str], timeout: float = 5.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], timeout: float = 5.0, interactive: bool = False) -> None:
         self.path = Path(path)
         self.timeout = timeout
+        # a person is waiting on this connection (the console, a verb typed at a terminal): its requests say so,
+        # and the supervisor keeps places for them that a storm of scripts cannot take (docs/security.md)
+        self.interactive = interactive
         self.greeting: dict[str, Any] | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -110,6 +114,8 @@ class ControlClient:
         """Send one command and wait for its answer; raises ControlError on an error answer."""
         req_id = next(self._ids)
         request: dict[str, Any] = {"id": req_id, "cmd": cmd}
+        if self.interactive:
+            request["interactive"] = True
         if args is not None:
             request["args"] = args
         await self._send(request)
@@ -253,6 +259,25 @@ def _error_of(answer: dict[str, Any]) -> ControlError:
     return ControlError(str(error.get("code")), str(error.get("message")), details)
 
 
+BUSY_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.6, 0.8)  # pauses between a person's tries while every place is busy
+INTERACTIVE_ENV = "SPECCTL_INTERACTIVE"  # 1: this process's commands are a person's; 0: a script's
+
+
+def from_a_person() -> bool:
+    """A verb a person typed: SPECCTL_INTERACTIVE if set, else whether any of stdin, stdout, stderr is a
+    terminal (a script under cron, systemd or a pipe has none)."""
+    said = os.environ.get(INTERACTIVE_ENV, "").strip()
+    if said in ("0", "1"):
+        return said == "1"
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        try:
+            if stream is not None and stream.isatty():
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
 def call(path: str | os.PathLike[str], cmd: str, args: dict[str, Any] | None = None,
          timeout: float = 5.0, answer_timeout: float | None = None) -> dict[str, Any]:
     """One command, synchronously: for the CLI, which has no event loop of its own.
@@ -261,8 +286,26 @@ def call(path: str | os.PathLike[str], cmd: str, args: dict[str, Any] | None = N
     the wait for the answer, longer for commands that restart a model server.
     """
 
+    interactive = from_a_person()
+
     async def once() -> dict[str, Any]:
-        async with ControlClient(path, timeout) as client:
+        async with ControlClient(path, timeout, interactive=interactive) as client:
             return await client.request(cmd, args, answer_timeout)
 
-    return asyncio.run(once())
+    async def patiently() -> dict[str, Any]:
+        """A person's command comes back when a storm took the reserve's places for a moment (their
+        newcomers are answered "busy" at once and free them): a few tries within about two seconds."""
+        for pause in (*BUSY_RETRIES, None):
+            try:
+                return await once()
+            except ControlError as exc:
+                if not interactive or exc.details.get("busy") is not True or pause is None:
+                    raise  # only the socket's own "every place is busy", never a command's refusal
+            except NoSupervisor as exc:  # closed before its answer: its place went to another newcomer before
+                # its request was read (a place on probation), so the command did not run
+                if not interactive or "the connection" not in str(exc) or pause is None:
+                    raise
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable")
+
+    return asyncio.run(patiently())

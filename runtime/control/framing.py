@@ -149,6 +149,15 @@ def encode_answer(answer: dict[str, Any]) -> bytes:
         return dumps(error(answer["id"], INTERNAL, "the supervisor's answer could not be encoded"))
 
 
+def is_interactive(line: bytes) -> bool:
+    """The request says a person is waiting on it (``"interactive": true`` at its top level)."""
+    try:
+        obj = records.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and obj.get("interactive") is True
+
+
 def parse_request(line: bytes) -> tuple[Any, str, dict[str, Any]]:
     """Check one request line before anything acts on it; raises BadRequest naming what is wrong.
 

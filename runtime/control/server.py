@@ -39,6 +39,7 @@ from specctl.runtime.control.framing import (
     dumps,
     encode_answer,
     error,
+    is_interactive,
     parse_request,
 )
 from specctl.runtime.control.hub import Hub, Subscription
@@ -61,6 +62,33 @@ class ControlTarget(Protocol):
     async def execute(self, cmd: str, args: dict[str, Any], uid: int | None) -> dict[str, Any]: ...
 
 
+class _Quiet:
+    """Warnings said at most once per ``every`` seconds per kind, each with how many like it were held back:
+    a flood of forbidden connections or failing clients is a few lines in the log, not one per connection."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        self.every = every
+        self._next: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warn(self, kind: str, message: str, *args: Any, exc_info: bool = False) -> None:
+        now = asyncio.get_running_loop().time()
+        if now < self._next.get(kind, 0.0):
+            self._held[kind] = self._held.get(kind, 0) + 1
+            return
+        held = self._held.pop(kind, 0)
+        self._next[kind] = now + self.every
+        suffix = f" ({held} more like it in the last {self.every:.0f} s not shown)" if held else ""
+        log.warning(message + suffix, *args, exc_info=exc_info)
+
+
+def _abort(writer: asyncio.StreamWriter) -> None:
+    """Close the connection now, whatever state its transport is in (a transport that is already gone may
+    raise from abort(): asyncio's selector transport after its connection_lost ran)."""
+    with contextlib.suppress(Exception):
+        writer.transport.abort()
+
+
 class _Dropped(Exception):
     """The client stopped reading (or is gone); its connection was aborted."""
 
@@ -76,6 +104,10 @@ class _Connection:
         self._uid = uid
         self._pump: asyncio.Task[None] | None = None
         self.last_active = asyncio.get_running_loop().time()  # when its last request (or its greeting) came
+        # in one of the places kept for a person's commands; on probation until its first request says
+        # "interactive" (then it keeps the place), refused and closed if that request does not
+        self.reserved = False
+        self.probation = False
 
     @property
     def subscribed(self) -> bool:
@@ -83,7 +115,7 @@ class _Connection:
 
     def evict(self) -> None:
         """Close this connection now, to make room: its reads end, its task cleans up."""
-        self._writer.transport.abort()
+        _abort(self._writer)
 
     async def serve(self) -> None:
         """Answer requests until the client leaves; then keep streaming if it subscribed."""
@@ -111,7 +143,15 @@ class _Connection:
                 return
             if line.strip():
                 self.last_active = asyncio.get_running_loop().time()
+                if self.probation:
+                    if not is_interactive(line):
+                        busy = self._server.busy_message(reserved=True)
+                        await self.send(dumps(error(None, UNAVAILABLE, busy, busy=True)))
+                        return
+                    self.probation = False
                 await self.send(encode_answer(await self._answer(line)))
+                await asyncio.sleep(0)  # one request, then the others' turn: a client with 2,000 queued
+                # requests (or half-closed behind them) cannot hold the loop while a person's status waits
 
     async def _answer(self, line: bytes) -> dict[str, Any]:
         try:
@@ -173,7 +213,7 @@ class _Connection:
                     continue
                 await self.send(data)
         except (ConnectionError, _Dropped):
-            self._writer.transport.abort()
+            _abort(self._writer)
         finally:
             sub.close()
 
@@ -191,7 +231,7 @@ class _Connection:
             async with asyncio.timeout(self._server.write_timeout):
                 await self._writer.drain()
         except TimeoutError:
-            self._writer.transport.abort()
+            _abort(self._writer)
             raise _Dropped from None
 
     async def _close(self) -> None:
@@ -201,21 +241,32 @@ class _Connection:
                 async with asyncio.timeout(CLOSE_GRACE_S):
                     await self._pump
         if self._server.stopping:  # nothing more is owed: a client that stopped reading must not hold stop()
-            self._writer.transport.abort()
+            _abort(self._writer)
             return
-        self._writer.close()  # a normal end: what was written is still delivered
+        with contextlib.suppress(Exception):
+            self._writer.close()  # a normal end: what was written is still delivered
         with contextlib.suppress(Exception):
             async with asyncio.timeout(CLOSE_GRACE_S):
                 await self._writer.wait_closed()
-        self._writer.transport.abort()  # a client that never took the rest: no descriptor left behind
+        _abort(self._writer)  # a client that never took the rest: no descriptor left behind
 
 
 CLOSE_GRACE_S = 1.0  # a closing connection waits this long for its client to take what was written
 STOP_GRACE_S = 2.0  # stop() waits this long for client tasks to end after closing their connections
 FD_HEADROOM = 96  # descriptors left for everything else: journal, NVML, HTTP pool, the server's pipes, ...
 ACCEPT_BACKOFF = (0.05, 1.0)  # first and longest pause after accept() fails for want of resources
+ACCEPT_BATCH = 32  # connections taken off the backlog at once (well within FD_HEADROOM)
 EVICT_IDLE_S = 1.0  # at the cap, a connection idle this long gives its place to a newcomer
 _STARVED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+PROBATION_GRACE_S = 0.1  # a newcomer in the reserve that sent nothing for this long gives its place to the next
+# (a person's client sends its request as soon as the greeting is read: well within this, even on a loaded host)
+RESERVE_MAX = 16  # places kept for a person's commands, at most (an eighth of the cap below 128)
+
+
+def default_reserve(max_clients: int) -> int:
+    return 0 if max_clients < 2 else max(1, min(RESERVE_MAX, max_clients // 8))
 
 
 def fd_cap(headroom: int = FD_HEADROOM) -> int:
@@ -237,7 +288,14 @@ class ControlServer:
     (one that is not streaming records first) is closed to make room, so the
     owner's ``specctl status`` or ``force-off`` always gets through, however many
     idle clients hold the socket. Only when every connection is busy is the
-    newcomer refused. Idle connections are closed after ``idle_timeout``
+    newcomer refused, and even then a person's command gets in: the last
+    ``reserve`` places are kept for requests marked ``"interactive": true`` (the
+    console, a verb typed at a terminal). When the other places are full and
+    busy, a newcomer is greeted into the reserve on probation; its first
+    request must say "interactive" or it is answered ``unavailable`` and
+    closed, and a newcomer that says nothing for PROBATION_GRACE_S gives its
+    place to the next. So a storm of the owner's own scripts, however busy,
+    fills the other places at most. Idle connections are closed after ``idle_timeout``
     (a subscriber's stream is not idle). When accept() itself fails for want of
     descriptors, the server says so once, frees the longest-idle connection and
     backs off, instead of spinning on the error.
@@ -246,10 +304,14 @@ class ControlServer:
     def __init__(self, target: ControlTarget, path: str | os.PathLike[str], *,
                  max_clients: int | None = None, idle_timeout: float | None = 120.0,
                  line_timeout: float = 30.0, write_timeout: float = 5.0,
-                 evict_idle_s: float = EVICT_IDLE_S) -> None:
+                 evict_idle_s: float = EVICT_IDLE_S, reserve: int | None = None) -> None:
         self.target = target
         self.path = Path(path)
         self.max_clients = fd_cap() if max_clients is None else max_clients
+        # places of max_clients kept for a person's commands (requests marked "interactive": the console, a verb
+        # typed at a terminal): a storm of the owner's scripts fills the rest at most
+        self.reserve = default_reserve(self.max_clients) if reserve is None else max(0, min(reserve,
+                                                                                              self.max_clients - 1))
         self.idle_timeout = idle_timeout
         self.line_timeout = line_timeout
         self.write_timeout = write_timeout
@@ -263,6 +325,8 @@ class ControlServer:
         self._starved = 0  # accept() failures in a row: the back-off grows with it
         self._quiet_until = 0.0  # the failure is said again only after this (loop time)
         self.evicted = 0  # connections closed to make room, for the benchmark and tests
+        self._quiet = _Quiet()
+        self._room = asyncio.Event()  # set when a client task ends: the accept loop may take more
 
     async def start(self) -> None:
         """Bind the socket (0600, in a 0700 directory if we make it) and start accepting."""
@@ -284,16 +348,40 @@ class ControlServer:
     async def _accept_loop(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            # descriptors held by control connections stay under the cap plus one batch, counting those
+            # accepted but not yet placed and those closing: the rest of FD_HEADROOM is the supervisor's own
+            while len(self._tasks) >= self.max_clients + ACCEPT_BATCH:
+                self._room.clear()
+                await self._room.wait()
             try:
                 conn, _ = await loop.sock_accept(sock)
             except OSError as exc:
                 await self._accept_failed(exc)
                 continue
             self._starved = 0
-            task = asyncio.create_task(self._on_client(conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            await asyncio.sleep(0)  # let it register before the next accept: the count and eviction see it
+            self._spawn(conn)
+            # the rest of the backlog in one go (a storm of connects must not queue a person's behind it one
+            # loop turn each); each is counted and placed by its own task, within FD_HEADROOM of the cap
+            for _ in range(min(ACCEPT_BATCH - 1, self.max_clients + ACCEPT_BATCH - len(self._tasks))):
+                try:
+                    conn, _ = sock.accept()
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    await self._accept_failed(exc)
+                    break
+                self._spawn(conn)
+            await asyncio.sleep(0)  # let them register before the next accept: the count and eviction see them
+
+    def _spawn(self, conn: socket.socket) -> None:
+        conn.setblocking(False)
+        task = asyncio.create_task(self._on_client(conn))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._room.set()
 
     async def _accept_failed(self, exc: OSError) -> None:
         """Out of descriptors (or memory): say it once, free the longest-idle connection, back off."""
@@ -314,10 +402,14 @@ class ControlServer:
         if not freed:  # nothing to free: wait for descriptors to come back, longer each time
             await asyncio.sleep(min(longest, first * 2 ** min(self._starved, 8)))
 
-    def _evict(self, idle_for: float) -> bool:
-        """Close the connection idle longest (not streaming ones first), if idle ``idle_for`` s or more."""
+    def _evict(self, idle_for: float, reserved: bool | None = None) -> bool:
+        """Close the connection idle longest (not streaming ones first), if idle ``idle_for`` s or more;
+        ``reserved``: only among the reserve's (True; those on probation first) or the rest's (False)."""
         now = asyncio.get_running_loop().time()
-        idle = [c for c in self._live if now - c.last_active >= idle_for]
+        idle = [c for c in self._live if now - c.last_active >= idle_for
+                and (reserved is None or c.reserved == reserved)]
+        if reserved:  # in the reserve, only a newcomer that has not yet said who it is makes room
+            idle = [c for c in idle if c.probation]
         if not idle:
             return False
         victim = min(idle, key=lambda c: (c.subscribed, c.last_active))
@@ -418,29 +510,50 @@ class ControlServer:
         try:
             await self._admit(reader, writer)
         except asyncio.CancelledError:  # stop(): a quiet close, no traceback per client
-            writer.transport.abort()
-        except Exception:
-            log.exception("control connection failed")
-            writer.transport.abort()
+            _abort(writer)
+        except (ConnectionError, _Dropped):  # the client left (or stopped reading) mid-answer: its own business
+            _abort(writer)
+        except Exception as exc:  # a fault of ours: said, with its traceback, but not once per client
+            self._quiet.warn("failed", "control connection failed: %r", exc, exc_info=True)
+            _abort(writer)
+
+    def busy_message(self, reserved: bool) -> str:
+        if reserved:
+            return (f"too many control connections ({self.max_clients}), all busy; the last {self.reserve} are "
+                    "kept for commands a person types (a terminal, the console)")
+        return f"too many control connections ({self.max_clients}), all busy"
+
+    def _place(self) -> str | None:
+        """Where a newcomer goes: among the rest ("open"), in the reserve kept for a person ("reserve"), or
+        nowhere (None). At a cap, the longest-idle connection of that pool makes room."""
+        reserved = sum(c.reserved for c in self._live)
+        if len(self._live) - reserved < self.max_clients - self.reserve or self._evict(self.evict_idle_s, False):
+            return "open"
+        if reserved < self.reserve or self._evict(PROBATION_GRACE_S, True):
+            return "reserve"
+        return None
 
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         uid = peer_uid(writer.get_extra_info("socket"))
         refusal = None
         if not peer_allowed(uid, os.geteuid()):
-            log.warning("control socket: refused a connection from uid %d", uid)
+            self._quiet.warn("forbidden", "control socket: refused a connection from uid %d", uid)
             refusal = error(None, FORBIDDEN, f"uid {uid} may not use this socket (owner or root only)")
-        elif len(self._live) >= self.max_clients and not self._evict(self.evict_idle_s):
-            refusal = error(None, UNAVAILABLE, f"too many control connections ({self.max_clients}), all busy")
+        else:
+            place = self._place()
+            if place is None:
+                refusal = error(None, UNAVAILABLE, self.busy_message(reserved=False), busy=True)
         if refusal is None:
             connection = _Connection(self, reader, writer, uid)
+            connection.reserved = connection.probation = place == "reserve"
             self._live.add(connection)
             try:
                 await connection.serve()
             finally:
                 self._live.discard(connection)
             return
-        writer.write(dumps(refusal))
         with contextlib.suppress(Exception):
+            writer.write(dumps(refusal))
             async with asyncio.timeout(CLOSE_GRACE_S):
                 await writer.drain()
-        writer.transport.abort()
+        _abort(writer)

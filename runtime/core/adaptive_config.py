@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from specctl.runtime.core.atomic_file import write_atomic
+from specctl.runtime.core.json_file import read_json
 
 # Bucket keys: SGLang routes a batch to the largest key <= its (padded) size,
 # so "1" alone would cover everything; one key per power of two up to the
@@ -61,11 +62,12 @@ def build_config(steps: int, buckets: Iterable[int] | None = None,
 
 
 def write_config(path: str | os.PathLike[str], steps: int, buckets: Iterable[int] | None = None,
-                 candidates: Iterable[int] | None = None) -> Path:
-    """Write the config atomically (a half-written file would fail SGLang's start-up)."""
+                 candidates: Iterable[int] | None = None, mode: int | None = None) -> Path:
+    """Write the config atomically (a half-written file would fail SGLang's start-up); ``mode``: its
+    permissions, set on the descriptor before the rename (write_atomic), never by path afterwards."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    return write_atomic(target, json.dumps(build_config(steps, buckets, candidates)) + "\n")
+    return write_atomic(target, json.dumps(build_config(steps, buckets, candidates)) + "\n", mode=mode)
 
 
 def candidate_steps(config: dict[str, Any]) -> list[int]:
@@ -86,7 +88,9 @@ def candidate_steps(config: dict[str, Any]) -> list[int]:
     return sorted(steps)
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a bucket per CUDA-graph batch size is a few KiB
+
+
 def read_candidate_steps(path: str | os.PathLike[str]) -> list[int]:
-    """The candidate steps of a config file."""
-    with open(path, encoding="utf-8") as f:
-        return candidate_steps(json.load(f))
+    """The candidate steps of a config file (read as json_file reads: regular, capped, one-line faults)."""
+    return candidate_steps(read_json(path, MAX_CONFIG_BYTES, "adaptive config"))

@@ -17,14 +17,25 @@ computes the same numbers and picks the same depth at the same step.
 
 from __future__ import annotations
 
-import json
+import bisect
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specctl.runtime.core.json_file import JsonFileError, read_json
+
 MAX_DEPTH = 16  # PolicySettings.steps' upper bound
+# A table's bounds: far past any server (SGLang's largest CUDA-graph batch is 1024s), close enough that a crafted
+# table costs nothing to read: at most MAX_BUCKETS rows, the top bucket at most MAX_BATCH, a step at most
+# MAX_STEP (in the table's unit: 1e9 ms is 11 days), the file at most MAX_TABLE_BYTES.
+MAX_BUCKETS = 4096
+MAX_BATCH = 1 << 20
+MAX_STEP = 1e9
+MAX_TABLE_BYTES = 4 << 20
+EAGER_ROWS = 1024  # rows priced at load, one per batch size up to here; above, a row is priced when asked
+_LAZY_CACHE = 4096  # rows kept of those priced when asked (cleared when full)
 # Pseudo-requests of the geometric prior for a position beyond the evidence: a
 # position not drafted lately is taken to accept as often as the one before it,
 # weighted like one request's worth of evidence (docs/policy.md, "Draft depth").
@@ -65,37 +76,39 @@ class DepthCosts:
     source: str = ""
     _rows: list[list[float]] = field(default_factory=list, repr=False, compare=False)
     _priced: list[list[float]] = field(default_factory=list, repr=False, compare=False)
+    _lazy: dict[int, list[float]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_table(self.buckets, self.depths, self.step_s)
         self._priced.extend(pool_rising(row) for row in self.step_s)
-        top = self.buckets[-1]
-        width = max(self.depths) + 1
-        rows = self._rows
-        for bs in range(top + 1):
-            row = [math.inf] * width
-            for j, d in enumerate(self.depths):
-                row[d] = self._interpolate(max(bs, 1), j)
-            rows.append(row)
+        # rows for the batch sizes a step sees most, priced once; the rest when asked (a table whose top
+        # bucket is a million costs a million rows no more)
+        self._rows.extend(self._price(max(bs, 1)) for bs in range(min(self.buckets[-1], EAGER_ROWS) + 1))
+
+    def _price(self, batch_size: int) -> list[float]:
+        row = [math.inf] * (max(self.depths) + 1)
+        for j, d in enumerate(self.depths):
+            row[d] = self._interpolate(batch_size, j)
+        return row
 
     def row(self, batch_size: int) -> list[float]:
         """Step seconds indexed by depth (``inf`` for a depth the table lacks)."""
         rows = self._rows
-        if batch_size < len(rows):
+        if 0 <= batch_size < len(rows):
             return rows[batch_size]
-        width = len(rows[0])
-        row = [math.inf] * width
-        for j, d in enumerate(self.depths):
-            row[d] = self._interpolate(batch_size, j)
+        lazy = self._lazy
+        row = lazy.get(batch_size)
+        if row is None:
+            if len(lazy) >= _LAZY_CACHE:
+                lazy.clear()
+            row = lazy[batch_size] = self._price(max(batch_size, 1))
         return row
 
     def _interpolate(self, bs: int, j: int) -> float:
         b, t = self.buckets, self._priced
         if len(b) == 1:
             return t[0][j]
-        i = 1
-        while i < len(b) - 1 and b[i] < bs:
-            i += 1
+        i = min(max(bisect.bisect_left(b, bs, 1, len(b) - 1), 1), len(b) - 1)
         lo, hi = b[i - 1], b[i]
         if bs <= lo:
             return t[i - 1][j]
@@ -128,19 +141,33 @@ def pool_rising(values: Sequence[float]) -> list[float]:
 
 
 def _check_table(buckets: Sequence[int], depths: Sequence[int], step_s: Sequence[Sequence[float]]) -> None:
-    if not buckets or any(not _is_int(b) or b < 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
-        raise DepthCostsError(f"buckets must be ascending positive batch sizes, got {list(buckets)!r}")
+    if len(buckets) > MAX_BUCKETS:
+        raise DepthCostsError(f"{len(buckets)} buckets; a table has at most {MAX_BUCKETS}")
+    if len(depths) > MAX_DEPTH + 1:
+        raise DepthCostsError(f"{len(depths)} depths; a table has at most {MAX_DEPTH + 1} (0..{MAX_DEPTH})")
+    if not buckets or any(not _is_int(b) or not 1 <= b <= MAX_BATCH for b in buckets):
+        raise DepthCostsError(f"buckets must be batch sizes 1..{MAX_BATCH}, got {_short(buckets)}")
+    if list(buckets) != sorted(set(buckets)):
+        raise DepthCostsError(f"buckets must be ascending positive batch sizes, got {_short(buckets)}")
     if not depths or any(not _is_int(d) or not 0 <= d <= MAX_DEPTH for d in depths) \
             or list(depths) != sorted(set(depths)):
-        raise DepthCostsError(f"depths must be ascending step counts 0..{MAX_DEPTH}, got {list(depths)!r}")
+        raise DepthCostsError(f"depths must be ascending step counts 0..{MAX_DEPTH}, got {_short(depths)}")
     if len(step_s) != len(buckets):
         raise DepthCostsError(f"step times need one row per bucket ({len(buckets)}), got {len(step_s)}")
     for bs, row in zip(buckets, step_s):
         if len(row) != len(depths):
             raise DepthCostsError(f"bucket {bs}: one step time per depth ({len(depths)}) needed, got {len(row)}")
         for value in row:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise DepthCostsError(f"bucket {bs}: step times must be positive finite numbers, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_STEP:
+                raise DepthCostsError(f"bucket {bs}: step times must be positive numbers up to {MAX_STEP:g}, "
+                                      f"got {_short([value])[1:-1]}")
+
+
+def _short(values: Any) -> str:
+    """A list as a message shows it: at most a few items, each at most 24 characters."""
+    items = list(values) if isinstance(values, (list, tuple)) else [values]
+    shown = [(r if len(r := repr(v)) <= 24 else r[:20] + "...") for v in items[:8]]
+    return "[" + ", ".join(shown) + (", ...]" if len(items) > 8 else "]")
 
 
 def _is_int(value: Any) -> bool:
@@ -166,12 +193,12 @@ def costs_from_dict(raw: Mapping[str, Any]) -> DepthCosts:
 
 
 def read_costs(path: str | os.PathLike[str]) -> DepthCosts:
-    """Read a cost table file; DepthCostsError names the file and the fault."""
+    """Read a cost table file (a regular file of at most MAX_TABLE_BYTES, read without blocking);
+    DepthCostsError names the file and the fault in one line."""
     try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DepthCostsError(f"{path}: {exc}") from None
+        raw = read_json(path, MAX_TABLE_BYTES, "cost table")
+    except JsonFileError as exc:
+        raise DepthCostsError(str(exc)) from None
     try:
         return costs_from_dict(raw)
     except DepthCostsError as exc:

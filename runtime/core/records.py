@@ -410,13 +410,33 @@ def parse(raw: Any) -> Record | None:
 
 
 def _is_time(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
+
+
+def _finite(value: int | float) -> bool:
+    """math.isfinite, False (not OverflowError) for an integer past float range."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def loads(text: str | bytes) -> Any:
     """Strict JSON: no NaN or Infinity, and no number too large for a float (``1e999`` would read as
     inf, which dumps() then refuses: a request taken in could not be journalled, a record not drawn)."""
-    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_float_sized_int)
+
+
+def _float_sized_int(text: str) -> int:
+    """An integer a float can hold: one past float range (a 401-digit ``t``) would pass isinstance checks and
+    then raise OverflowError in every reader that does float arithmetic on it; the line is unreadable."""
+    value = int(text)
+    if len(text) > 300:
+        try:
+            float(value)
+        except OverflowError:
+            raise ValueError(f"the integer {text[:24]}... is too large") from None
+    return value
 
 
 def _no_constant(name: str) -> Any:

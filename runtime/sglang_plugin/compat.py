@@ -166,9 +166,19 @@ class Release:
     tree_page_one: bool = False
     # switch_warmup's hook (the launcher process): SGLang's wait-and-warm-up, whose warm-up function it wraps.
     warmup_hooks: tuple[HookSpec, ...] = ()
+    # server_info's AFTER hooks (always on): the builders of SGLang's argument dumps, whose answer loses its
+    # ``*api_key*`` fields (/server_info is open even with --admin-api-key set).
+    redact_hooks: tuple[HookSpec, ...] = ()
 
 
 _PARAMS_HOOK = HookSpec(PARAMS_CLASS, "REPLACE", "params", ("initial_steps", "cfg_path"))
+
+# Every argument dump the tokenizer manager answers with (/server_info in 0.5.17, its gRPC twin, crash dumps).
+_DUMP_CONFIG = HookSpec("sglang.srt.managers.tokenizer_manager.TokenizerManager.resolved_config_dict", "AFTER",
+                        "args_dump", ("base",))
+# 0.5.23's /server_info (HTTP, gRPC and the Rust server's launch info) builds its answer here.
+_DUMP_INFO = HookSpec("sglang.srt.utils.common.build_server_info", "AFTER", "args_dump",
+                      ("server_args", "scheduler_info"))
 
 _EAGLE_WORKER = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
 # fast_off's hooks on building the steps-0 runtime state and on preparing a verify:
@@ -266,6 +276,9 @@ RELEASES: dict[str, Release] = {
             ("managers/scheduler.py", "(SetInternalStateReq, self.set_internal_state)"),
             ("managers/scheduler.py", "(GetInternalStateReq, self.get_internal_state)"),
             ("entrypoints/engine.py", "server_args.check_server_args()"),
+            # /server_info's argument dump is built by the hooked resolved_config_dict (server_info.py)
+            ("entrypoints/http_server.py", "**_global_state.tokenizer_manager.resolved_config_dict(\n"
+             "                dataclasses.asdict(server_args)"),
             *_COLD_PREFILL_FACTS,
             *_WARMUP_FACTS,
         ),
@@ -285,6 +298,7 @@ RELEASES: dict[str, Release] = {
         draft_extend_hooks=(_DRAFT_EXTEND_WIDTH,),
         tree_hooks=(_TREE_REASON, _TREE_TOKENS, _TREE_FINALIZE),
         warmup_hooks=(HookSpec(_WARMUP_TARGET, "AROUND", "wait_and_warmup", _WARMUP_PARAMS),),
+        redact_hooks=(_DUMP_CONFIG,),
     ),
     "0.5.23": Release(
         version="0.5.23",
@@ -319,6 +333,10 @@ RELEASES: dict[str, Release] = {
             ("managers/scheduler.py", "return self.internal_state.get_internal_state(recv_req)"),
             ("entrypoints/engine.py", "server_args.check_server_args()"),
             ("server_args.py", "from sglang.srt.arg_groups.validation_hook import check_server_args"),
+            # /server_info's argument dump is built by the hooked build_server_info (server_info.py)
+            ("entrypoints/http_server.py", "**build_server_info(server_args, _global_state.scheduler_info)"),
+            ("utils/common.py", "    result = server_args.resolved_dict()\n"
+             "    result[\"launch_command\"] = server_args.launch_command"),
             *_COLD_PREFILL_FACTS,
             *_WARMUP_FACTS,
             # The cold prefill: the target's prefill publishes no read-done event for EAGLE
@@ -353,6 +371,7 @@ RELEASES: dict[str, Release] = {
         tree_page_one=True,
         warmup_hooks=(HookSpec(_WARMUP_TARGET, "AROUND", "wait_and_warmup",
                                (*_WARMUP_PARAMS, "post_warmup_callback")),),
+        redact_hooks=(_DUMP_CONFIG, _DUMP_INFO),
     ),
 }
 

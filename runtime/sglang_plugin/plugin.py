@@ -36,6 +36,7 @@ from specctl.runtime.sglang_plugin import (
     draft_extend_graphs,
     fast_off,
     server_args_check,
+    server_info,
     switch_warmup,
     tree_switch,
 )
@@ -258,6 +259,8 @@ def check_hooks_applied(release: Release) -> None:
          f"; unset {draft_extend_graphs.ENV_ENABLE} to run without it"),
         ("tree-draft hooks", tree_switch.hooks_for(release), f"; unset {tree_switch.ENV_ENABLE} to run without them"),
         ("switch warm-up hook", switch_warmup.hooks_for(release), f"; {WARMUP_ENV}=0 runs without it"),
+        ("key-redaction hooks", server_info.hooks_for(release),
+         "; without them /server_info would give the admin key away (docs/security.md)"),
     )
     for what, specs, remedy in groups:
         missing = unapplied_hooks(specs)
@@ -301,7 +304,7 @@ def install_core_hooks(release: Release) -> None:
 # takes the Release here, keep its SGLang-specific targets as data in
 # compat.py (as fast_off's are) and cover them in check_hooks_applied.
 INSTALLERS: list[Callable[[Release], object]] = [install_core_hooks, fast_off.install, draft_extend_graphs.install,
-                                                  tree_switch.install, switch_warmup.install]
+                                                  tree_switch.install, switch_warmup.install, server_info.install]
 
 
 def load() -> None:

@@ -22,6 +22,7 @@ from typing import Any, Literal, NoReturn
 
 from aiohttp import web
 
+from specctl.runtime.core.atomic_file import write_atomic
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, read_costs
 from specctl.runtime.core.settings import SettingsError, check_fields, unasked_floor
 from specctl.runtime.core.tree_drafts import tree_depths_problem, tree_switch_enabled
@@ -209,9 +210,7 @@ def _depth_costs(fail: Fail, ns: argparse.Namespace) -> DepthCosts | None | Lite
 
 def _write_ports(path: Path, ports: list[int]) -> None:
     """Temporary file then rename, so a reader never sees a half-written port."""
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text("".join(f"{port}\n" for port in ports))
-    os.replace(tmp, path)
+    write_atomic(path, "".join(f"{port}\n" for port in ports), mode=0o644)
 
 
 def auth_guard(api_key: str | None, admin_key: str | None) -> Any:

@@ -27,6 +27,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specctl.runtime.core.atomic_file import write_atomic
 from specctl.runtime.core.depth_model import DepthCosts, DepthCostsError, expected_from_rates
 from specctl.runtime.sim.costs import PerfParams, Workload, alpha_for, off_s, spec_s
 
@@ -172,8 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(table.as_dict()) + "\n"
     if ns.out:
         try:
-            with open(ns.out, "w", encoding="utf-8") as f:
-                f.write(text)
+            write_atomic(ns.out, text, mode=0o644)  # through a descriptor, never a planted link
         except OSError as exc:
             ap.error(f"--out {ns.out}: {exc.strerror or exc}")
     else:

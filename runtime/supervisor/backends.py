@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import psutil
 
+from specctl.runtime.core.redact import redact_text
 from specctl.runtime.core.wire import SIM_ADMIN_KEY_ENV as ADMIN_KEY_ENV
 from specctl.runtime.supervisor.server_key import LaunchKey
 
@@ -132,6 +133,9 @@ class ProcessBackend:
     def _note(self, line: str) -> None:
         if not line:
             return
+        # before the journal, the screen or the progress parser: SGLang 0.5.17 logs its arguments at start,
+        # the admin key among them; every key this supervisor knows and every api_key=... value is masked
+        line = redact_text(line, (self.admin_key, self.api_key))
         self._tail.append(line)
         self._fresh.append(line)
         del self._fresh[:-LOG_TAIL]

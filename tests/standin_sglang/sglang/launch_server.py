@@ -70,6 +70,12 @@ def main() -> None:
     if os.environ.get("STANDIN_IGNORE_SIGTERM") == "1":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     step = float(os.environ.get("STANDIN_STEP_S", "0.3"))
+    # SGLang 0.5.17 logs every argument at start, the admin key in clear among them
+    api_key = next((a.split("=", 1)[1] if "=" in a else sys.argv[i + 2] for i, a in enumerate(sys.argv[1:])
+                    if a.split("=", 1)[0] == "--api-key" and ("=" in a or i + 2 < len(sys.argv))), None)
+    admin = env.get("SPECCTL_SIM_ADMIN_KEY")
+    print(f"server_args=ServerArgs(model_path='/models/llama', port={args.port}, api_key={api_key!r}, "
+          f"admin_api_key={admin!r}, speculative_num_steps={args.speculative_num_steps})", flush=True)
     for line in LOG:
         print(line, flush=True)
         time.sleep(step)
