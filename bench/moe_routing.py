@@ -2,14 +2,14 @@
 
 Why: every MoE sweep so far ran with SGLang's fixed simulated token (token id
 100 for every token a speculative server emits, off state included), so the
-MoE presets were fitted to batches that all route alike (docs/results/moe-fa3.md).
+MoE presets were fitted to batches that all route alike (docs/benchmarks.md).
 Each preset's "no-spec server" check is the one series with real tokens (a
 server without speculation decodes each request's own greedy tokens). This fits
 the routing spread alone to that series, keeps every other cost, and prints
 what the preset then predicts for no speculation and static EAGLE-3, written
 down before the sweeps with real tokens measure it.
 
-Triton's has been measured since (docs/results/moe.md, "Eighth sitting": this
+Triton's has been measured since (docs/benchmarks.md, "Eighth sitting": this
 predicted a crossover near 50 requests, the GPU put it between 128 and 256), and
 h200-qwen3moe is now fitted to those real-token windows, so for it this prints
 the refit's view; FA3's preset is still the token-100 fit this was written for.

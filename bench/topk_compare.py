@@ -1,6 +1,6 @@
 """Does a chain draft with specctl's fast off beat the static tree at every load?
 
-Offline, on the simulator (docs/topk.md): for each concurrency, a closed loop
+Offline, on the simulator (docs/sglang-plugin.md): for each concurrency, a closed loop
 against a server without speculation, with an EAGLE-3 tree (topk 4, 2 steps,
 16 draft tokens) run statically, and with a chain (topk 1, 3 steps) static and
 under specctl's auto, at several chain accept lengths. Modelled, not measured.

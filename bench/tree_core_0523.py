@@ -65,7 +65,7 @@ test suite):
 ``--step-extras`` adds a second table: the speculation-only host loops of a
 decode step (``step_extras``). Instrumentation: each cache's
 ``evict_for_alloc`` is wrapped to count evictions (the state line).
-Findings: docs/results/sglang-0523.md, "The off state on 0.5.23 under the Python
+Findings: docs/benchmarks.md, "The off state on 0.5.23 under the Python
 TreeCore (CPU analysis)".
 """
 

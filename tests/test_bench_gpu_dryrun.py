@@ -388,7 +388,8 @@ def test_depthauto_with_depth_row_runs_fa3s_thresholds_row_as_the_supervisor_set
 
 
 def test_server_facts_count_decode_log_lines_without_a_cuda_graph_by_batch_size(tmp_path: Path) -> None:
-    # an off state at 0.6 of no speculation at 16-32 requests (docs/topk.md) could not be told from an eager decode
+    # an off state at 0.6 of no speculation at 16-32 requests (docs/sglang-plugin.md) could not be told from an
+    # eager decode
     log = tmp_path / "server.log"
     log.write_text("[t] Decode batch, #running-req: 16, #token: 4752, accept len: 1.00, cuda graph: False, gen\n"
                    "[t] Decode batch, #running-req: 6, #token: 9, cuda graph: True, gen throughput\n"

@@ -177,7 +177,7 @@ def test_qwen3moe_draft_fits_the_target_as_sglang_joins_them(tmp_path: Path, sgl
 
 def test_the_fused_moe_kernel_finds_a_tuned_config_for_this_shape_on_an_h200(
         tmp_path: Path, sglang_source: SglangSource) -> None:
-    """docs/results/moe.md says the Triton fused-MoE kernel runs on a tuned config, not its default.
+    """docs/benchmarks.md says the Triton fused-MoE kernel runs on a tuned config, not its default.
 
     SGLang looks for E={experts},N={intermediate per rank},device_name=... in
     configs/triton_<its Triton>/ and then in the other versions' folders,
@@ -189,7 +189,7 @@ def test_the_fused_moe_kernel_finds_a_tuned_config_for_this_shape_on_an_h200(
     name = f"E={target['num_experts']},N={target['moe_intermediate_size']},device_name=NVIDIA_H200.json"
     folder = config_py.rsplit("/", 1)[0] + "/configs/"
     found = [f for f in sglang_source.files(folder) if f.endswith("/" + name)]
-    assert any("/triton_3_6_0/" in f for f in found), found  # the device's Triton (docs/results/README.md)
+    assert any("/triton_3_6_0/" in f for f in found), found  # the device's Triton (docs/benchmarks.md)
 
 
 # ------------------------------------------------------------------ run_fast_off.sh
@@ -330,7 +330,7 @@ def test_the_default_model_is_llama_as_before(tmp_path: Path) -> None:
 
 
 def test_which_releases_capture_the_draft_extend_graph_per_depth(sglang_source: SglangSource) -> None:
-    """docs/results/depth.md, fourth sitting: on 0.5.17 the built states 1 and 2 run the draft extend eagerly.
+    """docs/benchmarks.md, fourth sitting: on 0.5.17 the built states 1 and 2 run the draft extend eagerly.
 
     The runner sizes its graph from server_args (the launch's draft tokens, 4 at three steps),
     which the adaptive override does not change, and refuses a batch of another width; 0.5.23

@@ -127,7 +127,7 @@ def test_a_server_with_eager_prefills_is_said_once(tmp_path: Path, sims) -> None
     h = Headless(tmp_path, "--attach", url)
     try:
         told = h.wait_event("eager_prefill")
-        assert "prefill CUDA graphs are off" in told["why"] and "docs/fast-off.md" in told["why"]
+        assert "prefill CUDA graphs are off" in told["why"] and "docs/sglang-plugin.md" in told["why"]
         assert h.ready_sample()["server"]["prefill_graphs"] is False
         text = h.cli("status")
         assert text.returncode == 0 and "prefill    EAGER: prefill CUDA graphs are off" in text.stdout

@@ -80,7 +80,7 @@ def test_sglang_args_refuses_one_step_by_its_depth_before_its_floor(tmp_path: Pa
 
 
 def test_sglang_args_keeps_a_steps_among_the_candidates_as_the_deepest_auto_uses(tmp_path: Path) -> None:
-    """docs/depth.md: steps is the deepest depth auto may use, one of the candidates."""
+    """docs/policy.md: steps is the deepest depth auto may use, one of the candidates."""
     settings, args, config = printed(specctl(tmp_path, "sglang-args", "--steps", "3", "--set", "steps=2",
                                              "--speculative-candidate-steps", "0,2,3", "--format", "json"))
     assert (settings["steps"], settings["candidates"]) == (2, [0, 2, 3])

@@ -1,7 +1,7 @@
 """bench/moe_routing.py: the MoE presets' prediction with real routing, fitted to the one real-token series.
 
 The MoE presets were fitted to windows where every request decoded SGLang's
-simulated token id 100 (docs/results/moe-fa3.md); the no-spec server's windows
+simulated token id 100 (docs/benchmarks.md); the no-spec server's windows
 decoded real tokens. Refitting the routing spread to those alone must spread
 the routes wider than one token's, keep every other cost, and print the
 prediction the next sweep is judged against.

@@ -865,7 +865,7 @@ def test_a_tree_server_is_told_in_one_line_what_specctl_can_do_and_what_to_chang
     assert "a topk-4 server it can only watch (specctl tui --attach URL)" in message
     assert ("launch with --speculative-eagle-topk 1 --speculative-num-steps 3 "
             "--speculative-num-draft-tokens 4") in message
-    assert "docs/topk.md" in message
+    assert "docs/sglang-plugin.md" in message
 
 
 def test_start_up_stops_when_sglang_did_not_apply_a_hook(hooked, sglang_source: SglangSource, config: str) -> None:
@@ -1156,7 +1156,7 @@ LAUNCH = types.SimpleNamespace(speculative_num_draft_tokens=4)  # server args of
 @pytest.mark.parametrize("opted_in", [True, False])
 def test_the_draft_extend_graph_takes_the_width_of_the_state_being_captured(
         world: StandIns, sglang_source: SglangSource, monkeypatch, opted_in: bool) -> None:
-    """docs/results/depth.md, fourth sitting: 0.5.17 captured every built depth's draft extend at the launch's width."""
+    """docs/benchmarks.md, fourth sitting: 0.5.17 captured every built depth's draft extend at the launch's width."""
     specs = sglang_source.release.draft_extend_hooks
     if opted_in:
         monkeypatch.setenv(draft_extend_graphs.ENV_ENABLE, "1")

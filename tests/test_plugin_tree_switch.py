@@ -7,7 +7,7 @@ with specctl's hooks applied by SGLang's own HookRegistry. What each test
 checks is what SGLang would decide for the report's launch line (topk 4,
 2 steps, 16 draft tokens, candidates {0, 2}): without the hooks a static
 3-token tree, with them an adaptive 16-token one. No GPU: whether the tree
-then runs correctly under the switch is the GPU proof docs/topk.md lists.
+then runs correctly under the switch is the GPU proof docs/sglang-plugin.md lists.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def test_low_accept_switches_off_then_probes() -> None:
 
 def test_a_window_of_large_batches_is_full_in_fewer_verifies() -> None:
     # 64 verifies of one request, or 8 verifies of 64: the same 512 samples (a MoE at 192 requests took 12 s
-    # to fill 64 verifies after every resume on the H200, docs/results/moe.md); never fewer than 8 verifies
+    # to fill 64 verifies after every resume on the H200, docs/benchmarks.md); never fewer than 8 verifies
     wide = SpecPolicy(PolicySettings(min_accept=1.0, off_at=1000, on_at=999, dwell=0))
     assert run(wide, [64] * 7, accept=0.5) == [3] * 7, "7 verifies: not yet, whatever their requests"
     assert wide.decide(64) == 3, "the 8th decision comes before the 8th verify"

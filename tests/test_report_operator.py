@@ -2,12 +2,12 @@
 
 specctl exists because of one report: 8 RTX PRO 6000 Blackwell at TP 8 serving
 GLM-5-NVFP4 (a MoE of 256 routed experts) with EAGLE-3 at topk 4, 2 steps, 16
-draft tokens, FlashInfer. Its operator reads the README and docs/topk.md and tries
+draft tokens, FlashInfer. Its operator reads the README and docs/sglang-plugin.md and tries
 specctl on the simulator before touching the server. Everything below is what
 they would see, from real processes: a headless supervisor, the CLI, the
 simulator as its own server on loopback.
 
-- The tree (``rtx-8gpu-report``) is view only, embedded or attached, as docs/topk.md
+- The tree (``rtx-8gpu-report``) is view only, embedded or attached, as docs/sglang-plugin.md
   says a topk-4 server is: SGLang's adaptive machinery refuses trees, so the plugin
   never runs in one. Every steering verb is refused with the fix (the chain's flags
   in place of the tree's, and ``specctl sglang-args --tp 8``: a bare sglang-args
@@ -41,10 +41,10 @@ TOPK_MD = Path(__file__).resolve().parents[1] / "docs" / "sglang-plugin.md"
 
 
 def quoted(starts: str) -> list[str]:
-    """docs/topk.md's quoted output lines (inside ``` blocks) that start with ``starts``."""
+    """docs/sglang-plugin.md's quoted output lines (inside ``` blocks) that start with ``starts``."""
     blocks = re.findall(r"```\n(.*?)```", TOPK_MD.read_text(encoding="utf-8"), flags=re.S)
     found = [line for block in blocks for line in block.splitlines() if line.startswith(starts)]
-    assert found, f"docs/topk.md quotes no line starting {starts!r}"
+    assert found, f"docs/sglang-plugin.md quotes no line starting {starts!r}"
     return found
 
 
@@ -97,7 +97,7 @@ def test_the_report_preset_embedded_is_view_only_with_the_chain_fix(tmp_path: Pa
     finally:
         assert h.stop() == 0
     assert h.told().count('view_only reason="tree"') == 1
-    # docs/topk.md, "What specctl says", quotes these word for word
+    # docs/sglang-plugin.md, "What specctl says", quotes these word for word
     for line in quoted("spec       ") + quoted("fix        ") + quoted("specctl force-off: "):
         assert line in read.splitlines(), (line, read)
 
@@ -141,7 +141,7 @@ def test_the_chain_preset_is_steerable_and_says_why_the_flashinfer_row_stays_out
 @pytest.mark.parametrize("preset", ["h200-llama8b-flashinfer", "h200-llama8b"])
 def test_a_preset_whose_row_would_apply_keeps_the_simulators_defaults_and_says_nothing(
         tmp_path: Path, preset: str) -> None:
-    # the embedded simulator runs one known policy (docs/sim-presets.md); only a row that would stay out on
+    # the embedded simulator runs one known policy (docs/simulator.md); only a row that would stay out on
     # the real server too is worth a line, since there the defaults are what the real server would run
     h = Headless(tmp_path, "--sim-preset", preset, "--sim-load", "idle")
     try:

@@ -191,7 +191,7 @@ def printed_settings(done: subprocess.CompletedProcess[str]) -> dict:
 
 @pytest.mark.parametrize("backend", ["triton", "fa3"])
 def test_a_moe_on_an_h200_gets_the_row_measured_on_a_moe(tmp_path: Path, backend: str) -> None:
-    # Qwen3-30B-A3B (128 routed experts) on an H200, as the MoE sittings ran it (docs/results/moe.md,
+    # Qwen3-30B-A3B (128 routed experts) on an H200, as the MoE sittings ran it (docs/benchmarks.md,
     # moe-fa3.md): the backend's MoE row, silently. The dense Triton row would keep speculation on to 56
     # requests; on FA3 the defaults (off_at 32) served 0.66-0.82x static from 64 requests.
     done = specctl("--backend", backend, "--gpu", "NVIDIA H200", "--experts", "128",
@@ -286,7 +286,7 @@ def test_a_tree_that_cannot_run_under_the_switch_is_refused_and_nothing_written(
 
 
 def test_a_tree_on_triton_on_an_h200_is_printed_with_the_trees_own_row(tmp_path: Path) -> None:
-    # measured with the tree under the switch (docs/results/topk.md): off from 16 requests, on again at 8
+    # measured with the tree under the switch (docs/benchmarks.md): off from 16 requests, on again at 8
     config = str(tmp_path / "adaptive.json")
     dense = specctl(*TREE, "--backend", "triton", "--gpu", "NVIDIA H200", "--experts", "0", "--format", "json",
                     "--config", config)

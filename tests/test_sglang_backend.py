@@ -184,7 +184,7 @@ async def test_the_operators_thresholds_win_over_the_backends(standin: Path,
 async def test_a_tree_under_the_switch_on_triton_gets_the_trees_own_row(standin: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # the report's topk-4 tree under specctl's switch on an H200 with Triton: the static tree fell below no
-    # speculation at 16 requests where a chain pays to 32 (docs/results/topk.md), so the chain's row stays out
+    # speculation at 16 requests where a chain pays to 32 (docs/benchmarks.md), so the chain's row stays out
     monkeypatch.setenv(TREE_SWITCH_ENV, "1")
     tree = {"topk": 4, "draft_tokens": 16, "spec_steps": 2}
     async with launched(monkeypatch, "h200-llama8b-tree", gpu_source="sim", **tree) as sup:
@@ -224,7 +224,7 @@ async def test_a_tree_on_another_gpu_keeps_the_defaults_and_the_journal_says_why
 async def test_thresholds_measured_on_another_gpu_stay_out_and_the_journal_says_why(
         standin: Path, monkeypatch: pytest.MonkeyPatch, preset: str, gpu_source: str, why: str) -> None:
     # FlashInfer's row was measured on an H200; on the report's Blackwell GPUs it would keep drafting
-    # on where it loses (docs/results/flashinfer.md, "Thresholds"), so the defaults stay.
+    # on where it loses (docs/benchmarks.md, "Thresholds"), so the defaults stay.
     async with launched(monkeypatch, preset, gpu_source=gpu_source) as sup:
         [skipped] = await until(lambda: events(sup, "backend_thresholds_skipped"), "the row refused")
         assert skipped["backend"] == "flashinfer" and why in skipped["why"]
@@ -240,7 +240,7 @@ async def test_thresholds_measured_on_another_gpu_stay_out_and_the_journal_says_
 async def test_a_moe_on_triton_on_an_h200_gets_the_row_measured_on_a_moe(
         standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Qwen3-30B-A3B with Triton on an H200, as the first MoE sitting ran it: static EAGLE-3 stops paying
-    # between 4 and 16 requests there (docs/results/moe.md), so the row measured on a MoE applies, not
+    # between 4 and 16 requests there (docs/benchmarks.md), so the row measured on a MoE applies, not
     # the one measured on Llama-3.1-8B (which keeps speculation on to 56 requests).
     async with launched(monkeypatch, "h200-qwen3moe", gpu_source="sim") as sup:
         [adopted] = await until(lambda: events(sup, "backend_thresholds"), "thresholds for the backend")

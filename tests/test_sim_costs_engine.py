@@ -97,9 +97,9 @@ def test_auto_switches_off_under_load_and_stays_on_when_quiet() -> None:
 
 @pytest.mark.parametrize("name", sorted(name for name, preset in PRESETS.items() if preset.calibrated))
 def test_presets_land_near_their_measurements(name: str) -> None:
-    preset = PRESETS[name]  # each states its tolerance; docs/sim-presets.md has the tables
+    preset = PRESETS[name]  # each states its tolerance; docs/simulator.md has the tables
     # wider only for the MoE, whose single 6 s windows of one state scatter by 15-20 % on Triton and by
-    # 2175-3515 tok/s (+-23 %) at 128 requests on FA3 (docs/results/moe-fa3.md)
+    # 2175-3515 tok/s (+-23 %) at 128 requests on FA3 (docs/benchmarks.md)
     wider = {"h200-qwen3moe": 0.16, "h200-qwen3moe-fa3": 0.2}
     assert preset.tolerance <= wider.get(name, 0.12) and points(preset)
     for series, concurrency, measured, simulated in points(preset):

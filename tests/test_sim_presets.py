@@ -98,7 +98,7 @@ def test_the_h200_tree_differs_from_triton_only_in_the_draft_and_its_two_refitte
 
 @pytest.mark.parametrize("concurrency", [1, 4, 64, 256])
 def test_the_h200_tree_under_the_switch_serves_the_better_of_the_tree_and_none(concurrency: int) -> None:
-    # what the sixth sitting measured (docs/topk.md): the tree at 1-4 requests, off from 16 (off_at 16 / on_at 8),
+    # what the GPU measured (docs/sglang-plugin.md): the tree at 1-4 requests, off from 16 (off_at 16 / on_at 8),
     # the row the supervisor gives a tree it launches there (sim/rows.py asks as the supervisor does)
     tree = get_preset("h200-llama8b-tree")
     best = max(run_point(tree, concurrency, "on").tok_s, run_point(tree, concurrency, "nospec").tok_s)

@@ -52,7 +52,7 @@ def test_it_is_listed_and_calibrated_to_the_real_token_sittings() -> None:
     assert MOE.gpu == TRITON.gpu and MOE.workload == TRITON.workload
 
 
-# Left out of the basis (docs/results/moe.md): the ninth sitting's windows of a cold first switch to off (the
+# Left out of the basis (docs/benchmarks.md): the ninth sitting's windows of a cold first switch to off (the
 # server paused 7-10 s compiling) and the tenth's first window after its start (on at 96, round 0)
 LEFT_OUT = {("triton-newrow-a.csv", "1", "off"), ("triton-newrow-a.csv", "1", "auto"),
             ("triton-newrow-b.csv", "1", "off"), ("triton-newrow-b.csv", "128", "off"),
@@ -91,14 +91,14 @@ def test_it_is_qwen3_30b_a3b_on_the_triton_h200_and_nothing_else_changed() -> No
     assert (p.moe_experts, p.moe_active) == (128, 8)
     assert p.expert_bytes == 3 * 2048 * 768 * 48 * 2  # gate, up, down of one expert, 48 layers, bf16
     all_params = (p.weight_bytes + 128 * p.expert_bytes) / 2
-    assert all_params == pytest.approx(30.53e9, rel=1e-3)  # docs/results/moe.md: 30.53 B, 56.9 GiB
+    assert all_params == pytest.approx(30.53e9, rel=1e-3)  # docs/benchmarks.md: 30.53 B, 56.9 GiB
     assert p.flops_per_token / 2 == pytest.approx(3.35e9, rel=2e-3)  # 3.35 B active a token
     assert p.decode_kv_s == pytest.approx(TRITON.params.decode_kv_s * 96 / 128)  # KV 96 KiB a token, not 128
     changed = {f.name for f in dataclasses.fields(p) if getattr(p, f.name) != getattr(TRITON.params, f.name)}
     counted = {"weight_bytes", "flops_per_token", "moe_experts", "moe_active", "expert_bytes", "decode_kv_s",
                "draft_weight_bytes", "draft_flops_per_token", "prefill_attn_s"}
     fitted = {"moe_spread": 1.06, "step_overhead_s": 3.09e-3, "verify_kv_s": 0.95e-6, "req_overhead_s": 117e-6,
-              "draft_overhead_s": 0.077e-3, "prefill_overhead_s": 7.7e-3}  # docs/sim-presets-moe.md, each's why
+              "draft_overhead_s": 0.077e-3, "prefill_overhead_s": 7.7e-3}  # docs/simulator.md, each's why
     assert changed == counted | set(fitted)  # bandwidth, compute, the draft's KV term and chunks are Triton's
     assert {key: getattr(p, key) for key in fitted} == fitted
     assert MOE.kv_pool_tokens == 669_000  # moe.md's pool without speculation, as h200-llama8b carries its
@@ -242,7 +242,7 @@ def test_the_operators_set_wins_over_the_row_group_by_group_in_the_envelope() ->
 
 @pytest.mark.bench  # runs a bench/ script
 def test_a_row_kept_off_the_moe_is_still_run_there_when_set_by_hand() -> None:
-    """How docs/results/moe.md judges the Triton row on the MoE: the whole row with --set."""
+    """How docs/benchmarks.md judges the Triton row on the MoE: the whole row with --set."""
     row = BY_BACKEND["triton"]
     out = subprocess.run([sys.executable, str(ENVELOPE), "--preset", "h200-qwen3moe", "--sglang-law", "--set",
                           *(f"{key}={value:g}" for key, value in row.items())],

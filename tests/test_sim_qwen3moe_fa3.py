@@ -1,7 +1,7 @@
 """h200-qwen3moe-fa3: the MoE on FA3, calibrated to the seventh sitting, and the (FA3, MoE) row it chose.
 
 On FA3 static EAGLE-3 beat specctl's off state at every load the GPU measured
-(docs/results/moe-fa3.md), where on Triton it lost from 8 requests: the preset
+(docs/benchmarks.md), where on Triton it lost from 8 requests: the preset
 must be h200-qwen3moe with only FA3's attention terms and the fitted costs
 changed, and auto with the row must run the better state where the policy's
 defaults (off for load from 32) lose.

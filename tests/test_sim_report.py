@@ -110,7 +110,7 @@ def test_on_the_report_system_the_tree_loses_to_no_speculation_at_every_load() -
 
 
 def test_topk1_with_specctl_auto_beats_the_static_tree_at_every_load() -> None:
-    # docs/topk.md: modelled, at the accept length the tuned single stream implies (2.02)
+    # docs/sglang-plugin.md: modelled, at the accept length the tuned single stream implies (2.02)
     for c in (1, 16, 128):
         tree = run_point(REPORT, c, "on", warmup_s=REPORT.warmup_s, window_s=REPORT.window_s).tok_s
         auto = run_point(TOPK1, c, "auto", warmup_s=TOPK1.warmup_s, window_s=TOPK1.window_s).tok_s

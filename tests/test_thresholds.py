@@ -65,7 +65,7 @@ def test_moe_rows_were_measured_for_triton_and_fa3_and_differ_from_the_dense_one
 
 
 def test_the_fa3_moe_row_never_turns_off_for_load_and_its_floor_stays_under_the_break_even() -> None:
-    # docs/results/moe-fa3.md: static won at every load 1-256 at 2.8; h200-qwen3moe-fa3 breaks even at
+    # docs/benchmarks.md: static won at every load 1-256 at 2.8; h200-qwen3moe-fa3 breaks even at
     # 0.69 accepted drafts at 1 request, 0.90 at 64-128 and 1.05 at 256 (accept_breakeven.py --breakeven)
     row = MOE_BY_BACKEND["fa3"]
     assert for_backend("fa3", 128) == row != BY_BACKEND["fa3"]
@@ -76,7 +76,7 @@ def test_the_fa3_moe_row_never_turns_off_for_load_and_its_floor_stays_under_the_
 
 
 def test_the_triton_moe_row_leaves_the_choice_to_its_floor_which_stays_under_the_break_even() -> None:
-    # docs/results/moe.md, "Tenth sitting": h200-qwen3moe, refitted to three sittings with real tokens, breaks
+    # docs/benchmarks.md, "Tenth sitting": h200-qwen3moe, refitted to three sittings with real tokens, breaks
     # even at 0.78 accepted drafts at 1 request, 0.97 at 24, 1.07 at 32, 1.43 at 64, 2.06 at 128, 2.49 at 192
     # (accept_breakeven.py --breakeven)
     row = MOE_BY_BACKEND["triton"]
@@ -108,7 +108,7 @@ def test_a_moe_target_keeps_the_defaults_and_is_told_why(backend: str) -> None:
     assert row is None and why is not None
     assert f"the {backend} thresholds were measured on a dense model" in why
     assert "this server's target is a MoE (128 experts)" in why
-    assert "the policy's defaults stay" in why and "docs/results/moe.md" in why
+    assert "the policy's defaults stay" in why and "docs/benchmarks.md" in why
 
 
 @pytest.mark.parametrize("experts", [0, 1])
@@ -165,7 +165,7 @@ def test_one_reason_reads_as_it_did() -> None:
     # (a MoE on Triton and FA3 had this line until their MoE rows; FlashInfer, with no MoE row, still does)
     assert for_server("flashinfer", [H200], experts=128)[1] == (
         "the flashinfer thresholds were measured on a dense model and this server's target is a MoE (128 experts), "
-        "whose verify cost over the batch is not a dense model's (docs/results/moe.md): the policy's defaults "
+        "whose verify cost over the batch is not a dense model's (docs/benchmarks.md): the policy's defaults "
         "stay (set off_at, on_at, min_accept and accept_slope with specctl set; docs/policy.md)")
 
 

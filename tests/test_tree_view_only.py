@@ -2,7 +2,7 @@
 
 The report's own deployment ran EAGLE-3 at topk 4. SGLang's adaptive machinery,
 which the plugin rides on, refuses trees, so such a server has no specctl state
-(docs/topk.md). Attached to it, specctl must not call it "without the plugin"
+(docs/sglang-plugin.md). Attached to it, specctl must not call it "without the plugin"
 (the plugin would not help): the reason is the tree, and the fix is a chain.
 The simulator's report preset serves topk 4 as SGLang without the plugin does, and with the plugin
 where its opt-in (SPECCTL_TREE_SWITCH=1) is in the environment, as the real plugin reads it.

@@ -14,7 +14,7 @@ work does not depend on the server: it tells when two traces ran on CPUs of
 different speed); each span is split by the kind of step it serves (SGLang's
 ``step[DECODE bs=256]`` annotation inside run_batch), so that prefill steps
 under arrivals are seen apart from decode steps. That is how 0.5.17's per-request ``select`` + ``item`` in
-alloc_for_spec_decode showed up in the off step (docs/fast-off.md). Times
+alloc_for_spec_decode showed up in the off step (docs/sglang-plugin.md). Times
 are the profiler's, which inflates each op by a few microseconds.
 
 Standard library only.
@@ -33,7 +33,7 @@ SPANS = ("scheduler.get_next_batch_to_run", "scheduler.run_batch", "scheduler.pr
 OP_CATS = ("cpu_op", "cuda_runtime")
 # Ops whose work does not depend on the model or the server: their time per call measures the CPU
 # the scheduler ran on. Two servers started minutes apart on one machine differed by up to 30 %
-# in it, which matters wherever the scheduler is CPU-bound (docs/results/README.md, "Method").
+# in it, which matters wherever the scheduler is CPU-bound (docs/benchmarks.md, "Method").
 PROBE_OPS = ("aten::view", "aten::as_strided", "aten::empty", "aten::slice", "cudaLaunchKernel")
 
 

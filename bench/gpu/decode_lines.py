@@ -5,7 +5,7 @@
 
 Why: offpair's windows carry arrivals, so each holds prefills as well as decode
 steps, and one 4 s window of a pair scattered 0.77-1.21 at 128 requests in the
-eleventh sitting (docs/results/topk.md). SGLang logs a `Decode batch` line every
+eleventh sitting (docs/benchmarks.md). SGLang logs a `Decode batch` line every
 40 decode steps with the running batch and its `gen throughput (token/s)` since
 the line before: decode steps only. Per log and load it takes the lines whose
 running batch lies within 3 % of the load (at least 2 requests), drops each turn's

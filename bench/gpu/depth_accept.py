@@ -124,7 +124,7 @@ def periods(rows: list[dict[str, Any]], first: int, window: int) -> list[str]:
 
     What a depth reads right after a change can depend on the one before:
     the fourth sitting's table head read 1.75, 2.5 or 1.0 at depth 3 after
-    depth 1, off and depth 2 (docs/results/depth.md).
+    depth 1, off and depth 2 (docs/benchmarks.md).
     """
     lines = [f"| period | depth | after | right after (verifies 1-{first}) | settled |",
              "| ---: | ---: | ---: | ---: | ---: |"]

@@ -6,7 +6,7 @@
 #         pack DIR's wheels as they are)
 # The wheels SGLang 0.5.23 needs on the GPU machine's image (Python 3.12, manylinux x86_64; the
 # image's packages: /work/.library/device/KINDS.md) that the image lacks or holds at another
-# version, for one of the two paths of docs/sglang-0.5.23.md:
+# version, for one of the two paths of docs/sglang-plugin.md:
 #   D  torch 2.11.0 stays; the 0.5.17 kit's sglang-kernel 0.4.5, run with
 #      SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1                                     (94 wheels)
 #   C  torch 2.14.1, triton 3.8.0, nvidia-nccl-cu13 2.30.7, torchvision 0.29.1, sglang-kernel
@@ -15,7 +15,7 @@
 # sglang-kernel as the 0.5.17 kit does (bench/gpu/wheelpack.py, SLIM) and packs
 # .wheelhouse523/$PATH_KIND/chunk-N/ (git-ignored), each at most CHUNK_MIB MiB, a wheel larger
 # than that cut into parts; every chunk holds a MANIFEST with every wheel's sha256. On the GPU
-# machine: bench/gpu/install_0523.sh (docs/sglang-0.5.23.md, "The device calls").
+# machine: bench/gpu/install_0523.sh (docs/sglang-plugin.md, "The device calls").
 # Downloads go to .wheelhouse523/dl/ (kept: D and C share 93 wheels, and a second run is quick).
 set -euo pipefail
 
@@ -103,4 +103,4 @@ echo "[fetch] packing into $WH/$PATH_KIND (chunks of <= $CHUNK_MIB MiB, MANIFEST
 "$PY" "$HERE/wheelpack.py" pack "$WH/slim-$PATH_KIND" "$WH/$PATH_KIND" "$CHUNK_MIB" "$PATH_KIND"
 rm -rf "$WH/slim-$PATH_KIND"
 echo "[fetch] done. One chunk a device call, back to back, each with .whl; on the machine:"
-echo "        bash bench/gpu/install_0523.sh .wheelhouse523/$PATH_KIND/chunk-N   (docs/sglang-0.5.23.md)"
+echo "        bash bench/gpu/install_0523.sh .wheelhouse523/$PATH_KIND/chunk-N   (docs/sglang-plugin.md)"

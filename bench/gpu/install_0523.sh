@@ -45,7 +45,7 @@ if [ ! -f "$SITE/.installed" ]; then
   echo "$PACK" > "$SITE/.installed"
   echo "[install] installed in $(( $(date +%s) - t0 )) s: $(du -sh "$SITE" | cut -f1)"
 fi
-fit_site() {  # what the install needs before SGLang 0.5.23 starts (docs/results/sglang-0523.md, "First sitting")
+fit_site() {  # what the install needs before SGLang 0.5.23 starts (docs/benchmarks.md, "First sitting")
   # Neither pack carries sgl-flash-mla (MLA models only), yet 0.5.23's EAGLE v2 worker imports its FlashMLA
   # backend while capturing graphs, whatever the model: a stand-in that raises if ever called.
   if [ ! -e "$SITE/flash_mla" ]; then

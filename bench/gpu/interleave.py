@@ -2,7 +2,7 @@
 """Closed-loop load that never stops, with the server's mode switched between windows.
 
 Why: single 8 s windows, each after its own ramp-up, scattered by +-8 % on
-the GPU, more than the 5 % the off state is held to (docs/results/README.md). Here the load keeps
+the GPU, more than the 5 % the off state is held to (docs/benchmarks.md). Here the load keeps
 running across windows and concurrencies
 rise in place (new clients join the running ones), so every window measures a
 desynchronised steady state; the modes of one concurrency take turns
@@ -282,7 +282,7 @@ def settle_s(mode: str, args: argparse.Namespace) -> float:
     Auto gets its own: after a forced-off window it resumes with an empty acceptance
     window (64 verifies), which on a slow server outlasts a short settle, so its
     window would show the resume rather than the state it settles in (a MoE at 128
-    requests verifies about 7 times a second: docs/results/moe.md, "Eleventh sitting").
+    requests verifies about 7 times a second: docs/benchmarks.md, "Eleventh sitting").
     """
     if mode == "-":
         return 0.0

@@ -6,16 +6,16 @@
 writes ``TARGET_DIR/config.json`` and ``DRAFT_DIR/config.json`` for MODEL:
 
 - ``llama8b``: Llama-3.1-8B's shapes and an EAGLE-3 head for it (every figure in
-  docs/results/ before issue 23 ran on these; the files are byte for byte what
+  docs/benchmarks.md before issue 23 ran on these; the files are byte for byte what
   run_fast_off.sh wrote before MODEL existed).
 - ``qwen3moe``: Qwen3-30B-A3B's shapes (a mixture of experts: 128 experts, 8 a
-  token) and an EAGLE-3 head shaped for it (docs/results/moe.md).
+  token) and an EAGLE-3 head shaped for it (docs/benchmarks.md).
 - ``llama8b-table``: llama8b's target and its head with the target's LM head
   (``draft_vocab_size`` null), for weights that table_head.py writes: a head
   that drafts what the dummy target says, for acceptance after a depth change.
 
 Why config files only: the device reaches no model hub, and random weights are
-all a throughput run needs (acceptance is simulated, docs/results/README.md);
+all a throughput run needs (acceptance is simulated, docs/benchmarks.md);
 the shapes decide what every step costs. Standard library only, so that it
 runs on the device before anything else is installed.
 
@@ -35,7 +35,7 @@ Memory on one H200 (143,771 MiB = 140.4 GiB), bf16, MEM_FRAC 0.85:
 - KV pool: SGLang keeps MEM_FRAC of the GPU for weights + pools:
   0.85 x 140.4 = 119.3 GiB; less both models' weights and about 1.2 GiB
   more (the figure that makes this arithmetic give the 805,547 tokens SGLang
-  0.5.17 allocated for Llama-3.1-8B + draft, docs/results/triton.md):
+  0.5.17 allocated for Llama-3.1-8B + draft, docs/benchmarks.md):
   119.3 - 56.9 - 0.85 - 1.2 = 60.4 GiB / 98 KiB = about 646,000 tokens for
   the specctl server, about 669,000 for a server without speculation
   (MEM_FRAC 0.80: about 571,000). The sweep at 256 requests of 512 +- 50 %
@@ -47,7 +47,7 @@ Memory on one H200 (143,771 MiB = 140.4 GiB), bf16, MEM_FRAC 0.85:
 - Mixtral-8x7B, the other MoE of issue 23, is 46.7 B parameters = 93.4 GB
   (87 GiB): 119.3 - 87 = 32 GiB of pool at 0.85, about 250,000 tokens at
   128 KiB; it would fit, tightly, but it is not needed: Qwen3MoeForCausalLM
-  captures EAGLE-3's hidden states in SGLang 0.5.17 (docs/results/moe.md).
+  captures EAGLE-3's hidden states in SGLang 0.5.17 (docs/benchmarks.md).
 """
 from __future__ import annotations
 

@@ -295,7 +295,7 @@ def paired_table(paths: list[str]) -> str:
     """X / none per pair of turns (the k-th no-spec turn with the k-th X turn), over all files.
 
     Why: the same server kind read up to 25 % apart from one start to the
-    next (docs/results/README.md, "Method"), more than the windows within a start,
+    next (docs/benchmarks.md, "Method"), more than the windows within a start,
     so the spread of the pairs, not of the windows, says how sure a ratio is.
     Which server went first in a pair is marked, and where both orders
     occur the two orders' means are averaged (``order_balanced``).

@@ -8,7 +8,7 @@
 #                  cache that travelled (.wheelhouse/jit/jit.tgz, from jitpack) into /root
 #   jitpack        the kernels compiled on this machine (/root/jitcache: Triton, TVM-FFI; /root/.cache/flashinfer)
 #                  packed into $OUT/jit.tgz, to travel to the next machine as .wheelhouse/jit/jit.tgz: a
-#                  FlashInfer server's first start compiled for about 3 minutes (docs/results/flashinfer.md)
+#                  FlashInfer server's first start compiled for about 3 minutes (docs/benchmarks.md)
 #   install:DIR    the kit's install_on_device.sh on a wheel chunk (e.g. install:.wheelhouse/chunk-1)
 #   project        pip-install this repo (and .whl/*.whl) into /root/site, check the entry point
 #   fa3            assemble sgl_kernel's flash_ops from /root/fa3parts once all parts are there
@@ -32,18 +32,18 @@
 #                  check, then always-on vs off-then-on with the draft cold (warm_below=0) and
 #                  warm (warm_below=100000) for bench/gpu/resume.py, then the off state's
 #                  throughput with the draft cold vs warm (interleave.py over RESUME_CONCS)
-#   offprofile     where the off step's time goes at large batches (docs/fast-off.md): a
+#   offprofile     where the off step's time goes at large batches (docs/sglang-plugin.md): a
 #                  server without speculation, then a specctl server forced off (acceptance not
 #                  simulated: it plays no part while off), each with decode-only windows (every
 #                  request PROF_INPUT in / PROF_OUTPUT out, all admitted before the first window)
 #                  at PROF_CONCS, then PROF_STEPS scheduler steps under SGLang's torch profiler,
 #                  summarised by summarize_trace.py (CPU period vs GPU busy per step)
-#   offcost        the off state's cost after the CPU fixes (docs/fast-off.md): a server without
+#   offcost        the off state's cost after the CPU fixes (docs/sglang-plugin.md): a server without
 #                  speculation (greedy reference, decode-only windows at PROF_CONCS, mixed windows at
 #                  MIXED_CONCS), then a specctl server (acceptance not simulated): fixcheck's greedy
 #                  runs, forced off: decode-only windows, mixed windows with the draft cold vs warm
 #                  (warm_below), and a profile of off steps
-#   prefillcost    the off state's cost with arrivals (docs/fast-off.md): a server without
+#   prefillcost    the off state's cost with arrivals (docs/sglang-plugin.md): a server without
 #                  speculation, then a specctl server forced off, each with mixed windows at
 #                  MIXED_CONCS and a profile with arrivals inside (PROF_JITTER > 0); cpu_ops.py
 #                  splits both traces' scheduler CPU by step kind (prefill apart from decode)
@@ -61,7 +61,7 @@
 #                  PAIR_CHECK_AFTER=K runs fixcheck's greedy runs on the specctl server after round K,
 #                  against the no-spec server of the pair (then the specctl server's mode is restored)
 #   earlypub       offpair's "nospec off" with the early publish on the specctl server
-#                  (SPECCTL_EARLY_PUBLISH=EARLY_PUBLISH, default 1; docs/fast-off.md, "Early publish"),
+#                  (SPECCTL_EARLY_PUBLISH=EARLY_PUBLISH, default 1; docs/sglang-plugin.md, "Early publish"),
 #                  equal KV pools (PAIR_MAX_TOKENS on both), then fixcheck's greedy runs + KV check on
 #                  it against the pair's no-spec server; EARLY_CHECK=1 adds SGLang's cross-check (a
 #                  device sync per step: for correctness, not for the timing)
@@ -82,12 +82,12 @@
 #                  depth and off on the same server, taking turns (CONCS3; auto's depth per window in the CSV),
 #                  then depth_report.py's goal table; the no-spec reference is nospec2's CSV (same IL_* load).
 #                  DEPTH_CONTROL=N adds mode aN: auto confined to {0, N} (no depth choice), the control for
-#                  auto reading its own state's pinned windows low (docs/results/depth-fa3.md)
+#                  auto reading its own state's pinned windows low (docs/benchmarks.md)
 #                  CAVEAT for depthsweep/depthauto: SGLang's simulated acceptance (match-expected) accepts
 #                  ACC_LEN-1 drafts whatever the depth (clamped to it): at 2.8 depth 2 yields what depth 3
 #                  does, at 2.0 depth 1 yields what any does, so a middle depth "wins" by construction.
 #                  It still tests auto against the statics under one law; the simulator's prediction of
-#                  it is `bench/policy_envelope.py --depths 0,1,2,3 --sglang-law` (docs/depth.md)
+#                  it is `bench/policy_envelope.py --depths 0,1,2,3 --sglang-law` (docs/policy.md)
 #   depthjournal   `specctl depth-costs` on a real server's journal: specctl's supervisor (`specctl run --headless
 #                  --speculative-candidate-steps DEPTHS --set min_accept=0 --log JOURNAL --interval 0.5`, simulated
 #                  acceptance ACC_LEN, as sweep2) while interleave.py pins every static depth (d1 d2 d3) and off
@@ -114,7 +114,7 @@
 #                  TRACE_CONFIGS="off auto" TRACE_NOSPEC=1; one CSV per call, `trace_load.py --table` over both)
 #   tree           issue 23: SGLang's static EAGLE-3 tree (TREE_TOPK 4, TREE_STEPS 2, TREE_TOKENS 16, the
 #                  report's launch line), no plugin, simulated acceptance TREE_ACC (2.7 of at most 3:
-#                  docs/topk.md), interleave.py over CONCS2, labels tree-ATTN; report.py puts it beside
+#                  docs/sglang-plugin.md), interleave.py over CONCS2, labels tree-ATTN; report.py puts it beside
 #                  nospec2 and sweep2 (the chain under specctl at ACC_LEN) with "auto / tree"
 #   treecheck      issue 23: that tree under specctl's switch (tree_switch.py, SPECCTL_TREE_SWITCH=1, candidates
 #                  {0, TREE_STEPS}), acceptance not simulated: fixcheck's greedy runs with logprobs, against
@@ -137,7 +137,7 @@
 #   pack           tar what is worth keeping into $OUT/keep-$TAG.tgz (8 files come back at most)
 # Knobs (env): ATTN (triton|fa3) TP (tensor-parallel size, default 1) CONCS WARMUP DURATION ACC_LEN
 #   MODEL (the target's shapes, random weights: llama8b = Llama-3.1-8B, the default; qwen3moe = Qwen3-30B-A3B,
-#   a mixture of experts, docs/results/moe.md; bench/gpu/models.py writes the configs and has the memory
+#   a mixture of experts, docs/benchmarks.md; bench/gpu/models.py writes the configs and has the memory
 #   arithmetic; llama8b-table = llama8b with a head whose weights bench/gpu/table_head.py writes from the
 #   nospecref phase's outputs, so that depthcheck measures real acceptance after a depth change. Any MODEL
 #   but llama8b adds a tag to TAG, so to WORK and every file, and to every CSV label: -qwen3moe, -table)
@@ -253,9 +253,9 @@ TRACE_NOSPEC=${TRACE_NOSPEC:-1}   # 1: also the trace on a server without specul
 TREE_TOPK=${TREE_TOPK:-4}         # the tree phase's static EAGLE-3 tree (the report's: topk 4, 2 steps, 16 tokens)
 TREE_STEPS=${TREE_STEPS:-2}
 TREE_TOKENS=${TREE_TOKENS:-16}
-TREE_ACC=${TREE_ACC:-2.7}         # its simulated accept length (assumed: docs/topk.md)
+TREE_ACC=${TREE_ACC:-2.7}         # its simulated accept length (assumed: docs/sglang-plugin.md)
 # treesweep's policy settings for the tree under the switch: off from 16 requests, where the static tree read
-# 0.98 of no speculation on Triton (1.41 at 4, 0.68 at 32: docs/topk.md), back on at 8
+# 0.98 of no speculation on Triton (1.41 at 4, 0.68 at 32: docs/sglang-plugin.md), back on at 8
 TREE_SETTINGS=${TREE_SETTINGS:-"off_at=16 on_at=8"}
 PIN_SERVER=${PIN_SERVER:-}       # a CPU list (taskset -c) for every server process, empty = not pinned
 PIN_LOAD=${PIN_LOAD:-}           # a CPU list for the load generators
@@ -370,14 +370,14 @@ COMMON=(--load-format dummy --skip-tokenizer-init --dtype bfloat16 --context-len
         "${GRAPHS[@]}" --mm-feature-transport cpu --random-seed 0 --log-level info)
 # Prefill graphs: SGLang 0.5.17 captures "breakable" prefill CUDA graphs (58 token counts to 8192) by
 # default; the kit turns them off for a shorter start-up, and with them off every prefill runs eagerly,
-# CPU-bound under arrivals (docs/fast-off.md, "Prefill CUDA graphs")
+# CPU-bound under arrivals (docs/sglang-plugin.md, "Prefill CUDA graphs")
 [ "${PREFILL_GRAPHS:-0}" = 1 ] || COMMON+=(--disable-prefill-cuda-graph)
 # MAX_TOKENS caps every server's KV pool as offpair caps its two (offpair's PAIR_MAX_TOKENS wins there):
 # the one-server sweeps' no-spec server read 13-20 % under the pairs' at 64-128 on Triton, whose pools are
 # capped; one capped sweep did not settle whether the pool is why (bench/gpu/results/triton/sweep-capped-kv.csv)
 [ -n "${MAX_TOKENS:-}" ] && COMMON+=(--max-total-tokens "$MAX_TOKENS")
 # SERVER_FLAGS: more SGLang flags for every server (both of a pair), e.g. "--disable-radix-cache" to take the
-# radix tree out of a comparison (docs/results/sglang-0523.md, "What a GPU session should run to confirm")
+# radix tree out of a comparison (docs/benchmarks.md, "What a GPU session should run to confirm")
 [ -n "${SERVER_FLAGS:-}" ] && COMMON+=($SERVER_FLAGS)
 
 # The specctl server's command and environment, from the project's own launcher.
@@ -864,7 +864,7 @@ cpu_facts() {  # the CPUs the servers share (a virtual machine: which vCPUs are 
 
 pair_cpus() {  # pair_cpus: offpair's two CPU lists as "A B" ("-": not pinned). PAIR_PIN_A / PAIR_PIN_B where either
   # is set (the other defaulting to PIN_SERVER), else PIN_SERVER's CPUs split in halves: two servers on one list ran
-  # the second one's ops 1.1-1.7x slower per call (docs/results/topk.md, "Twelfth" and "Thirteenth sitting")
+  # the second one's ops 1.1-1.7x slower per call (docs/benchmarks.md, "Twelfth" and "Thirteenth sitting")
   if [ -n "${PAIR_PIN_A+set}${PAIR_PIN_B+set}" ]; then
     local a=${PAIR_PIN_A-$PIN_SERVER} b=${PAIR_PIN_B-$PIN_SERVER}
     echo "${a:--} ${b:--}"
@@ -958,7 +958,7 @@ phase_offpair() {  # two servers resident together (KV pools of PAIR_MAX_TOKENS 
   # servers alike), windows taking turns between them
   # PAIR_ROUNDS times at MIXED_CONCS, each turn after its own MIXED_WARMUP, A B in odd rounds and B A in
   # even ones: the same machine, the same minutes and (with PIN_SERVER) each on half its CPUs, where
-  # offab's fresh servers differed in CPU speed from start to start (docs/results/README.md)
+  # offab's fresh servers differed in CPU speed from start to start (docs/benchmarks.md)
   local roles=($PAIR) urls=(http://127.0.0.1:$PORT http://127.0.0.1:$((PORT + 1))) r c i problem pin_a pin_b
   [ "${#roles[@]}" = 2 ] && [ "${roles[0]}" != "${roles[1]}" ] || { log "PAIR needs two roles, got '$PAIR'"; return 1; }
   problem=$(pair_load_problem); [ -z "$problem" ] || { log "$problem"; return 1; }
@@ -1034,7 +1034,7 @@ phase_fixcheck() {  # the fixed off state's paths on this backend, without a no-
 }
 
 # ------------------------------------------------------------ tree drafts (issue 23)
-phase_tree() {  # the operator's static topk-4 tree beside the chain under specctl (docs/topk.md)
+phase_tree() {  # the operator's static topk-4 tree beside the chain under specctl (docs/sglang-plugin.md)
   XARGS=(--speculative-algorithm EAGLE3 --speculative-draft-model-path "$DRAFT"
          --speculative-draft-load-format dummy --speculative-eagle-topk "$TREE_TOPK"
          --speculative-num-steps "$TREE_STEPS" --speculative-num-draft-tokens "$TREE_TOKENS")
@@ -1542,7 +1542,7 @@ run_phase() {  # run_phase PHASE: one phase; its status says whether it did its 
 
 FAILED=()  # phases that did not do their work: the later ones still run (pack keeps what there is)
 [ -n "$BENCH_ENV" ] && log "settings from $SITE/bench.env: $BENCH_ENV"
-# Said first, since both sittings of 0.5.23 measured with this default unawares (docs/results/sglang-0523.md)
+# Said first, since both sittings of 0.5.23 measured with this default unawares (docs/benchmarks.md)
 [ "${PREFILL_GRAPHS:-0}" = 1 ] || log "prefill CUDA graphs OFF on every server (PREFILL_GRAPHS=0, this script's" \
   "default, not SGLang's): with arrivals the off state pays about 5 % more; PREFILL_GRAPHS=1 for SGLang's defaults"
 for ph in "$@"; do

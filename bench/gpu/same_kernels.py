@@ -8,7 +8,7 @@ differ in work (more tokens, other kernels) or in speed per kernel. Kernels
 with the same name, grid and block did the same work on both, so the ratio
 of their median durations isolates the speed per kernel (within about 1 %
 between a server without speculation and specctl's off state, prefill
-included: docs/fast-off.md). Listed by the total time both traces spent in
+included: docs/sglang-plugin.md). Listed by the total time both traces spent in
 them; ratio = B / A.
 
 Standard library only.

@@ -5,7 +5,7 @@
 
 Why: issue 22 asks for acceptance right after a depth change, and a head with
 dummy weights accepts nothing (nor did a head that echoed the target's hidden
-state: docs/results/depth.md, third sitting). The device reaches no model hub,
+state: docs/benchmarks.md, third sitting). The device reaches no model hub,
 so this writes one. SGLang's dummy target (``--load-format dummy``) greedily
 loops over two tokens, A B A B (2026-12-02: every one of the eight check
 prompts), so after token t+1 comes token t+2 = next(t+1), a function of one
@@ -38,7 +38,7 @@ The target's embedding and LM head are reproduced here, not read:
 so a CUDA tensor of their shape and dtype drawn the same way holds the same
 values. That needs the device's torch and GPU, the ones SGLang draws them with.
 
-Without the eraser (the fourth sitting, 2026-12-02, docs/results/depth.md) the
+Without the eraser (the fourth sitting, 2026-12-02, docs/benchmarks.md) the
 GPU read 1.000 at depth 1 right after every change as settled, but 1.000 at
 depth 2 and 1.0, 1.75 or 2.5 at depth 3 by the depth before: a later draft's
 residual held the previous draft's row beside its own, so the second draft was

@@ -6,7 +6,7 @@
 
 Why: with prompts arriving, both servers of offpair are CPU-bound on their
 eager prefills, and a profile found every op of the off server 7-31 %
-slower (docs/fast-off.md, "Prefill CUDA graphs"). A profiler perturbs exactly that, and cannot
+slower (docs/sglang-plugin.md, "Prefill CUDA graphs"). A profiler perturbs exactly that, and cannot
 see the other threads: torch's intra-op pool, the tokenizer and
 detokenizer processes, anything spinning beside the scheduler on the CPUs
 the servers share. offpair takes a snapshot before and after each turn; the
@@ -14,7 +14,7 @@ table gives each thread's CPU over the turn (the warm-up and the window) as
 a percentage of one CPU, and its involuntary context switches (preemptions)
 a second, averaged over the turns of one role at one load, and the CPUs the
 thread was on at the snapshots: one server's ops ran 1.1-1.7x slower than
-its partner's on the same CPU list (docs/results/topk.md, "Twelfth
+its partner's on the same CPU list (docs/benchmarks.md, "Twelfth
 sitting"), and the profile's CPU probe says that, not where.
 
 Uses psutil (SGLang's own dependency) and /proc for thread names.

@@ -2,7 +2,7 @@
 
 run_fast_off.sh's ``treesweep`` labels its windows ``treesw-ATTN`` (modes on, off,
 auto), ``tree`` the static tree ``tree-ATTN``, ``nospec2`` ``nospec-ATTN``. What the
-proof must show (docs/topk.md, "Could the plugin do it with hooks alone?"): on
+proof must show (docs/sglang-plugin.md, "Could the plugin do it with hooks alone?"): on
 reads the static tree, off reads no speculation, and auto the better of the two
 at every load. Standard library only.
 """

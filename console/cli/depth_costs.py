@@ -50,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        "Pin each depth at the loads you serve for a while (specctl force-on --steps D, "
                        "specctl force-off for depth 0), then read the journal (specctl run --log FILE.jsonl). "
                        f"A cell is measured with at least {MIN_STEPS} decode steps in {MIN_INTERVALS} intervals; "
-                       "the others keep --prior's value (docs/depth.md, \"Cost model\").")
+                       "the others keep --prior's value (docs/policy.md, \"Cost model\").")
     p.add_argument("journals", nargs="+", metavar="JOURNAL.jsonl", help="the supervisor's journal(s) (--log)")
     p.add_argument("--prior", metavar="TABLE.json", type=Path,
                    help="a cost table whose buckets the measured table takes and whose values fill the cells "

@@ -27,13 +27,13 @@ def _add_server_args(p: argparse.ArgumentParser) -> None:
                    help="draft steps when speculation is on (default 3; the simulator's: its preset's)")
     g.add_argument("--speculative-eagle-topk", type=int, dest="topk", metavar="K",
                    help="with --model: above 1 launches a tree draft under specctl's switch (opt-in, proven on "
-                        "Triton with SGLang 0.5.17; docs/topk.md), with --speculative-num-draft-tokens")
+                        "Triton with SGLang 0.5.17; docs/sglang-plugin.md), with --speculative-num-draft-tokens")
     g.add_argument("--speculative-num-draft-tokens", type=int, dest="draft_tokens", metavar="T",
                    help="with --model and --speculative-eagle-topk above 1: the tree's draft tokens")
     g.add_argument("--speculative-candidate-steps", metavar="0,1,2,3", dest="candidate_steps",
                    help="draft depths auto chooses among, each built at start (default: 0 and the steps)")
     g.add_argument("--depth-costs", metavar="FILE.json",
-                   help="step time per (batch, depth) the depth choice prices with (docs/depth.md)")
+                   help="step time per (batch, depth) the depth choice prices with (docs/policy.md)")
     g.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
     g.add_argument("--attach", metavar="URL", help="supervise a server started elsewhere")
     g.add_argument("--admin-key-file", metavar="FILE",

@@ -50,9 +50,9 @@ FORMATS = ("shell", "systemd", "json")
 SPEC_FLAGS = ("--speculative-algorithm", "--speculative-eagle-topk", "--speculative-num-steps",
               "--speculative-num-draft-tokens")
 REPLACING = (f"in place of your own {', '.join(SPEC_FLAGS)} "
-             "(specctl steers a chain, topk 1: a tree's topk and draft tokens must go, docs/topk.md)")
+             "(specctl steers a chain, topk 1: a tree's topk and draft tokens must go, docs/sglang-plugin.md)")
 TREE_REPLACING = (f"in place of your own {', '.join(SPEC_FLAGS)} (the tree's, with the opt-in in the "
-                  "environment; on SGLang 0.5.23 keep --page-size 1, docs/topk.md)")
+                  "environment; on SGLang 0.5.23 keep --page-size 1, docs/sglang-plugin.md)")
 WITHOUT = f"without your own {'/'.join(SPEC_FLAGS)}"
 
 
@@ -67,7 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="tensor-parallel size: prints --tp-size N (default: none printed; your line's own is kept)")
     p.add_argument("--topk", type=int, default=1,
                    help="1 (default) drafts a chain; more keeps your tree under specctl's switch (opt-in, "
-                        "proven on Triton with SGLang 0.5.17: docs/topk.md), with --draft-tokens")
+                        "proven on Triton with SGLang 0.5.17: docs/sglang-plugin.md), with --draft-tokens")
     p.add_argument("--draft-tokens", type=int, metavar="T",
                    help="the tree's --speculative-num-draft-tokens (with --topk above 1; a chain has steps + 1)")
     p.add_argument("--backend", choices=sorted({*BY_BACKEND, *UNMEASURED_BACKENDS}),
@@ -90,7 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="draft depths auto chooses among, each built at start (default: 0 and --steps); "
                         "written into the adaptive config, as SGLang builds only the depths it lists")
     p.add_argument("--depth-costs", metavar="FILE.json",
-                   help="step time per (batch, depth) the depth choice prices with (docs/depth.md); "
+                   help="step time per (batch, depth) the depth choice prices with (docs/policy.md); "
                         "the server must be able to read it")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                    help="a policy setting the server starts with, e.g. --set off_at=48 (repeatable)")

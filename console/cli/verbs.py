@@ -243,7 +243,7 @@ def summary(sample: dict[str, Any]) -> list[str]:
     lines += _view_only_lines(why, server.get("tp")) if why else _spec_lines(sample.get("spec"), server.get("topk"))
     if server.get("prefill_graphs") is False:
         lines.append("prefill    EAGER: prefill CUDA graphs are off; with prompts arriving the off state "
-                     "costs about 5 % more (docs/fast-off.md)")
+                     "costs about 5 % more (docs/sglang-plugin.md)")
     lines.append(f"load       running {_v(server.get('running'), '{:.0f}')}  "
                  f"queued {_v(server.get('queued'), '{:.0f}')}  "
                  f"{_v(server.get('gen_tps'), '{:.1f}')} tok/s  "

@@ -124,7 +124,7 @@ def unasked_floor(steps: int, floor: float, source: str, fix: str) -> str:
     step_s = f"{steps} draft step{'s' if steps != 1 else ''}"
     return (f"at {step_s} {source} acceptance floor min_accept {floor:g} (accepted draft tokens a verify) is "
             f"more than a verify can accept; give {fix}min_accept={floor_for_steps(steps):g} (the default "
-            f"scaled to {step_s}; docs/depth.md)")
+            f"scaled to {step_s}; docs/policy.md)")
 
 
 def check_fields(changes: Mapping[str, Any]) -> dict[str, Any]:

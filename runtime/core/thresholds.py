@@ -185,7 +185,7 @@ def for_tree_server(backend: str | None, gpu_names: Sequence[str | None], chosen
         return row, None
     where = f"a tree's were measured on Triton with a dense target on an {MEASURED_ON} only"
     return None, (f"{TREE_ROWS}; {where}: the policy's defaults stay "
-                  "(set off_at and on_at with specctl set; docs/topk.md)")
+                  "(set off_at and on_at with specctl set; docs/sglang-plugin.md)")
 
 
 def _said(reasons: Sequence[str], left: Sequence[str]) -> str:
@@ -215,7 +215,7 @@ def _why_not_model(backend: str | None, experts: int | None) -> str | None:
     # has always carried, word for word.
     return (f"the {backend} thresholds were measured on a {MEASURED_WITH} model and this server's target is a MoE "
             f"({experts} experts), whose verify cost over the batch is not a {MEASURED_WITH} model's "
-            "(docs/results/moe.md)")
+            "(docs/benchmarks.md)")
 
 
 def _why_not(backend: str | None, gpu_names: Sequence[str | None], cls: str = MEASURED_WITH) -> str | None:

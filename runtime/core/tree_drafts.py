@@ -61,7 +61,7 @@ def topk_refusal(topk: object, fix: str = SERVER_FIX, steps: object = "N", token
     return (f"{TOPK_FLAG} must be 1, got {topk}: specctl switches speculation off for a chain draft, and for a "
             f"tree only with {TREE_SWITCH_ENV}=1 (SGLang's adaptive machinery refuses trees); without it a "
             f"topk-{topk} server it can only watch (specctl tui --attach URL). To have speculation off under "
-            f"load, {fix}, {keep or keep_tree(topk, steps, tokens)} (docs/topk.md)")
+            f"load, {fix}, {keep or keep_tree(topk, steps, tokens)} (docs/sglang-plugin.md)")
 
 
 def tree_switch_enabled(environ: Mapping[str, str]) -> bool:

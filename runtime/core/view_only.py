@@ -80,7 +80,7 @@ def fix(why: str, tp: object = None) -> str:
     line = command(why, tp)
     if why == TREE:
         return (f"{SERVER_FIX} in place of the tree's three, and the environment and flags "
-                f"`{line}` prints, {keep_tree('K', tp=tp if whole(tp, least=2) else None)} (docs/topk.md)")
+                f"`{line}` prints, {keep_tree('K', tp=tp if whole(tp, least=2) else None)} (docs/sglang-plugin.md)")
     if why != NO_SPECULATION:
         return f"relaunch it with the environment and flags `{line}` prints (docs/deployment.md)"
     return (f"add to its launch line what `{line}` prints "

@@ -33,7 +33,7 @@ def target_experts(info: dict[str, Any] | None) -> int | None:
 
 EAGER_PREFILL_WHY = ("prefill CUDA graphs are off, so every prefill runs op by op on the scheduler's CPU; with "
                      "prompts arriving the off state then measured about 5 % under a server without "
-                     "speculation on Triton (docs/fast-off.md); SGLang's default keeps them on")
+                     "speculation on Triton (docs/sglang-plugin.md); SGLang's default keeps them on")
 
 
 # The resolved server arguments prefill_graphs reads (tests/test_plugin_contract.py checks each release has them)

@@ -143,7 +143,7 @@ def build_config(ns: argparse.Namespace, fail: Fail) -> SimConfig:
         fail(why)
     preset = get_preset(ns.preset)
     # A tree preset (topk > 1) runs as SGLang without the plugin, as the real one must: the plugin stops a
-    # tree server at start-up (SGLang's adaptive machinery refuses trees; docs/topk.md), so a tree that
+    # tree server at start-up (SGLang's adaptive machinery refuses trees; docs/sglang-plugin.md), so a tree that
     # specctl steered here would promise its operator what no real server can do. With the plugin's opt-in
     # in the environment (SPECCTL_TREE_SWITCH=1, as specctl sglang-args --topk prints it) the real plugin
     # switches the tree between its launch depth and off, and so does this one.

@@ -65,12 +65,12 @@ H200_LLAMA8B = Preset(
             "nospec": {1: 192.1, 4: 727.6, 16: 2153.2, 32: 3775.0, 64: 4453.8, 128: 5943.1, 256: 8339.2},
             "eagle3": {1: 347.3, 4: 1237.0, 16: 2833.6, 32: 3739.7, 64: 4227.4, 128: 4147.9, 256: 3913.5},
         }, "bench/gpu/results/triton/sweep-interleaved.csv: nospec, specctl on (two 4 s windows of one "
-           "unbroken load each; docs/results/triton.md)"),
+           "unbroken load each; docs/benchmarks.md)"),
         Check("Triton run 7", {
             "nospec": {1: 196.4, 4: 740.1, 16: 2392.6, 32: 3862.0, 64: 4635.8, 128: 5844.9, 256: 8467.3},
             "eagle3": {1: 355.0, 4: 1236.3, 16: 2746.6, 32: 3669.1, 64: 4040.1, 128: 3962.6, 256: 4193.1},
         }, "bench/gpu/results/triton/sweep-five-modes.csv: nospec, specctl on (one 6 s window of one "
-           "unbroken load each; docs/results/triton.md)"),
+           "unbroken load each; docs/benchmarks.md)"),
     ),
 )
 
@@ -110,12 +110,12 @@ H200_LLAMA8B_FA3 = replace(
             "nospec": {1: 201.9, 4: 734.3, 16: 2114.8, 32: 3569.1, 64: 5131.1, 128: 7553.1, 256: 9290.7},
             "eagle3": {1: 417.1, 4: 1480.2, 16: 4062.1, 32: 5590.8, 64: 7242.8, 128: 9252.5, 256: 10389.8},
         }, "bench/gpu/results/fa3/sweep-interleaved.csv: nospec, specctl on (two 4 s windows of one "
-           "unbroken load each; docs/results/fa3.md)"),
+           "unbroken load each; docs/benchmarks.md)"),
         Check("FA3 run 7", {
             "nospec": {1: 199.8, 4: 760.1, 16: 2437.0, 32: 4095.3, 64: 6123.6, 128: 7611.1, 256: 8393.7},
             "eagle3": {1: 379.2, 4: 1456.6, 16: 4285.1, 32: 6098.9, 64: 6056.7, 128: 9226.8, 256: 9911.6},
         }, "bench/gpu/results/fa3/sweep-five-modes.csv: nospec, specctl on (one 6 s window of one "
-           "unbroken load each; docs/results/fa3.md)"),
+           "unbroken load each; docs/benchmarks.md)"),
     ),
 )
 

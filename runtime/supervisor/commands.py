@@ -510,7 +510,7 @@ def dense_row_on_moe(backend: str | None, experts: int, running: Mapping[str, An
     shown = ", ".join(f"{k} {_number(v)}" for k, v in running.items())
     return (f"this server's target is a MoE ({experts} experts) and its plugin runs the {backend} thresholds "
             f"measured on a {MEASURED_WITH} model ({shown}), as `specctl sglang-args` prints them without "
-            f"--experts; a MoE's verify cost over the batch is not a {MEASURED_WITH} model's (docs/results/moe.md): "
+            f"--experts; a MoE's verify cost over the batch is not a {MEASURED_WITH} model's (docs/benchmarks.md): "
             f"relaunch with the environment `specctl sglang-args --experts {experts}` prints (with your other "
             f"flags), or {_to_fitting(running, settings or {}, backend, fits)}")
 
@@ -575,7 +575,7 @@ def tree_depth_refusal(steps: int, topk: int) -> CommandError:
     return CommandError(INVALID_VALUE, (
         f"the model server drafts a tree (topk {topk}) under specctl's switch, which has its launch depth "
         f"({steps}) and off only; another depth is a relaunch with that tree's own "
-        "--speculative-num-steps and --speculative-num-draft-tokens (docs/topk.md); nothing changed"),
+        "--speculative-num-steps and --speculative-num-draft-tokens (docs/sglang-plugin.md); nothing changed"),
         field="steps")
 
 

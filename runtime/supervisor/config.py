@@ -292,12 +292,12 @@ def launch_depth_problem(launch: int, candidates: tuple[int, ...], steps: int, f
         return None  # the whole set's check says the rest (a launch depth outside the candidates, too)
     if candidates and launch not in candidates:
         return (f"{flag} {launch} is not one of the candidate depths {','.join(map(str, candidates))}, and "
-                f"SGLang starts only at a depth it built: give {flag} {max(candidates)} (docs/depth.md)")
+                f"SGLang starts only at a depth it built: give {flag} {max(candidates)} (docs/policy.md)")
     if not candidates:
         step_s = f"{steps} draft step{'s' if steps != 1 else ''}"
         return (f"{told}: the launch builds depths 0 and {launch} only ({flag} {launch}), so the policy would be "
                 f"told a depth the server does not have; give {flag} {steps} to launch at {step_s} "
-                f"(docs/depth.md)")
+                f"(docs/policy.md)")
     return None
 
 

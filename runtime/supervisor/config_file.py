@@ -127,7 +127,7 @@ def _policy(path: Path, table: Any) -> dict[str, Any]:
 def floor_fix(steps: int) -> str:
     """The acceptance floor for ``steps`` draft steps, in the file's words: what a refusal tells one to write."""
     return (f"min_accept = {floor_for_steps(steps):g} under [policy] (the default scaled to {steps} draft "
-            f"step{'s' if steps != 1 else ''}; docs/depth.md)")
+            f"step{'s' if steps != 1 else ''}; docs/policy.md)")
 
 
 def _supervisor(path: Path, table: Any) -> dict[str, Any]:

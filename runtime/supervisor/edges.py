@@ -166,4 +166,4 @@ def no_depth_costs_line(steps: int, depths: list[int], launched: bool) -> str:
     given = ("without --depth-costs FILE" if launched
              else "without a cost table (SPECCTL_DEPTH_COSTS in its environment)")
     return (f"{given} auto chooses between 0 and {steps} steps only; `specctl force-on --steps N` still pins "
-            f"any of {depths} (docs/depth.md)")
+            f"any of {depths} (docs/policy.md)")
