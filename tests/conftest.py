@@ -88,3 +88,12 @@ def _no_site_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ.pop("SPECCTL_CONFIG", None)
     else:
         os.environ["SPECCTL_CONFIG"] = before
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test, and every process it starts, keeps its state (the desired state, keys, preferences) in a
+    folder of its own: never the developer's, and never a setting an earlier test left behind. A test
+    about the state folder sets SPECCTL_STATE_DIR itself, which wins."""
+    if "SPECCTL_STATE_DIR" not in os.environ:
+        monkeypatch.setenv("SPECCTL_STATE_DIR", str(tmp_path_factory.mktemp("state")))
