@@ -19,23 +19,10 @@ import csv
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
-from specctl.runtime.sim.calibrated import Level, run_schedule
+from specctl.runtime.sim.calibrated import Level, moe_flashinfer, run_schedule, unknown_gpu
 from specctl.runtime.sim.preset_model import Preset
 from specctl.runtime.sim.presets import get_preset
-
-
-def moe_flashinfer() -> Preset:
-    p = get_preset("h200-qwen3moe")
-    return replace(p, name="h200-qwen3moe-flashinfer-uncalibrated", attention_backend="flashinfer", accept_len=2.4,
-                   params=replace(p.params, verify_kv_s=p.params.verify_kv_s * 227 / 493))
-
-
-def unknown_gpu() -> Preset:
-    p = get_preset("h200-llama8b-flashinfer")
-    return replace(p, name="unknown-gpu-flashinfer", gpu=replace(p.gpu, name="NVIDIA B200"))
-
 
 STEP_LOAD = (4, 192, 4, 192, 4, 192)
 PRESETS: dict[str, tuple[Callable[[], Preset], tuple[int, ...]]] = {

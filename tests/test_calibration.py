@@ -7,7 +7,6 @@ and are the same every time.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -20,29 +19,11 @@ from specctl.runtime.core.calibration import Calibrator
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import PolicySettings
 from specctl.runtime.core.step_meter import bucket
-from specctl.runtime.sim.calibrated import Level, Run, run_schedule
-from specctl.runtime.sim.preset_model import GpuSpec, Preset
+from specctl.runtime.sim.calibrated import Level, Run, moe_flashinfer, run_schedule, unknown_gpu
+from specctl.runtime.sim.preset_model import GpuSpec
 from specctl.runtime.sim.presets import get_preset
 
-# -- presets no thresholds row covers ---------------------------------------------------------------
-
-
-def moe_flashinfer() -> Preset:
-    """Qwen3-30B-A3B's shapes on FlashInfer (no MoE row for it), at the issue's accept length 2.4.
-
-    Not a calibrated preset: h200-qwen3moe's costs with the verify's KV term scaled as FlashInfer's is to
-    Triton's on Llama (227 / 493 ns), enough to put the break-even where neither default state is right.
-    """
-    p = get_preset("h200-qwen3moe")
-    return replace(p, name="h200-qwen3moe-flashinfer-uncalibrated", attention_backend="flashinfer", accept_len=2.4,
-                   params=replace(p.params, verify_kv_s=p.params.verify_kv_s * 227 / 493))
-
-
-def unknown_gpu() -> Preset:
-    """h200-llama8b-flashinfer's costs on a GPU name no row knows: the supervisor would keep the defaults."""
-    p = get_preset("h200-llama8b-flashinfer")
-    return replace(p, name="unknown-gpu-flashinfer", gpu=replace(p.gpu, name="NVIDIA B200"))
-
+# -- presets no thresholds row covers (runtime/sim/calibrated.py) -------------------------------------
 
 PRESETS = {"rtx-topk1": lambda: get_preset("rtx-8gpu-report-topk1"), "moe-flashinfer": moe_flashinfer,
            "unknown-gpu": unknown_gpu}

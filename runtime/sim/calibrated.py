@@ -12,7 +12,7 @@ the side-by-side (bench/calibrate.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from specctl.runtime.core.calibration import Calibrator
@@ -20,6 +20,7 @@ from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import SettingsError
 from specctl.runtime.sim.depth import policy_costs
 from specctl.runtime.sim.preset_model import Preset
+from specctl.runtime.sim.presets import get_preset
 
 Server = Literal["on", "off", "auto", "calibrated"]
 POLL_S = 0.5  # the supervisor's default interval
@@ -124,3 +125,23 @@ def _poll(calibrator: Calibrator, policy: SpecPolicy, owned: Sequence[str], run:
     except SettingsError:  # the server refuses what does not fit its settings, as SGLang's plugin does
         pass
     return plan.probe_s
+
+
+# -- presets no thresholds row covers (the calibration's tests and bench/calibrate.py) ----------------
+
+
+def moe_flashinfer() -> Preset:
+    """Qwen3-30B-A3B's shapes on FlashInfer (no MoE row for it), at accept length 2.4.
+
+    Not a calibrated preset: h200-qwen3moe's costs with the verify's KV term scaled as FlashInfer's is to
+    Triton's on Llama (227 / 493 ns), enough to put the break-even where neither default state is right.
+    """
+    p = get_preset("h200-qwen3moe")
+    return replace(p, name="h200-qwen3moe-flashinfer-uncalibrated", attention_backend="flashinfer", accept_len=2.4,
+                   params=replace(p.params, verify_kv_s=p.params.verify_kv_s * 227 / 493))
+
+
+def unknown_gpu() -> Preset:
+    """h200-llama8b-flashinfer's costs on a GPU name no row knows: the supervisor would keep the defaults."""
+    p = get_preset("h200-llama8b-flashinfer")
+    return replace(p, name="unknown-gpu-flashinfer", gpu=replace(p.gpu, name="NVIDIA B200"))

@@ -18,25 +18,24 @@ DEADLINE_S = 60.0  # only to end a hung test
 
 
 @contextmanager
-def sim_process(tmp_path: Path, *args: str) -> Iterator[str]:
-    """Start ``python -m specctl.runtime.sim ARGS`` on an ephemeral port; yield its URL; stop it.
+def _listening(tmp_path: Path, command: list[str], what: str) -> Iterator[list[str]]:
+    """Start ``command`` with ``--port 0 --port-file F``; yield each port it listens on; stop it.
 
-    Its stderr goes to a file in ``tmp_path`` (a pipe nobody reads could fill and
-    stall it), and says why when the process dies before it listens.
+    Its stderr goes to a file in ``tmp_path`` (a pipe nobody reads could fill and stall it), and the
+    assertion says why when the process dies before it listens.
     """
     tag = f"sim-{time.monotonic_ns()}"
     port_file, err_file = tmp_path / f"{tag}.port", tmp_path / f"{tag}.err"
     with err_file.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "specctl.runtime.sim", "--port", "0",
-                                 "--port-file", str(port_file), *args],
+        proc = subprocess.Popen([*command, "--port", "0", "--port-file", str(port_file)],
                                 stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
         deadline = time.monotonic() + DEADLINE_S
         while not port_file.exists():
-            assert proc.poll() is None, f"the simulator exited: {err_file.read_text()[-2000:]}"
-            assert time.monotonic() < deadline, "the simulator never wrote its port file"
+            assert proc.poll() is None, f"{what} exited: {err_file.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"{what} never wrote its port file"
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{int(port_file.read_text())}"
+        yield port_file.read_text().split()
     finally:
         proc.terminate()
         try:
@@ -47,25 +46,15 @@ def sim_process(tmp_path: Path, *args: str) -> Iterator[str]:
 
 
 @contextmanager
+def sim_process(tmp_path: Path, *args: str) -> Iterator[str]:
+    """Start ``python -m specctl.runtime.sim ARGS`` (the console's embedded simulator) on an ephemeral port;
+    yield its URL; stop it."""
+    with _listening(tmp_path, [sys.executable, "-m", "specctl.runtime.sim", *args], "the simulator") as ports:
+        yield f"http://127.0.0.1:{int(ports[0])}"
+
+
+@contextmanager
 def specctl_sim(tmp_path: Path, *args: str) -> Iterator[list[str]]:
     """Start ``specctl sim ARGS`` (the verb, as a user runs it) on free ports; yield each replica's URL; stop it."""
-    tag = f"specctl-sim-{time.monotonic_ns()}"
-    port_file, err_file = tmp_path / f"{tag}.port", tmp_path / f"{tag}.err"
-    with err_file.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "specctl.console.cli", "sim", "--port", "0",
-                                 "--port-file", str(port_file), *args],
-                                stdout=subprocess.DEVNULL, stderr=err, text=True)
-    try:
-        deadline = time.monotonic() + DEADLINE_S
-        while not port_file.exists():
-            assert proc.poll() is None, f"specctl sim exited: {err_file.read_text()[-2000:]}"
-            assert time.monotonic() < deadline, "specctl sim never wrote its port file"
-            time.sleep(0.05)
-        yield [f"http://127.0.0.1:{int(line)}" for line in port_file.read_text().split()]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with _listening(tmp_path, [sys.executable, "-m", "specctl.console.cli", "sim", *args], "specctl sim") as ports:
+        yield [f"http://127.0.0.1:{int(port)}" for port in ports]
