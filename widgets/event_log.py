@@ -36,6 +36,8 @@ _EVENTS = {ev.SERVER_START: ("START", "plain"), ev.SERVER_READY: ("READY", "good
            ev.DESIRED_UNUSABLE: ("SETTINGS", "bad"), ev.SERVER_BUSY: ("BUSY", "warn"),
            ev.BACKEND_THRESHOLDS_SKIPPED: ("SETTINGS", "warn"),
            ev.DENSE_THRESHOLDS_ON_MOE: ("SETTINGS", "warn"),
+           ev.CALIBRATED: ("CALIB", "plain"), ev.CALIBRATION_PROBE: ("CALIB", "plain"),
+           ev.CALIBRATION_RESET: ("CALIB", "plain"),
            # made by the console itself, not journaled: its link to the supervisor went and came back
            "link_lost": ("LINK", "bad"), "link_restored": ("LINK", "good"),
            # the fleet console's per-worker results of a command (console/tui/fleet_app.py)
@@ -50,10 +52,27 @@ def describe(record: dict[str, Any]) -> tuple[str, str, str]:
     if name == ev.SPEC_SWITCH:
         return _switch(record)
     tag, tone = _EVENTS.get(name, (name.upper()[:8], "plain"))
+    if name in (ev.CALIBRATED, ev.CALIBRATION_PROBE):
+        return tag, _calibration(record), tone
     if name == ev.SETTINGS and isinstance(record.get("changes"), dict) and record["changes"]:
         # what changed, not the whole set after it as well: the journal keeps both
         return tag, _fields({"event": name, **record["changes"]}), tone
     return tag, _fields(record), tone
+
+
+def _calibration(record: dict[str, Any]) -> str:
+    """What calibration learned, and from how much: the journal keeps the table behind it, the log says the
+    gist (``learned off_at=48 on_at=24 from 1,904 steps in 5 buckets``); a probe, which state for which bucket."""
+    if record.get("event") == ev.CALIBRATION_PROBE:
+        phase = "probing" if record.get("phase") == "begin" else "probe over:"
+        return f"{phase} {record.get('state')} at batch bucket {record.get('bucket')}" + (
+            "" if record.get("ok", True) else " (not sent)")
+    changes = record.get("changes") if isinstance(record.get("changes"), dict) else {}
+    readings = record.get("readings") if isinstance(record.get("readings"), dict) else {}
+    steps = sum(v for v in readings.values() if isinstance(v, int))
+    learned = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in changes.items())
+    return (f"learned {learned or 'nothing new'} from {steps:,} steps in {len(readings)} buckets"
+            + ("" if record.get("ok", True) else " (the server refused it)"))
 
 
 def _switch(record: dict[str, Any]) -> tuple[str, str, str]:

@@ -114,6 +114,20 @@ def test_a_settings_event_shows_what_changed_not_the_whole_set_again() -> None:
     assert describe(restored)[1] == "settings mode=auto steps=3 off_at=48 on_at=16"
 
 
+def test_calibration_says_what_it_learned_from_how_much_and_each_probe() -> None:
+    from specctl.widgets.event_log import describe
+
+    table = [{"bucket": 4, "verdict": "on", "gain": 1.2}] * 3  # the journal keeps it; the log line does not
+    learned = records.event("calibrated", t=T, changes={"off_at": 48, "on_at": 24, "min_accept": 0.81}, ok=True,
+                            table=table, readings={"4": 900, "64": 1004})
+    assert describe(learned) == ("CALIB", "learned off_at=48 on_at=24 min_accept=0.81 from 1,904 steps in 2 "
+                                          "buckets", "plain")
+    refused = records.event("calibrated", t=T, changes={"off_at": 48}, ok=False, readings={"4": 10})
+    assert describe(refused)[1].endswith("(the server refused it)")
+    probe = records.event("calibration_probe", t=T, state="off", bucket=64, phase="begin", ok=True)
+    assert describe(probe) == ("CALIB", "probing off at batch bucket 64", "plain")
+
+
 def test_a_journal_that_ends_with_its_supervisor_stopping_does_not_end_on_ready() -> None:
     timeline = Timeline()
     timeline.fold(sample(T, True))
