@@ -218,3 +218,11 @@ def test_the_meter_leaves_out_stalls_and_idle_gaps() -> None:
     meter.timed(1, 3, 0.5)  # an idle gap between loads
     steps, seconds = meter.as_dict()["1"]["3"][:2]
     assert steps == 100 and seconds == pytest.approx(0.8)
+
+
+def test_status_words_a_probe_so_a_mode_nobody_forced_is_explained() -> None:
+    from specctl.console.cli.verbs import _desired_lines
+
+    lines = _desired_lines({"probe": "off", "who": {}, "settings": {}})
+    assert lines == ["probe      calibration runs speculation OFF for a few steps to measure it; auto resumes after"]
+    assert _desired_lines({"probe": None, "who": {}, "settings": {}}) == []

@@ -194,9 +194,14 @@ def _status(path: Path, args: argparse.Namespace) -> int:
 
 
 def _desired_lines(desired: Any) -> list[str]:
-    """What operators (and others) asked for and who: the settings a restart of server or supervisor keeps."""
-    if not isinstance(desired, dict) or not isinstance(desired.get("who"), dict):
+    """What operators (and others) asked for and who: the settings a restart of server or supervisor keeps;
+    and a calibration probe while one runs, so a mode nobody forced does not read as a mystery."""
+    if not isinstance(desired, dict):
         return []
+    probe = [f"probe      calibration runs speculation {desired['probe'].upper()} for a few steps to measure it; "
+             "auto resumes after"] if desired.get("probe") in ("on", "off") else []
+    if not isinstance(desired.get("who"), dict):
+        return probe
     parts = []
     for key, who in desired["who"].items():
         value = (desired.get("settings") or {}).get(key)
@@ -207,7 +212,7 @@ def _desired_lines(desired: Any) -> list[str]:
                 parts.append(f"depth {value} pinned ({_by(who)}; `specctl auto` hands it back)")
             continue
         parts.append(f"{key} {_shown(key, value)} ({_by(who)})")
-    return [f"desired    {'; '.join(parts)}"] if parts else []
+    return ([f"desired    {'; '.join(parts)}"] if parts else []) + probe
 
 
 def _by(who: dict[str, Any]) -> str:

@@ -145,9 +145,10 @@ class CommandHandler:
         """The desired state as status shows it: each setting a person, a file or a calibration asked for,
         with who and when, and a pinned depth."""
         pin = self.store.pin
+        probing = getattr(getattr(self.calibration, "calibrator", None), "probing", None)
         return {"settings": self.store.wanted(), "who": self.store.who(),
                 "pin": None if pin is None else pin.as_dict(), "path": None if self.store.path is None
-                else str(self.store.path)}
+                else str(self.store.path), "probe": probing}
 
     async def _cmd_mode(self, args: dict[str, Any]) -> dict[str, Any]:
         mode = args.get("mode")
