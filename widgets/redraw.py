@@ -39,7 +39,14 @@ def partial_style(widget: Widget, component: str, cache: dict[str, Style]) -> St
     """
     style = cache.get(component)
     if style is None:
-        style = cache[component] = widget.get_component_styles(component).partial_rich_style
+        styles = widget.get_component_styles(component)
+        style = styles.partial_rich_style
+        if styles.has_rule("background") and styles.background.a < 1:
+            # a translucent background (`$error 20%`) is a tint of what lies under it; a partial style
+            # carries the colour whole, which would paint a full-strength block over the chart
+            under = widget.background_colors[1]
+            style += Style(bgcolor=(under + styles.background).rich_color)
+        cache[component] = style
     return style
 
 
