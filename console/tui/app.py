@@ -291,7 +291,19 @@ class SpecctlApp(App[int]):
             state = (latest.get("server") or {}).get("state") or "not answering"
             self.notify(f"No thresholds to edit: they are the server's, and it is {state}", severity="warning")
             return
-        self.push_screen(ThresholdsScreen(settings), self._thresholds_done)
+        screen = ThresholdsScreen(settings)
+        self.push_screen(screen, self._thresholds_done)
+        self._say_learned(screen)
+
+    @work(group="status", exit_on_error=False)
+    async def _say_learned(self, screen: ThresholdsScreen) -> None:
+        """Fill in, once the supervisor answers, which thresholds calibration learned (the form opens at once)."""
+        try:
+            who = ((await self.link.request("status")).get("desired") or {}).get("who")
+        except LinkError:
+            return  # the form works without it
+        if isinstance(who, dict) and screen in self.screen_stack:
+            screen.show_learned(who)
 
     def _thresholds_done(self, changes: dict[str, Any] | None) -> None:
         if changes:

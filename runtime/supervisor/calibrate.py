@@ -21,14 +21,15 @@ from specctl.runtime.core.thresholds import groups_touched
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[dict[str, float]], Awaitable[bool]]
+Publish = Callable[[dict[str, Any], str], Awaitable[bool]]  # (values, provenance): False where refused
 Probe = Callable[[str], Awaitable[bool]]
 
 
 class CalibrationLoop:
     """Runs :class:`Calibrator` on each poll's policy state; see the module's docstring.
 
-    ``publish(values)``: send learned settings (False where the server refused).
+    ``publish(values, provenance)``: send learned settings (False where the server refused); the
+    provenance (how many steps they were learned from) is kept beside them in the desired state.
     ``probe(mode)``: force ``on``/``off`` for a probe, ``auto`` to end it.
     ``owned()``: the settings an operator set (every ``set`` and the config's [policy]).
     ``epoch()``: a count that grows with every operator command; ``wake(seconds)``: poll again that soon.
@@ -87,7 +88,7 @@ class CalibrationLoop:
             return
         for key in values:
             self._baseline.setdefault(key, self._settings.get(key))
-        ok = await self._publish(values)
+        ok = await self._publish(values, f"from {self.calibrator.steps_seen:,} steps")
         if ok and self._since is None:
             self._since = now
         fit = plan.fit
@@ -109,7 +110,7 @@ class CalibrationLoop:
     async def reset(self) -> dict[str, Any]:
         """Forget the readings and put back what the learned values replaced (where the operator did not since)."""
         back = {k: v for k, v in self._baseline.items() if v is not None and k not in self.owned()}
-        ok = await self._publish(back) if back else True
+        ok = await self._publish(back, "calibration reset") if back else True
         if self.calibrator.probing is not None:
             await self._probe("auto")
         self.calibrator.reset()

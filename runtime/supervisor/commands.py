@@ -230,7 +230,7 @@ class CommandHandler:
             owned |= {"mode", "steps"}
         return set(groups_touched(owned)) if owned else set()
 
-    async def push_learned(self, values: dict[str, Any]) -> bool:
+    async def push_learned(self, values: dict[str, Any], provenance: str = "calibration") -> bool:
         """THE way calibration publishes what it learned: settings the operator does not own, to the server.
 
         Validated whole against the server's settings, sent like an operator's set (every rank takes
@@ -241,7 +241,7 @@ class CommandHandler:
         if not await self._push_own(values):
             return False
         with contextlib.suppress(SettingsError):
-            self.store.learned(values, "calibration")
+            self.store.learned(values, provenance)
         return True
 
     async def push_probe(self, mode: str) -> bool:

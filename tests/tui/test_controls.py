@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from textual.command import CommandList
 from textual.pilot import Pilot
+from textual.widgets import Input, Static
 
 from specctl.console.tui.actions import ACTIONS
 from specctl.console.tui.app import SpecctlApp
@@ -103,6 +104,22 @@ async def test_thresholds_form_applies_what_was_typed(app: SpecctlApp, journal: 
         assert not isinstance(app.screen, ThresholdsScreen)
     [record] = commands(journal, "set")
     assert record["ok"] and record["args"] == {"settings": {"off_at": 48}}
+
+
+async def test_the_form_says_which_thresholds_calibration_learned_and_from_how_much(app: SpecctlApp) -> None:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        # the calibration loop's own way in: the desired state's learned layer, sent to the server
+        sent = await app.link.supervisor.commands.learned({"off_at": 40, "on_at": 20}, "from 1,904 steps")
+        assert sent == {"off_at": 40, "on_at": 20}
+        settings = lambda: app.link.supervisor.latest_sample["spec"]["settings"]  # noqa: E731
+        await until(pilot, lambda: settings()["off_at"] == 40, "off_at 40 on the server")
+        await pilot.press("t")
+        assert isinstance(app.screen, ThresholdsScreen)
+        line = lambda: app.screen.query_one("#form-learned", Static).render().plain  # noqa: E731
+        await until(pilot, lambda: "learned by calibration" in line(), "the form to say what was learned")
+        assert "off_at 40, on_at 20 (from 1,904 steps, since " in line()
+        assert app.screen.query_one("#field-off_at", Input).value == "40"
 
 
 def said(app: SpecctlApp) -> list[str]:

@@ -19,6 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from specctl.runtime.core.settings import PolicySettings, SettingsError
+from specctl.widgets.banner import clock
 
 FIELDS = (
     ("steps", "draft steps when on"),
@@ -56,6 +57,7 @@ class ThresholdsScreen(ModalScreen[dict[str, Any] | None]):
         #fields Input { border: none; height: 1; padding: 0 1; }
         #fields Input.-invalid { background: $error 30%; }
         #form-error { color: $error; text-style: bold; height: auto; min-height: 1; }
+        #form-learned { color: $foreground-muted; height: auto; display: none; }
         #form-buttons { height: 1; align-horizontal: right; }
         #form-buttons Button { margin-left: 1; width: auto; min-width: 8; }
     }
@@ -66,6 +68,7 @@ class ThresholdsScreen(ModalScreen[dict[str, Any] | None]):
         super().__init__()
         self._current = {name: current.get(name, getattr(PolicySettings(), name)) for name, _ in FIELDS}
         self._mode = current.get("mode", "auto")
+        self._learned: dict[str, dict[str, Any]] = {}
 
     def compose(self) -> ComposeResult:
         with Vertical(id="form") as form:
@@ -74,10 +77,35 @@ class ThresholdsScreen(ModalScreen[dict[str, Any] | None]):
                 for name, text in FIELDS:
                     yield Label(f"{name}  {text}")
                     yield Input(str(self._current[name]), id=f"field-{name}", compact=True)
+            yield Static("", id="form-learned")
             yield Static("", id="form-error")
             with Horizontal(id="form-buttons"):
                 yield Button("Cancel", id="cancel", compact=True, action="screen.cancel")
                 yield Button("Apply", id="apply", variant="primary", compact=True, action="screen.apply")
+
+    def show_learned(self, who: dict[str, Any]) -> None:
+        """Say which of these values calibration learned, from how much and since when (the status's
+        ``desired.who``: each setting's source, time and provenance); values people set say nothing."""
+        self._learned = {k: w for k, w in who.items() if isinstance(w, dict) and w.get("source") == "calibration"}
+        if self.is_mounted:  # else on_mount says it: the answer can come before the form is composed
+            self._say_learned()
+
+    def on_mount(self) -> None:
+        self._say_learned()
+
+    def _say_learned(self) -> None:
+        learned = self._learned
+        if not learned:
+            return
+        names = ", ".join(f"{k} {w.get('value')}" for k, w in learned.items())
+        notes = sorted({w["note"] for w in learned.values() if isinstance(w.get("note"), str)})
+        times = [w["t"] for w in learned.values() if isinstance(w.get("t"), (int, float))]
+        since = f", since {clock(min(times))}" if times else ""
+        line = self.query_one("#form-learned", Static)
+        line.display = True
+        line.update(
+            f"learned by calibration: {names} ({'; '.join(notes) or 'calibration'}{since}); "
+            "a value you apply here is yours and calibration leaves it alone")
 
     def values(self) -> dict[str, str]:
         return {name: self.query_one(f"#field-{name}", Input).value for name, _ in FIELDS}
