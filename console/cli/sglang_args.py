@@ -31,7 +31,7 @@ from specctl.runtime.core.thresholds import (
     for_tree_server,
     unset_groups,
 )
-from specctl.runtime.core.tree_drafts import tree_problem
+from specctl.runtime.core.tree_drafts import flag_in_args, tree_problem
 from specctl.runtime.supervisor import config, config_file, paths
 from specctl.runtime.supervisor.edges import no_depth_costs_line
 from specctl.runtime.supervisor.launcher import FLASHINFER_WORKSPACE_ENV, build_command, launch_env
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
                           "drop one (your line's is kept)")
         if theirs in BY_BACKEND or theirs in UNMEASURED_BACKENDS:
             args.backend = theirs  # its thresholds, as if named
-    if own and args.tp is not None and (their_tp := _value(own, "--tp-size")) not in (None, str(args.tp)):
+    if own and args.tp is not None and (their_tp := flag_in_args(own, "--tp-size")) not in (None, str(args.tp)):
         return _usage(f"--tp {args.tp} and your line's --tp-size {their_tp} disagree: drop one (your line's is kept)")
     try:
         from_file = _file_policy()
@@ -184,19 +184,8 @@ def _flag_of(word: str) -> str | None:
     return word.split("=", 1)[0] if word.startswith("--") else None
 
 
-def _value(line: list[str], flag: str) -> str | None:
-    """The value ``line`` gives ``flag`` (``--flag V`` or ``--flag=V``; the last one, as SGLang takes it)."""
-    found = None
-    for i, word in enumerate(line):
-        if word == flag and i + 1 < len(line):
-            found = line[i + 1]
-        elif word.startswith(flag + "="):
-            found = word.split("=", 1)[1]
-    return found
-
-
 def _their_backend(line: list[str]) -> str | None:
-    return _value(line, "--attention-backend")
+    return flag_in_args(line, "--attention-backend")
 
 
 def edit_line(line: list[str], flags: list[str]) -> list[str]:
