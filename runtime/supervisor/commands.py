@@ -10,7 +10,6 @@ reported, not hidden.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -145,7 +144,7 @@ class CommandHandler:
         """The desired state as status shows it: each setting a person, a file or a calibration asked for,
         with who and when, and a pinned depth."""
         pin = self.store.pin
-        probing = getattr(getattr(self.calibration, "calibrator", None), "probing", None)
+        probing = None if self.calibration is None else self.calibration.calibrator.probing
         return {"settings": self.store.wanted(), "who": self.store.who(),
                 "pin": None if pin is None else pin.as_dict(), "path": None if self.store.path is None
                 else str(self.store.path), "probe": probing}
@@ -231,18 +230,12 @@ class CommandHandler:
         return set(groups_touched(owned)) if owned else set()
 
     async def push_learned(self, values: dict[str, Any], provenance: str = "calibration") -> bool:
-        """THE way calibration publishes what it learned: settings the operator does not own, to the server.
-
-        Validated whole against the server's settings, sent like an operator's set (every rank takes
-        them at one step boundary), read back as ours; kept in the desired state's learned layer, below
-        the operator's, so a restarted server or supervisor starts from it.
-        """
-        values = {k: v for k, v in values.items() if k not in self.operator_keys}
-        if not await self._push_own(values):
+        """The calibration loop's publish (runtime/supervisor/calibrate.py): :meth:`learned`, with a refusal
+        or nothing to send read as False, so the loop keeps learning."""
+        try:
+            return bool(await self.learned(values, provenance))
+        except (CommandError, SettingsError):
             return False
-        with contextlib.suppress(SettingsError):
-            self.store.learned(values, provenance)
-        return True
 
     async def push_probe(self, mode: str) -> bool:
         """A calibration probe: force ``on``/``off`` for a few steps, ``auto`` to end it (not kept)."""
@@ -251,30 +244,31 @@ class CommandHandler:
         return await self._push_own({"mode": mode})
 
     async def _push_own(self, values: dict[str, Any]) -> bool:
-        client = self.sup.server_client
-        if not values or client is None:
+        """A change of calibration's own (a probe), sent like any other, not kept: False where it could not be."""
+        if not values:
             return False
         try:
-            new = self._current().with_changes(values)
-            self.sup.expect_settings(new.as_dict())
-            answers = await client.set_internal_state(new.to_wire(values.keys()))
-        except (CommandError, SettingsError, ServerUnreachable):
+            await self._apply(values, journal=False)
+        except CommandError:
             return False
-        return bool(answers) and all(answers)
+        return True
 
     async def learned(self, values: Mapping[str, Any], provenance: str) -> dict[str, Any]:
-        """A calibration's values, kept below the operator's (desired.Desired.learned) and sent where no
-        operator-set key overrides them. Returns what was sent ({} when people chose every key). Raises
-        SettingsError for values that are not settings, CommandError where the server refuses them."""
-        async with self._lock:
-            send = self.store.learned(values, provenance)
-            mine = set(self.store.state.chosen) | ({"mode", "steps"} if self.store.pin is not None else set())
-            send = {k: v for k, v in send.items() if k not in mine}
-            if not send:
-                return {}
-            self._uid = None
-            await self._apply(send, journal=False)  # journaled as settings_learned
-            return send
+        """THE way calibration's values reach the server: the settings no one owns (the config file's [policy],
+        an operator's or an adopted change, a pin) are sent whole and then kept in the desired state's learned
+        layer, below the operator's, so a restarted server or supervisor starts from them. Returns what was
+        sent ({} when people own every key). Raises SettingsError for values that are not settings,
+        CommandError where the server refuses them (nothing is kept then).
+
+        Takes no lock: the calibration loop calls it from the poll that a command holding the lock waits for.
+        """
+        check_fields(dict(values))
+        send = {k: v for k, v in values.items() if k not in self.operator_keys}
+        if not send:
+            return {}
+        await self._apply(send, journal=False)
+        self.store.learned(send, provenance)  # journaled as settings_learned
+        return send
 
     async def _reset(self) -> dict[str, Any]:
         """``specctl set --reset``: every setting an operator chose (or that was adopted from elsewhere) and a
