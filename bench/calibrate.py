@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--level-s", type=float, default=60.0)
     ap.add_argument("--window-s", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--step-noise", type=float, default=0.0,
+                    help="scatter of step times (lognormal sigma; a GPU's meter reads 0.05-0.3)")
     ap.add_argument("--csv", help="also write the rows here")
     args = ap.parse_args(argv)
     if not 0 < args.window_s <= args.level_s:
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.preset or list(PRESETS):
         build, levels = PRESETS[name]
         schedule = [Level(c, args.level_s, args.level_s - args.window_s) for c in levels]
-        runs = {s: run_schedule(build(), schedule, s, seed=args.seed) for s in SERVERS}  # type: ignore[arg-type]
+        runs = {s: run_schedule(build(), schedule, s, seed=args.seed, step_noise=args.step_noise)
+                for s in SERVERS}  # type: ignore[arg-type]
         cal = runs["calibrated"]
         print(f"\n{name}: {args.level_s:g} s a level, tok/s over its last {args.window_s:g} s; probes "
               f"{cal.probe_steps} of {cal.steps} steps ({100 * cal.probe_share:.2f} %), "

@@ -55,18 +55,22 @@ def test_calibrated_auto_serves_the_better_state_on_the_moe_without_a_row() -> N
 def test_probes_take_under_two_percent_of_steps_on_a_stepping_load() -> None:
     run = runs("moe-flashinfer", STEP_LOAD)["calibrated"]
     assert run.probes >= 1 and run.probe_share < 0.02, (run.probe_steps, run.steps)
-    assert run.probe_steps <= cal.PROBE_SHARE * run.steps + cal.PROBE_CREDIT + cal.PROBE_STEPS
+    # the cap is on what probes can cost (each step charged the most it can lose, at least PROBE_COST_MIN),
+    # so it holds the steps to the cap over PROBE_COST_MIN; one probe may overrun it by its own steps
+    assert run.probe_cost <= cal.PROBE_SHARE * run.steps + cal.PROBE_CREDIT + cal.PROBE_STEPS
+    assert run.probe_steps <= (cal.PROBE_SHARE * run.steps + cal.PROBE_CREDIT) / cal.PROBE_COST_MIN + cal.PROBE_STEPS
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset,levels", [("rtx-topk1", STEP_LOAD), ("unknown-gpu", (1, 4, 16, 64, 192, 4, 192))])
 def test_calibrated_auto_serves_the_better_state_without_a_row(preset: str, levels: tuple[int, ...]) -> None:
-    """>= 0.97 from a level's second visit; a first visit pays for its probes (>= 0.9): on the report's system
-    a 32-step probe of drafting at 192 requests runs 8 s at 0.72 of off, inside that level's 30 s window."""
+    """>= 0.97 from a level's second visit; a first visit pays for its probes (>= 0.85): on the report's system
+    a 32-step probe of drafting at 192 requests runs 8 s at 0.72 of off, and the bucket takes about three
+    (the acceptance of a topk-1 chain scatters), inside that level's 30 s window."""
     got = shares(preset, levels)
     first = set(levels)
     for c, share in got:
-        assert share >= (0.9 if c in first else 0.97), got
+        assert share >= (0.85 if c in first else 0.97), got
         first.discard(c)
     run = runs(preset, levels)["calibrated"]
     assert run.probe_share < 0.02, (run.probe_steps, run.steps)
@@ -123,7 +127,54 @@ def test_break_even_is_the_step_time_ratio_less_one() -> None:
     assert by[192].breakeven == pytest.approx(80 / 30 - 1) and by[192].verdict == "off"
     # off_at stays: 32 already keeps both calls; the floor goes under 4's break-even by SLACK
     assert "off_at" not in fit.settings
-    assert fit.settings["min_accept"] == pytest.approx(0.2 - cal.SLACK, abs=0.01)
+    # ... by SLACK under its upper bound, which a call of "on" keeps under the acceptance
+    assert fit.settings["min_accept"] == pytest.approx(0.2 + cal.Z * by[4].ratio_sd - cal.SLACK, abs=0.01)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_request_on_a_cold_server_with_gpu_scatter_is_called_within_two_seconds(seed: int) -> None:
+    """The H200's failure at one request: the default floor (1.3 accepted drafts at accept length 2.4) turned
+    drafting off within the first second, leaving too few steps of it for a precise break-even, and no probe
+    asked for more; auto stayed off, 0.79 of forced on. With the step times scattered as the GPU's meter read
+    them (0.3), calibrated auto reads >= 0.97 of forced on over 2-8 s after a cold start."""
+    schedule = [Level(1, 8.0, 2.0)]
+    got = {s: run_schedule(moe_flashinfer(), schedule, s, seed=seed, step_noise=0.3) for s in ("on", "calibrated")}
+    assert got["calibrated"].levels[0].tok_s >= 0.97 * got["on"].levels[0].tok_s, got
+    assert got["calibrated"].publishes and got["calibrated"].publishes[0][0] <= 2.0, got["calibrated"].publishes
+
+
+def test_a_called_bucket_too_loose_for_the_floor_is_probed_for_precision() -> None:
+    """Called on, but the break-even's interval is wider than FLOOR_PRECISION: probe the scarce state."""
+    c = Calibrator()
+    c.observe(spec(0, {}))
+    meter = {"1": {"3": cell(40, 0.0085, 0.005, 40, 1.8), "0": cell(2000, 0.0045, 0.0013)}}
+    plan = c.observe(spec(2040, meter, depth=0))
+    fit = c.fit(spec(2040, meter)["settings"])
+    (row,) = fit.buckets
+    assert row.verdict == "on" and cal.Z * row.ratio_sd > cal.FLOOR_PRECISION, row
+    assert not plan.publish and plan.probe == "on" and plan.probe_bucket == 1
+
+
+def test_a_ramp_bucket_does_not_pull_the_floor_down() -> None:
+    """A bucket the batch only passes through is timed on prefill-heavy steps (ratio near 1): no floor point."""
+    c = Calibrator()
+    c.observe(spec(0, {}))
+    meter = {"4": {"3": cell(2000, 0.013, 0.0005, 2000, 1.4), "0": cell(2000, 0.007, 0.0003)},
+             "12": {"3": cell(30, 0.085, 0.001, 30, 1.4), "0": cell(30, 0.075, 0.001)}}
+    c.read(spec(4000, meter))
+    fit = c.fit(spec(4000, meter)["settings"])
+    by = {bf.bucket: bf for bf in fit.buckets}
+    assert by[12].verdict == "on" and by[12].breakeven < 0.2
+    assert fit.settings["min_accept"] > 0.6  # from bucket 4 alone (break-even ~0.86), not ~0 from bucket 12
+
+
+def test_the_floor_line_never_rises_over_its_highest_point_under_off_at() -> None:
+    points = [cal.BucketFit(b, 5000, 5000, t_on, t_off, t_on / t_off, 0.005, t_on / t_off - 1, 2.4 / (t_on / t_off),
+                            "on") for b, t_on, t_off in ((1, 8.0, 4.5), (4, 13.0, 6.5))]
+    far = cal.BucketFit(128, 0, 40, None, 30.0, None, None, None, None, "unmeasured")  # run there, off only
+    out = Calibrator._floor((*points, far), off_at=256.0, steps=3, settings={})
+    top = max(p.breakeven + cal.Z * 0.005 - cal.SLACK for p in points)
+    assert out["min_accept"] + out["accept_slope"] * 191 <= top + 0.01, out  # 191: bucket 128's upper end
 
 
 def test_a_bucket_too_noisy_to_call_keeps_the_current_state() -> None:

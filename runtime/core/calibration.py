@@ -53,9 +53,16 @@ PROBE_MAX_S = 5.0
 # A bucket still close after this many steps of the probed state is not probed again: either state
 # serves it within the noise.
 PROBE_UNTIL = 128
-# Share of all steps that probes may take, beyond a start-up credit of two probes (one of each state).
+# Probes may cost this share of all steps' throughput, beyond a start-up credit of two full probes. A
+# probe step is charged what it can lose at most: a whole step where the bucket has no call (nothing says
+# the probed state is not useless there), and where the bucket is close the worst the gain's interval
+# allows (a close bucket's probe costs a few per cent a step, so the several it needs come quickly: a
+# 12 % gain at a step-time scatter of 0.3 needs about 100 steps of each state to call). Never below
+# PROBE_COST_MIN a step: a switch is not free (a cold first verify, a graph change), and a lower charge
+# let a load stepping between 4 and 192 requests spend over 2 % of its steps in probes in the simulator.
 PROBE_SHARE = 0.01
 PROBE_CREDIT = 2 * PROBE_STEPS
+PROBE_COST_MIN = 0.3
 # Steps a cell weighs at most: older readings fade (each new step past this scales the old ones
 # down), so the table follows a server whose costs drift (context lengths, traffic).
 CELL_WEIGHT = 4096
@@ -67,8 +74,16 @@ ACCEPT_STALE_STEPS = 20_000
 # request scatters by about 0.1 (runtime/core/thresholds.py), and a dip under the floor costs
 # probe_after steps off; 0.15 keeps such dips rare where drafting pays by little.
 SLACK = 0.15
-# A bucket's break-even enters the floor only when known this well (Z standard errors, accepted draft tokens).
-FLOOR_PRECISION = 0.2
+# The floor's line goes under the points that hold all but this share of the called buckets' steps: a
+# bucket the batch passes through while a load ramps is timed on prefill-heavy steps (on the H200 buckets
+# 3, 12 and 48 ran 75-100 ms steps between 4-21 ms neighbours, 3 % of the steps), whose ratio near 1 says
+# nothing of decoding there and would pull a line under every point down to nothing.
+FLOOR_TRIM = 0.05
+# A bucket's break-even enters the floor by its upper bound (break-even + Z standard errors), and only
+# where that bound is this close to it (accepted draft tokens): wider and one wild ratio would set the
+# floor. A called bucket short of it is probed for precision (see PROBE_UNTIL), where the floor matters
+# most: a server a too-high default floor has just turned off keeps few steps of the state it needs.
+FLOOR_PRECISION = 0.5
 # Publish a floor change only where the floor moves this much at some measured bucket.
 FLOOR_STEP = 0.05
 # Steps between two publishes of learned thresholds: the calibration's own dwell.
@@ -158,6 +173,15 @@ class BucketFit:
     breakeven: float | None  # accepted draft tokens a verify at which on and off serve the same tok/s
     gain: float | None  # on's tok/s over off's at the current acceptance
     verdict: str  # "on", "off", "close" (within the noise) or "unmeasured"
+    gain_lo: float = 0.0  # the gain's interval, Z standard errors each side
+    gain_hi: float = math.inf
+
+    def probe_cost(self, state: str) -> float:
+        """The most a step of ``state`` can lose against the other state here (a share of a step)."""
+        if self.verdict == "unmeasured":
+            return 1.0
+        worst = 1.0 - self.gain_lo if state == "on" else 1.0 - 1.0 / self.gain_hi
+        return min(1.0, max(PROBE_COST_MIN, worst))
 
     def as_dict(self) -> dict[str, Any]:
         return {"bucket": self.bucket, "steps_on": self.steps_on, "steps_off": self.steps_off,
@@ -205,8 +229,9 @@ class Calibrator:
         self._first_step: int | None = None
         self._last_step = 0
         self._last_publish: int | None = None
-        self._probe: tuple[str, int, int] | None = None  # (state, bucket, start step)
+        self._probe: tuple[str, int, int, float] | None = None  # (state, bucket, start step, cost a step)
         self.probe_steps = 0
+        self.probe_cost = 0.0  # probe steps charged by what each could lose (PROBE_SHARE)
         self.probes = 0
         self._last_verify_step = 0
         self.learned: dict[str, float] = {}
@@ -278,6 +303,7 @@ class Calibrator:
         on, off = self.cells.get((b, steps), Cell()), self.cells.get((b, 0), Cell())
         t_on, t_off = on.mean_t() or None, off.mean_t() or None
         ratio = ratio_sd = breakeven = gain = None
+        lo, hi = 0.0, math.inf
         verdict = "unmeasured"
         if t_on and t_off and on.steps >= MIN_STEPS and off.steps >= MIN_STEPS:
             ratio = t_on / t_off
@@ -292,7 +318,7 @@ class Calibrator:
                 hi = (1.0 + a + Z * sd_a) / hi_den if hi_den > 0 else math.inf
                 verdict = "on" if lo > 1.0 else "off" if hi < 1.0 else "close"
         return BucketFit(b, int(on.steps), int(off.steps), t_on and t_on * 1e3, t_off and t_off * 1e3,
-                         ratio, ratio_sd, breakeven, gain, verdict)
+                         ratio, ratio_sd, breakeven, gain, verdict, max(0.0, lo), hi)
 
     @staticmethod
     def _load_pair(buckets: tuple[BucketFit, ...], settings: Mapping[str, Any]) -> dict[str, float]:
@@ -318,31 +344,39 @@ class Calibrator:
     @staticmethod
     def _floor(buckets: tuple[BucketFit, ...], off_at: float, steps: int,
                settings: Mapping[str, Any]) -> dict[str, float]:
-        """A line SLACK under the break-even of every bucket below off_at where drafting pays, known to FLOOR_PRECISION.
+        """A line SLACK under the break-even's upper bound at the buckets below off_at where drafting pays.
 
         Only those: a close bucket keeps the state it has (a floor moved under its acceptance would
-        turn drafting on there), and an imprecise break-even would move the floor on noise.
+        turn drafting on there). The upper bound, not the estimate: a call of "on" puts the acceptance
+        above it, so the floor never stands over what the readings say drafting needs, and it comes
+        down as they firm up; a loose break-even (beyond FLOOR_PRECISION) gives no point at all. The
+        slope is fitted by steps and the line goes under all points but those few-step ones FLOOR_TRIM
+        leaves out, and nowhere the server has run under off_at above the highest point: a slope fitted
+        over small buckets and carried to larger ones would put the floor over their acceptance.
         """
-        points = [(float(min(bucket_upper(bf.bucket), off_at)), bf.breakeven - SLACK)
-                  for bf in buckets if bf.breakeven is not None and bf.bucket < off_at and bf.verdict == "on"
-                  and Z * (bf.ratio_sd or math.inf) <= FLOOR_PRECISION]
+        points = [(float(min(bucket_upper(bf.bucket), off_at)), bf.breakeven + Z * bf.ratio_sd - SLACK,
+                   float(bf.steps_on + bf.steps_off))
+                  for bf in buckets if bf.breakeven is not None and bf.ratio_sd is not None
+                  and bf.bucket < off_at and bf.verdict == "on" and Z * bf.ratio_sd <= FLOOR_PRECISION]
         if not points:
             return {}
-        slope = 0.0
-        if len(points) > 1:
-            mx = sum(x for x, _ in points) / len(points)
-            my = sum(y for _, y in points) / len(points)
-            sxx = sum((x - mx) ** 2 for x, _ in points)
-            slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+        trim = FLOOR_TRIM * sum(bf.steps_on + bf.steps_off for bf in buckets if bf.verdict in ("on", "off"))
+        weight = sum(n for _, _, n in points)
+        mx = sum(x * n for x, _, n in points) / weight
+        my = sum(y * n for _, y, n in points) / weight
+        sxx = sum(n * (x - mx) ** 2 for x, _, n in points)
+        slope = sum(n * (x - mx) * (y - my) for x, y, n in points) / sxx if sxx else 0.0
         slope = min(1.0, max(0.0, slope))
-        base = min(y - slope * x for x, y in points)
+        reach = min(off_at, float(bucket_upper(max(bf.bucket for bf in buckets))))
+        top = max(y for _, y, _ in points)
+        base = _trimmed_min([(y - slope * x, n) for x, y, n in points], trim, top - slope * reach)
         if base < 0:
-            slope, base = 0.0, min(y for _, y in points)
+            slope, base = 0.0, _trimmed_min([(y, n) for _, y, n in points], trim, top)
         base = min(float(steps), max(0.0, base))
         new = {"min_accept": round(base, 2), "accept_slope": round(slope, 4)}
         old_m = float(settings.get("min_accept", 0.0))
         old_s = float(settings.get("accept_slope", 0.0))
-        moved = max(abs((new["min_accept"] + new["accept_slope"] * x) - (old_m + old_s * x)) for x, _ in points)
+        moved = max(abs((new["min_accept"] + new["accept_slope"] * x) - (old_m + old_s * x)) for x, _, _ in points)
         return new if moved >= FLOOR_STEP else {}
 
     # -- one reading: what to do -----------------------------------------------
@@ -354,10 +388,11 @@ class Calibrator:
         settings = spec.get("settings") if isinstance(spec.get("settings"), dict) else {}
         assert isinstance(settings, dict)
         if self._probe is not None:
-            state, b, start = self._probe
+            state, b, start, cost = self._probe
             if frozen or step - start >= PROBE_STEPS or step < start:
                 self._probe = None
                 self.probe_steps += max(0, step - start)
+                self.probe_cost += cost * max(0, step - start)
                 return Plan(probe="auto", probe_bucket=b)
             probed = self.cells.get((b, 0 if state == "off" else _steps(spec)), Cell()).mean_t() or 0.05
             return Plan(probe_s=round(min(PROBE_MAX_S, (PROBE_STEPS - (step - start)) * probed), 4))
@@ -378,9 +413,6 @@ class Calibrator:
         raw = spec.get("depth")
         depth = raw if isinstance(raw, int) else 0
         on_depth = _steps(spec)
-        budget = PROBE_SHARE * self.steps_seen + PROBE_CREDIT
-        if self.probe_steps + PROBE_STEPS > budget:
-            return Plan()
         want: str | None = None
         row = next((bf for bf in fit.buckets if bf.bucket == b), None)
         other = self.cells.get((b, 0 if depth else on_depth), Cell())
@@ -388,13 +420,16 @@ class Calibrator:
             return Plan()  # the state in use first: it gathers its readings by running, and prices the probe
         if row is None or row.verdict == "unmeasured":
             want = "off" if depth else "on"
-        elif row.verdict == "close" and other.steps < PROBE_UNTIL:
+        elif (row.verdict == "close" or _loose(row)) and other.steps < PROBE_UNTIL:
             want = "off" if depth else "on"
         elif not depth and step - self._last_verify_step >= ACCEPT_STALE_STEPS:
             want = "on"  # off for a long while: the traffic's acceptance may have moved
         if want is None:
             return Plan()
-        self._probe = (want, b, step)
+        cost = row.probe_cost(want) if row is not None else 1.0
+        if self.probe_cost + cost * PROBE_STEPS > PROBE_SHARE * self.steps_seen + PROBE_CREDIT:
+            return Plan()
+        self._probe = (want, b, step, cost)
         self.probes += 1
         guess = other.mean_t() or self.cells.get((b, depth), Cell()).mean_t() or 0.05
         return Plan(probe=want, probe_bucket=b, probe_s=round(min(PROBE_MAX_S, PROBE_STEPS * guess), 4))
@@ -403,11 +438,28 @@ class Calibrator:
         """The table, what was learned and from how many readings (``specctl calibration show``)."""
         fit = self.fit(settings or {}, owned) if settings is not None else None
         return {"learned": dict(self.learned), "publishes": self.publishes, "probes": self.probes,
-                "probe_steps": self.probe_steps, "steps_seen": self.steps_seen,
+                "probe_steps": self.probe_steps, "probe_cost": round(self.probe_cost, 1),
+                "steps_seen": self.steps_seen,
                 "probe_share": round(self.probe_steps / self.steps_seen, 5) if self.steps_seen else None,
                 "accept": None if fit is None else fit.accept,
                 "buckets": [] if fit is None else [bf.as_dict() for bf in fit.buckets],
                 "would_publish": None if fit is None else fit.settings}
+
+
+def _trimmed_min(values: list[tuple[float, float]], trim: float, bound: float) -> float:
+    """The least value once the lowest ones holding at most ``trim`` steps together are left out; at most ``bound``."""
+    dropped = 0.0
+    ordered = sorted(values)
+    for i, (value, steps) in enumerate(ordered):
+        if i == len(ordered) - 1 or dropped + steps > trim:
+            return min(value, bound)
+        dropped += steps
+    return bound
+
+
+def _loose(row: BucketFit) -> bool:
+    """A bucket called on whose break-even is too loose to set the floor by (FLOOR_PRECISION)."""
+    return row.verdict == "on" and Z * (row.ratio_sd if row.ratio_sd is not None else math.inf) > FLOOR_PRECISION
 
 
 def _on_at(off_at: int) -> int:

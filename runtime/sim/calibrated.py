@@ -49,6 +49,7 @@ class Run:
     levels: list[LevelResult] = field(default_factory=list)
     steps: int = 0
     probe_steps: int = 0
+    probe_cost: float = 0.0
     probes: int = 0
     publishes: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
@@ -60,18 +61,19 @@ class Run:
 
 def run_schedule(preset: Preset, schedule: Sequence[Level], server: Server, *, seed: int = 0,
                  settings: Mapping[str, Any] | None = None, poll_s: float = POLL_S,
-                 owned: Sequence[str] = ()) -> Run:
+                 owned: Sequence[str] = (), step_noise: float = 0.0) -> Run:
     """Closed-loop clients at each level's concurrency, one engine across the schedule.
 
     ``settings``: the policy's starting settings over the preset's (a measured row, an
-    operator's); ``owned``: the keys an operator set, which calibration leaves alone.
+    operator's); ``owned``: the keys an operator set, which calibration leaves alone;
+    ``step_noise``: the scatter of step times (SimEngine's), as a GPU's meter reads them.
     """
     changes = dict(settings or {})
     if server in ("on", "off"):
         changes["mode"] = server
     policy = SpecPolicy(preset.default_settings().with_changes(changes),
                         policy_costs(preset.params, preset.workload, ()))
-    engine = preset.engine(policy, seed=seed)
+    engine = preset.engine(policy, seed=seed, step_noise=step_noise)
     target = [0]
 
     def refill(_: Any = None) -> None:
@@ -106,7 +108,7 @@ def run_schedule(preset: Preset, schedule: Sequence[Level], server: Server, *, s
     run.steps = policy.step
     run.settings = policy.settings.as_dict()
     if calibrator is not None:
-        run.probe_steps, run.probes = calibrator.probe_steps, calibrator.probes
+        run.probe_steps, run.probe_cost, run.probes = calibrator.probe_steps, calibrator.probe_cost, calibrator.probes
     return run
 
 

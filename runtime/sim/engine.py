@@ -79,8 +79,13 @@ class SimEngine:
 
     def __init__(self, params: PerfParams, workload: Workload, *, policy: SpecPolicy | None,
                  accept_len: float, accept_steps: int, max_running: int, kv_pool_tokens: int,
-                 seed: int = 0, fast_off: bool = True, topk: int = 1, draft_tokens: int | None = None) -> None:
+                 seed: int = 0, fast_off: bool = True, topk: int = 1, draft_tokens: int | None = None,
+                 step_noise: float = 0.0) -> None:
         self.params = params
+        # a real GPU's step times scatter (launch jitter, prefills, clocks): each step's time is scaled by a
+        # lognormal factor of mean 1 and this sigma (0: the cost model's time exactly, the default)
+        self.step_noise = step_noise
+        self._noise_rng = random.Random(seed ^ 0x57E9)
         # the draft's shape: topk 1 drafts a chain; topk > 1 a tree of at most draft_tokens
         self.topk = topk
         self.draft_tokens = draft_tokens
@@ -171,6 +176,8 @@ class SimEngine:
         else:
             duration += self._plain_s(bs)
             tokens, finished = self._advance_plain()
+        if self.step_noise > 0:
+            duration *= self._noise_rng.lognormvariate(-self.step_noise ** 2 / 2, self.step_noise)
         self.now += duration
         self.busy_s += duration
         if self.policy is not None and self.held is None:

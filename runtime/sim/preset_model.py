@@ -75,12 +75,13 @@ class Preset:
         """Whether a GPU measurement backs this preset; one without (``measured`` empty) is a prediction."""
         return bool(self.measured)
 
-    def engine(self, policy: SpecPolicy | None, seed: int = 0, fast_off: bool = True) -> SimEngine:
+    def engine(self, policy: SpecPolicy | None, seed: int = 0, fast_off: bool = True,
+               step_noise: float = 0.0) -> SimEngine:
         """A fresh engine of this preset; ``policy`` None gives a server without speculation."""
         return SimEngine(self.params, self.workload, policy=policy, accept_len=self.accept_len,
                          accept_steps=self.steps, max_running=self.max_running,
                          kv_pool_tokens=self.kv_pool_tokens, seed=seed, fast_off=fast_off,
-                         topk=self.topk, draft_tokens=self.draft_tokens)
+                         topk=self.topk, draft_tokens=self.draft_tokens, step_noise=step_noise)
 
     def default_settings(self) -> PolicySettings:
         """Policy settings with this preset's draft steps."""
