@@ -3,6 +3,7 @@ and never over what the operator set."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,31 @@ def test_calibrate_is_refused_in_one_line_without_a_supervisor(tmp_path: Path) -
     out = subprocess.run([sys.executable, "-m", "specctl.console.cli.main", "calibration", "show",
                           "--socket", str(tmp_path / "none.sock")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 3, out.stderr
+
+
+@pytest.mark.bench
+def test_the_gpu_kits_calibration_switch_drives_a_real_supervisor(tmp_path: Path) -> None:
+    """bench/gpu/calib_switch.sh, as interleave.py calls it: row = the row alone (frozen), auto = calibrated."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    specctl = Path(sys.executable).parent / "specctl"
+    h = Headless(tmp_path, "--sim-preset", "h200-qwen3moe", "--sim-load", "steady:c=4", "--set", "calibrate=on")
+
+    def switch(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(root / "bench/gpu/calib_switch.sh"), mode, "--socket", str(h.socket)],
+                              capture_output=True, text=True, timeout=60, env={**os.environ, "SPECCTL": str(specctl)})
+
+    try:
+        h.wait_event("calibrated", ok=True)
+        assert switch("row").returncode == 0
+        assert "calibration off (frozen)" in h.cli("calibration", "show").stdout
+        assert h.status()["spec"]["mode"] == "auto"
+        assert switch("off").returncode == 0 and h.status()["spec"]["mode"] == "off"
+        assert switch("auto").returncode == 0
+        assert "calibration on" in h.cli("calibration", "show").stdout and h.status()["spec"]["mode"] == "auto"
+        bad = switch("sideways")
+        assert bad.returncode == 2 and "unknown mode 'sideways'" in bad.stderr
+    finally:
+        h.stop()

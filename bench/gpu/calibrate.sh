@@ -9,12 +9,15 @@
 # one unbroken load of fresh random prompts (no prefix-cache hits). Auto's first window at each load
 # therefore saw only what calibration learned from its own readings and probes there, and from the
 # loads before; forced windows feed the meter too (their steps are readings), as any traffic would.
+# The dense check (a row exists: Llama-8B shapes on Triton on an H200): MODEL=llama8b ATTN=triton
+# SWEEP_SWITCH=calib SWEEP_MODES="auto row on off": calibrated auto beside the row alone, same server.
 # After the phases, bench/gpu/calibration_journal.py prints what calibration did (events, last table)
 # into $OUT/calibration-TAG.txt.
 set -uo pipefail
 export MODEL=${MODEL:-qwen3moe} ATTN=${ATTN:-flashinfer} ACC_LEN=${ACC_LEN:-2.4} REQUIRE_ROW=0
 export SWEEP_MODES=${SWEEP_MODES:-auto on off} CONCS2=${CONCS2:-1 4 16 64 192} ROUNDS=${ROUNDS:-1}
-export WINDOW=${WINDOW:-6} AUTO_SETTLE=${AUTO_SETTLE:-2} TAG=${TAG:-calib-$ATTN}
+# AUTO_SETTLE: the stated time calibrated auto gets at each new load before its window (docs/calibration.md).
+export WINDOW=${WINDOW:-6} AUTO_SETTLE=${AUTO_SETTLE:-20} TAG=${TAG:-calib-$ATTN}
 export OUT=${OUT:-gpu-out}
 bash bench/gpu/step.sh "$@"
 rc=$?

@@ -282,11 +282,12 @@ def settle_s(mode: str, args: argparse.Namespace) -> float:
     Auto gets its own: after a forced-off window it resumes with an empty acceptance
     window (64 verifies), which on a slow server outlasts a short settle, so its
     window would show the resume rather than the state it settles in (a MoE at 128
-    requests verifies about 7 times a second: docs/benchmarks.md, "Eleventh sitting").
+    requests verifies about 7 times a second). Every mode but on and off is an auto
+    (calib_switch.sh's ``row``: auto with the thresholds row alone), so each gets it.
     """
     if mode == "-":
         return 0.0
-    if mode == "auto" and args.auto_settle is not None:
+    if mode not in ("on", "off") and args.auto_settle is not None:
         return args.auto_settle
     return args.settle
 

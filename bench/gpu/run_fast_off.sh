@@ -148,7 +148,8 @@
 #   AUTO_SETTLE (seconds after a switch to auto that no window measures; default the 1 s every switch gets: a
 #   slow server needs longer for auto's 64-verify acceptance window to fill after a resume, e.g. 10 on a MoE from 128)
 #   DEPTH_ROW (depthauto: 1 sets ATTN's thresholds row after the start, as the supervisor does; 0 keeps the defaults)
-#   SWEEP_MODES (sweep2's modes, default "on off auto") REQUIRE_ROW (sweep2: 1, the default, stops where
+#   SWEEP_SWITCH (sweep2: "calib" switches through calib_switch.sh, which adds the mode "row": auto with the
+#   thresholds row alone, calibration off and reset) SWEEP_MODES (sweep2's modes, default "on off auto") REQUIRE_ROW (sweep2: 1, the default, stops where
 #   ATTN has a measured thresholds row and the supervisor did not apply it; 0 runs on with the defaults) CG_BS (decode graph batch sizes; default: all to 256)
 #   PREFILL_GRAPHS (0: --disable-prefill-cuda-graph, the kit's default, for a shorter start-up; 1: SGLang's
 #   own default, breakable prefill CUDA graphs)
@@ -670,7 +671,9 @@ phase_sweep2() {  # the specctl server as an operator runs it: launched and stee
   supervisor_up sweep2 "$WORK/supervisor-sweep2-$TAG.log" "$journal" "$sock" || return 1
   if ! sweep2_thresholds "$journal"; then stop_server; return 1; fi
   python3 "$HERE/ctl.py" "$URL" state | cut -c1-400
-  interleave "specctl-$ATTN" "$ROUNDS" "$CONCS2" "$SWEEP_MODES" "$SITE/bin/specctl {verb} --socket $sock"
+  local switch="$SITE/bin/specctl {verb} --socket $sock"
+  [ "${SWEEP_SWITCH:-}" = calib ] && switch="SPECCTL=$SITE/bin/specctl bash $HERE/calib_switch.sh {mode} --socket $sock"
+  interleave "specctl-$ATTN" "$ROUNDS" "$CONCS2" "$SWEEP_MODES" "$switch"
   PATH=$SITE/bin:$PATH specctl auto --socket "$sock" >/dev/null
   journal_log "$journal" "$WORK/server-sweep2.log"
   server_facts sweep2
