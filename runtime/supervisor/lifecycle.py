@@ -39,6 +39,7 @@ from specctl.runtime.supervisor.gpu_feed import GpuFeed
 from specctl.runtime.supervisor.health import ServerHealth
 from specctl.runtime.supervisor.journal import Journal
 from specctl.runtime.supervisor.router_check import RouterCheck
+from specctl.runtime.supervisor.threshold_rows import adopt_backend_thresholds, note_row_in_effect
 
 log = logging.getLogger(__name__)
 RECENT = 200
@@ -85,7 +86,7 @@ class Supervisor:
         self._last_step_t: float | None = None  # unix time the step counter last moved
         self._shown_state: tuple[str, float] | None = None  # the server's state and since when (unix time)
 
-    # -- what the commands see (commands.SupervisorPort) --------------------
+    # -- what the commands see (port.SupervisorPort) ------------------------
     @property
     def state(self) -> str:
         return self.health.state
@@ -317,11 +318,13 @@ class Supervisor:
         real server would keep the defaults too: the report's operator reads it on their own preset.
         """
         if not self.backend.owns_process:  # someone else's launch line: said if it runs a row that does not fit
-            self.commands.note_row_in_effect(info, await self.gpus.names())
+            names = await self.gpus.names()
+            note_row_in_effect(self, self.desired.values(), info, names)
             return info
         if self.sim and spec_state(info) is None:  # view only: nothing to tune
             return info
-        if await self.commands.adopt_backend_thresholds(info, await self.gpus.names(), apply=not self.sim):
+        names = await self.gpus.names()
+        if await adopt_backend_thresholds(self, self.desired.values(), info, names, apply=not self.sim):
             return await client.server_info()
         return info
 
