@@ -2,8 +2,9 @@
 
 Every change is validated whole against the server's settings as last read, sent whole or
 not at all, and read back: an operator's command (commands.py, a subclass), calibration's
-learned values and probes (runtime/supervisor/calibrate.py calls :meth:`Steering.push_learned`
-and :meth:`Steering.push_probe`), and the desired state given back to a (re)started server.
+learned values and probes (the supervisor hands :meth:`Steering.push_learned` and
+:meth:`Steering.push_probe` to calibrate.py's loop), and the desired state given back to a
+(re)started server.
 What is sent for people is journaled as a ``settings`` event with who and from where.
 """
 
