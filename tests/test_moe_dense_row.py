@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from specctl.runtime.supervisor.commands import dense_row_on_moe
+from specctl.runtime.supervisor.threshold_rows import dense_row_on_moe
 
 from support.headless import Headless, wait_for
 from support.sglang_args import as_sim_flags, printed_settings

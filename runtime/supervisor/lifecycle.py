@@ -1,9 +1,9 @@
 """The supervisor: runs or attaches to a model server, samples it, journals, and obeys commands.
 
-Plain asyncio, one task polling at a fixed interval (the next poll is
-scheduled when the last one finished, so slow polls never pile up). Every
-record goes to the journal first and then to the hub, so the journal never
-drops anything while slow readers of the hub may.
+Plain asyncio, one task polling at a fixed interval (poll_loop.py); each poll
+(``Supervisor._tick``) watches the process, reads the server and publishes a
+sample. Every record goes to the journal first and then to the hub, so the
+journal never drops anything while slow readers of the hub may.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 
 from specctl.runtime.control.hub import Hub
 from specctl.runtime.core import records
-from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.probes.procs import ProcSampler, listening_pid
 from specctl.runtime.probes.server_info import (
     draft_topk,
@@ -38,7 +37,10 @@ from specctl.runtime.supervisor.edges import Once, ServerNotes, SwitchCursor
 from specctl.runtime.supervisor.gpu_feed import GpuFeed
 from specctl.runtime.supervisor.health import ServerHealth
 from specctl.runtime.supervisor.journal import Journal
+from specctl.runtime.supervisor.poll_loop import PollLoop
 from specctl.runtime.supervisor.router_check import RouterCheck
+from specctl.runtime.supervisor.settings_watch import SettingsWatch
+from specctl.runtime.supervisor.threshold_rows import adopt_backend_thresholds, note_row_in_effect
 
 log = logging.getLogger(__name__)
 RECENT = 200
@@ -57,10 +59,12 @@ class Supervisor:
         self.health = ServerHealth(config.restart_backoff)
         self.desired = Desired(config.desired_path, config.settings, self.emit)
         self.commands = CommandHandler(self, self.desired)
+        self._busy = asyncio.Lock()  # a poll and a server action never interleave
+        self._poller = PollLoop(config.interval, self._tick, self._busy)
         self.calibration = CalibrationLoop(
             self.commands.push_learned, self.commands.push_probe, self.emit,
             owned=lambda: self.commands.operator_keys, epoch=lambda: self.commands.operator_epoch,
-            wake=self._wake_in,
+            wake=self._poller.wake_in,
             enabled=config.calibrate if config.calibrate is not None else config.backend == "sglang")
         self.commands.calibration = self.calibration
         self._journal: Journal | None = None
@@ -69,23 +73,16 @@ class Supervisor:
         self.gpus = GpuFeed(config.gpu_source, self.emit)
         self._procs: ProcSampler | None = None
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-        self._busy = asyncio.Lock()  # a poll and a server action never interleave
-        self._polled = asyncio.Event()
-        self._polls_started = self._polls_done = 0
         self._started_at = 0.0
         self._announced = False  # supervisor_start said: only then is supervisor_stop
         # Said once per server start: its thresholds looked up; a slow "off", eager prefills, view only.
         self._thresholds_checked, self._notes = Once(), ServerNotes()
         self._router = RouterCheck()
         self._switches = SwitchCursor()
-        self._known_settings: dict[str, Any] | None = None  # the server's settings as last read
-        self._expected: deque[dict[str, Any] | None] = deque(maxlen=8)  # settings we sent, not yet read back
-        self._last_step: int | None = None  # the policy's step counter as last read: a drop is a restart
-        self._last_step_t: float | None = None  # unix time the step counter last moved
+        self._watch = SettingsWatch(self.desired)  # the server's settings as each poll reads them
         self._shown_state: tuple[str, float] | None = None  # the server's state and since when (unix time)
 
-    # -- what the commands see (commands.SupervisorPort) --------------------
+    # -- what the commands see (port.SupervisorPort) ------------------------
     @property
     def state(self) -> str:
         return self.health.state
@@ -126,7 +123,7 @@ class Supervisor:
         self.emit(records.event(records.SUPERVISOR_START, backend=self.config.backend, sim=self.sim))
         self.desired.restore()  # before the server: its first push is what was kept
         await self._start_backend()
-        self._task = asyncio.create_task(self._loop(), name="specctl-supervisor")
+        self._task = asyncio.create_task(self._poller.run(), name="specctl-supervisor")
 
     async def stop(self) -> None:
         """Stop sampling, the socket and every process we started; idempotent."""
@@ -215,47 +212,9 @@ class Supervisor:
         await self.poll_now()
 
     # -- sampling -----------------------------------------------------------
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            began = loop.time()
-            self._polls_started += 1
-            try:
-                async with self._busy:
-                    await self._tick()
-            except Exception:  # a bug in one poll must not end supervision
-                log.exception("poll failed")
-            self._polls_done = self._polls_started
-            polled, self._polled = self._polled, asyncio.Event()
-            polled.set()
-            wait = max(0.0, self.config.interval - (loop.time() - began))
-            # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancel that lands
-            # as the wake-up completes, and stop() would then wait for this task forever
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await self._wake.wait()
-            self._wake.clear()
-
-    def _wake_in(self, seconds: float) -> None:
-        """Poll again ``seconds`` from now at the latest (a calibration probe ends then)."""
-        if seconds < self.config.interval:
-            asyncio.get_running_loop().call_later(max(0.0, seconds), self._wake.set)
-
     async def poll_now(self, timeout: float = 5.0) -> None:
-        """Ask for a sample now and wait until one that *began* after this call is published.
-
-        A poll already in flight may have read the server before a change that
-        the caller just made, so it does not count.
-        """
-        wanted = self._polls_started + 1
-        self._wake.set()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self._polls_done < wanted and (left := deadline - loop.time()) > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):
-                    await self._polled.wait()
-            self._wake.set()  # the in-flight poll cleared the wake-up meant for the next one
+        """Ask for a sample now and wait until one that *began* after this call is published (poll_loop.py)."""
+        await self._poller.poll_now(timeout)
 
     async def _tick(self) -> None:
         await self._watch_process()
@@ -292,11 +251,11 @@ class Supervisor:
                 self.emit(said)
             self._emit_if(self._notes.off_state(spec))
             self._emit_if(self._notes.depth_costs(spec, self.backend.owns_process))
-            if self._restarted_unseen(spec):  # restarted between two polls (elsewhere): it gets the desired state
-                self._known_settings = None
+            if self._watch.restarted_unseen(spec):  # restarted between two polls (elsewhere): it gets the desired state
+                self._watch.known = None
                 await self.commands.push_desired()
             else:
-                self._note_external_change(spec)
+                self._watch.note_change(spec)
         try:
             await self.calibration.after_poll(spec, time.time())
         except Exception:  # a fault in calibration must not end supervision: it stops learning, the server runs on
@@ -317,11 +276,13 @@ class Supervisor:
         real server would keep the defaults too: the report's operator reads it on their own preset.
         """
         if not self.backend.owns_process:  # someone else's launch line: said if it runs a row that does not fit
-            self.commands.note_row_in_effect(info, await self.gpus.names())
+            names = await self.gpus.names()
+            note_row_in_effect(self, self.desired.values(), info, names)
             return info
         if self.sim and spec_state(info) is None:  # view only: nothing to tune
             return info
-        if await self.commands.adopt_backend_thresholds(info, await self.gpus.names(), apply=not self.sim):
+        names = await self.gpus.names()
+        if await adopt_backend_thresholds(self, self.desired.values(), info, names, apply=not self.sim):
             return await client.server_info()
         return info
 
@@ -345,45 +306,13 @@ class Supervisor:
             return
         self.emit(said)
         if self.health.state == "ready":  # give a (re)started server what operators asked for
-            self._known_settings = None  # its settings are learnt afresh, not taken for a change
-            self._last_step = None
+            self._watch.known = None  # its settings are learnt afresh, not taken for a change
+            self._watch.last_step = None
             await self.commands.push_desired()
 
     def expect_settings(self, settings: dict[str, Any]) -> None:
         """Settings the supervisor itself just gave the server: reading them back is no external change."""
-        self._expected.append(_normal_settings(settings))
-
-    def _restarted_unseen(self, spec: dict[str, Any]) -> bool:
-        """The policy's step counter went back: the server restarted between two polls, with its launch settings.
-
-        Those are no change anyone made: the desired state goes back to it, not the other way round.
-        """
-        step = spec.get("step")
-        if not isinstance(step, int):
-            return False
-        last, self._last_step = self._last_step, step
-        if last is None or step != last:
-            self._last_step_t = time.time()
-        return last is not None and step < last
-
-    def _note_external_change(self, spec: dict[str, Any]) -> None:
-        """Settings that changed without us (someone POSTed /set_internal_state with the admin key: another
-        supervisor, ``specctl fleet``, a curl) become the desired state, journaled ``settings_adopted``,
-        so that no restart undoes them."""
-        settings = _normal_settings(spec.get("settings"))
-        if settings is None:
-            return
-        known, self._known_settings = self._known_settings, settings
-        self.desired.saw(settings, spec.get("step"))
-        if known is None or settings == known:
-            return
-        if settings in self._expected:
-            self._expected.clear()
-            return
-        changes = {k: v for k, v in settings.items() if known.get(k) != v}
-        if self.desired.pin is not None and {"mode", "steps"} & set(changes):
-            changes["steps"] = settings["steps"]  # the pin ends: what the server runs now is what is wanted
-        self.desired.adopt(changes, settings)
+        self._watch.expect(settings)
 
     async def _note_simulator(self, info: dict[str, Any] | None) -> None:
         """An attached server that is specctl's simulator (its /server_info says so): from then on every sample
@@ -426,7 +355,7 @@ class Supervisor:
             # a stopped or exited server has no process: its old pid could be anyone's by now
             "pid": None if self.state in ("stopped", "restarting") else self.backend.pid,
             "restarts": self.health.restarts, "error": self.health.error,
-            "since": self._state_since(), "last_step_t": self._last_step_t,
+            "since": self._state_since(), "last_step_t": self._watch.last_step_t,
             "progress": self._progress(uptime),
             "uptime_s": uptime,
         }
@@ -443,16 +372,6 @@ class Supervisor:
         if self.state != "starting" or progress is None:
             return None
         return {**progress, "elapsed_s": uptime}
-
-
-def _normal_settings(settings: Any) -> dict[str, Any] | None:
-    """Settings compared by value (48 and 48.0 alike), through the policy's own parsing; None if unusable."""
-    if not isinstance(settings, dict):
-        return None
-    try:
-        return PolicySettings().with_changes(settings).as_dict()
-    except SettingsError:
-        return None
 
 
 def _field(metrics: Any, name: str) -> float | None:
