@@ -47,7 +47,8 @@ OPENAI = st.fixed_dictionaries({}, optional={
 def test_openai_bodies_are_jobs_or_client_errors(body: dict[str, Any], chat: bool) -> None:
     """Whatever a client sends to /v1/completions or /v1/chat/completions is read into jobs or refused with
     a client error (400), never an exception that would be a 500."""
-    from specctl.runtime.sim.api import ApiError, _Api
+    from specctl.runtime.sim.api import _Api
+    from specctl.runtime.sim.openai_request import ApiError
 
     api = _Api(_server())
     try:
