@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from specctl.runtime.sim.generate import BadRequest, parse_generate
 from specctl.runtime.sim.load import parse_load
 from specctl.runtime.sim.presets import get_preset
-from specctl.runtime.sim.server import SimConfig, SimServer
+from specctl.runtime.sim.server import SimServer
+from specctl.runtime.sim.server_config import SimConfig
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from specctl.runtime.sim import readouts
 from specctl.runtime.sim.generate import MAX_BATCH, MAX_TOP_LOGPROBS, BadRequest, Job
 from specctl.runtime.sim.openai_answer import Choice, choice_logprobs, echo_text, finish_reason, note, token_usage
 from specctl.runtime.sim.openai_request import (
@@ -89,7 +90,7 @@ class _Api:
         })
 
     async def server_info(self, _: web.Request) -> web.Response:
-        return web.json_response(self.server.server_info())
+        return web.json_response(readouts.server_info(self.server))
 
     # -- OpenAI-compatible generation -----------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:

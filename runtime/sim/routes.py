@@ -3,7 +3,7 @@
 Every failure is a JSON answer (client errors 4xx, anything unexpected a 500
 without a traceback), as a tool that parses SGLang's errors expects. The
 handlers only read the server or queue work into it (server.py holds the
-engine and its pacing); api.py and admin.py add the OpenAI-compatible and the
+engine, pacing.py paces it); api.py and admin.py add the OpenAI-compatible and the
 KV-pool endpoints.
 """
 
@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from specctl.runtime.sim import admin, api
+from specctl.runtime.sim import admin, api, readouts
 from specctl.runtime.sim.body import read_json
 from specctl.runtime.sim.generate import BadRequest, Job, client_rid, generate_answer, parse_generate, split_batch
 from specctl.runtime.sim.load import parse_load
@@ -132,10 +132,10 @@ def build_app(server: SimServer) -> web.Application:
         return web.Response(status=200)
 
     async def server_info(_: web.Request) -> web.Response:
-        return web.json_response(server.server_info())
+        return web.json_response(readouts.server_info(server))
 
     async def get_internal_state(_: web.Request) -> web.Response:
-        return web.json_response([server.internal_state()])
+        return web.json_response([readouts.internal_state(server)])
 
     async def set_internal_state(request: web.Request) -> web.Response:
         return web.json_response(server.set_internal_state(await _json_body(request)))
