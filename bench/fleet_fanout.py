@@ -3,8 +3,10 @@ the cost per server (the slope of a least-squares line, for a 500-server project
 command with 8 of 64 servers dead or misconfigured (still one timeout), and the fleet console's CPU
 (``specctl tui --router URL``, 64 servers, in a pty the way bench/console_cpu.py measures a console).
 
-The servers are the simulator's real HTTP app (runtime/sim: SimServer + its routes), many in one
-process, each on its own loopback port with its own admin key guard, so 64 fit a 2-core machine.
+The servers are the product's own ``specctl sim --replicas N``: N simulated SGLang servers in one
+process, each on its own free loopback port (read from its ``--port-file``), the control endpoints
+behind ``--admin-key-file``, so 64 fit a 2-core machine. Every process the bench starts (the
+simulators, the router, the console) is stopped with its children at the end, on an error or on SIGTERM.
 The router is ``sglang-router`` from PyPI (HF_ENDPOINT at a closed loopback port). Each figure is the
 median of ``--repeat`` runs of the real CLI in a fresh process; ``fan-out`` is the command's own
 ``wall_s`` (inventory, read every worker, check, send), ``process`` adds the interpreter's start.
@@ -15,7 +17,7 @@ median of ``--repeat`` runs of the real CLI in a fresh process; ``fan-out`` is t
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -33,60 +35,30 @@ KEY = "bench-fleet-key"
 TIMEOUT_S = 2.0
 
 
-# -- the host: N simulated servers in one process -------------------------------------------------------
-async def serve(count: int, port_file: Path) -> None:
-    """N simulator apps on N ports; ``POST /bench/hang`` makes one stop answering (a hung server)."""
-    from aiohttp import web
-
-    from specctl.runtime.sim.__main__ import admin_guard, config_from_args
-    from specctl.runtime.sim.routes import build_app
-    from specctl.runtime.sim.server import SimServer
-
-    @web.middleware
-    async def hang(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path == "/bench/hang":
-            request.app["hung"] = True
-            return web.Response(text="hung")
-        if request.app.get("hung"):
-            await asyncio.sleep(3600)
-        return await handler(request)
-
-    runners, servers, urls = [], [], []
-    for _ in range(count):
-        _, cfg = config_from_args(["--load", "idle"])
-        server = SimServer(cfg)
-        app = build_app(server)
-        app.middlewares.insert(0, admin_guard(KEY))
-        app.middlewares.insert(0, hang)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0, shutdown_timeout=0.1).start()
-        await server.start()
-        runners.append(runner)
-        servers.append(server)
-        urls.append(f"http://127.0.0.1:{runner.addresses[0][1]}")
-    tmp = port_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(urls))
-    os.replace(tmp, port_file)
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    await stop.wait()
-    for server, runner in zip(servers, runners):
-        await server.stop()
-        await runner.cleanup()
-
-
-def start_host(count: int, tmp: Path) -> tuple[subprocess.Popen[bytes], list[str]]:
-    port_file = tmp / f"host-{count}-{time.monotonic_ns()}.json"
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(count), "--port-file", str(port_file)],
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+# -- the fleet: `specctl sim --replicas N`, one process -------------------------------------------------
+def start_fleet(stack: contextlib.ExitStack, count: int, tmp: Path) -> tuple[subprocess.Popen[bytes], list[str]]:
+    """``specctl sim --replicas COUNT`` on free loopback ports, the control endpoints behind the admin key:
+    the process (stopped when ``stack`` closes) and its servers' URLs (from its --port-file, one port a line,
+    written once all listen)."""
+    key = tmp / "sim.key"
+    key.write_text(KEY + "\n")
+    name = f"sim-{count}-{time.monotonic_ns()}"
+    port_file, log_path = tmp / f"{name}.ports", tmp / f"{name}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([*CLI, "sim", "--replicas", str(count), "--host", "127.0.0.1", "--port", "0",
+                                 "--port-file", str(port_file), "--admin-key-file", str(key)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    stack.callback(stop, proc)
     deadline = time.monotonic() + 300
     while not port_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("the simulated fleet did not start")
+            said = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["nothing"]
+            raise SystemExit(f"specctl sim --replicas {count} did not start: {said[0]}")
         time.sleep(0.1)
-    return proc, json.loads(port_file.read_text())
+    ports = [int(line) for line in port_file.read_text().split()]
+    if len(ports) != count:
+        raise SystemExit(f"specctl sim --replicas {count} listed {len(ports)} ports")
+    return proc, [f"http://127.0.0.1:{port}" for port in ports]
 
 
 def free_port() -> int:
@@ -97,15 +69,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_router(urls: list[str], tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_router(stack: contextlib.ExitStack, urls: list[str], tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """The real router in front of ``urls``, stopped when ``stack`` closes; its URL once it lists them all."""
     port = free_port()
     env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9"}
-    log = (tmp / f"router-{port}.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-                             "--port", str(port), "--prometheus-host", "127.0.0.1", "--prometheus-port",
-                             str(free_port()), "--log-level", "warn", "--worker-startup-check-interval", "1",
-                             "--health-check-interval-secs", "1", "--worker-urls", *urls],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    with (tmp / f"router-{port}.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+                                 "--port", str(port), "--prometheus-host", "127.0.0.1", "--prometheus-port",
+                                 str(free_port()), "--log-level", "warn", "--worker-startup-check-interval", "1",
+                                 "--health-check-interval-secs", "1", "--worker-urls", *urls],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    stack.callback(stop, proc)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while len(listed(url)) < len(urls):
@@ -127,11 +101,17 @@ def listed(router: str, healthy: bool = True) -> list[str]:
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the process and its children (its session; SIGCONT wakes a stopped one to take it), SIGKILL
+    after 30 s. Once it has exited, nothing more is sent."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, signal.SIGCONT)
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        os.killpg(proc.pid, signal.SIGKILL)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
@@ -147,11 +127,11 @@ def fleet(*args: str) -> tuple[dict[str, Any], float]:
 # -- the figures ------------------------------------------------------------------------------------------
 def fanout(sizes: list[int], repeat: int, tmp: Path, keys: Path) -> list[dict[str, Any]]:
     rows = []
-    host, urls = start_host(max(sizes), tmp)
-    try:
+    with contextlib.ExitStack() as stack:
+        _, urls = start_fleet(stack, max(sizes), tmp)
         for n in sizes:
-            router, url = start_router(urls[:n], tmp)
-            try:
+            with contextlib.ExitStack() as inner:
+                _, url = start_router(inner, urls[:n], tmp)
                 runs = []
                 for i in range(repeat):
                     answer, wall = fleet("force-off" if i % 2 == 0 else "auto", "--router", url,
@@ -160,34 +140,24 @@ def fanout(sizes: list[int], repeat: int, tmp: Path, keys: Path) -> list[dict[st
                     runs.append((answer["wall_s"], wall))
                 rows.append({"servers": n, "fanout_s": statistics.median(r[0] for r in runs),
                              "process_s": statistics.median(r[1] for r in runs)})
-            finally:
-                stop(router)
-    finally:
-        stop(host)
     return rows
 
 
 def with_failures(tmp: Path, keys: Path) -> dict[str, Any]:
     """64 servers: 62 behind the router, then 2 of them killed, 2 hung, 2 with a wrong key; and 2 expected
-    but never listed (missing)."""
-    import urllib.request
-
-    host, urls = start_host(64, tmp)
-    dead_host, dead = start_host(2, tmp)
-    try:
-        router, url = start_router(urls[:60] + dead, tmp)
-        try:
-            for u in urls[58:60]:  # hung: accepts, never answers
-                urllib.request.urlopen(urllib.request.Request(f"{u}/bench/hang", method="POST"), timeout=5)
-            stop(dead_host)  # killed: connection refused; the router still lists them
-            wrong = tmp / "wrong.keys"
-            wrong.write_text(f"* {KEY}\n" + "".join(f"{u} not-the-key\n" for u in urls[56:58]))
-            answer, wall = fleet("force-off", "--router", url, "--admin-key-file", str(wrong),
-                                 "--expect", ",".join(urls[60:62]))
-        finally:
-            stop(router)
-    finally:
-        stop(host)
+    but never listed (missing). Hung: their ``specctl sim`` stopped with SIGSTOP (the kernel still accepts a
+    connection, nothing answers); killed: their ``specctl sim`` gone (refused; the router still lists them)."""
+    with contextlib.ExitStack() as stack:
+        _, urls = start_fleet(stack, 60, tmp)
+        hung_sim, hung = start_fleet(stack, 2, tmp)
+        dead_sim, dead = start_fleet(stack, 2, tmp)
+        _, url = start_router(stack, urls[:58] + hung + dead, tmp)
+        os.killpg(hung_sim.pid, signal.SIGSTOP)
+        stop(dead_sim)
+        wrong = tmp / "wrong.keys"
+        wrong.write_text(f"* {KEY}\n" + "".join(f"{u} not-the-key\n" for u in urls[56:58]))
+        answer, wall = fleet("force-off", "--router", url, "--admin-key-file", str(wrong),
+                             "--expect", ",".join(urls[58:60]))
     return {"workers": len(answer["workers"]), "summary": answer["summary"], "fanout_s": answer["wall_s"],
             "process_s": wall}
 
@@ -197,23 +167,16 @@ def console_cpu(seconds: float, tmp: Path, keys: Path, cols: int = 160, rows: in
     sys.path.insert(0, str(ROOT / "bench"))
     from console_cpu import cpu, start_console, stop_console
 
-    host, urls = start_host(64, tmp)
-    try:
-        router, url = start_router(urls, tmp)
-        try:
-            env = dict(os.environ, TERM="xterm-256color", SPECCTL_STATE_DIR=str(tmp / "state"))
-            proc, master = start_console(["--router", url, "--admin-key-file", str(keys)], cols, rows, env)
-            try:
-                time.sleep(8.0)  # started, the first polls drawn
-                start, t0 = cpu(proc), time.monotonic()
-                time.sleep(seconds)
-                return 100 * (cpu(proc) - start) / (time.monotonic() - t0)
-            finally:
-                stop_console(proc, master)
-        finally:
-            stop(router)
-    finally:
-        stop(host)
+    with contextlib.ExitStack() as stack:
+        _, urls = start_fleet(stack, 64, tmp)
+        _, url = start_router(stack, urls, tmp)
+        env = dict(os.environ, TERM="xterm-256color", SPECCTL_STATE_DIR=str(tmp / "state"))
+        proc, master = start_console(["--router", url, "--admin-key-file", str(keys)], cols, rows, env)
+        stack.callback(stop_console, proc, master)
+        time.sleep(8.0)  # started, the first polls drawn
+        start, t0 = cpu(proc), time.monotonic()
+        time.sleep(seconds)
+        return 100 * (cpu(proc) - start) / (time.monotonic() - t0)
 
 
 def slope(rows: list[dict[str, Any]], key: str) -> tuple[float, float]:
@@ -230,12 +193,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--console-seconds", type=float, default=20.0, help="0 skips the console's CPU")
     ap.add_argument("--csv", type=Path, help="write the per-N rows here")
-    ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--port-file", type=Path, help=argparse.SUPPRESS)
     ns = ap.parse_args()
-    if ns.serve:
-        asyncio.run(serve(ns.serve, ns.port_file))
-        return
+    # SIGTERM unwinds like an error: every fleet, router and console started is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     sizes = [int(s) for s in ns.sizes.split(",")]
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

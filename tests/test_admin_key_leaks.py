@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from specctl.runtime.core.redact import redact_text
-from specctl.runtime.sglang_plugin import compat, server_info
+from specctl.runtime.sglang_plugin import server_info, sglang_access
 from specctl.runtime.supervisor.config import SupervisorConfig
 from specctl.runtime.supervisor.lifecycle import Supervisor
 
@@ -80,7 +80,7 @@ class Registry:
     def apply_hooks(cls) -> None:
         for target, hook in cls.hooks:
             owner_name, attr = target.rsplit(".", 1)
-            owner = compat.resolve(owner_name)
+            owner = sglang_access.resolve(owner_name)
             original = getattr(owner, attr)
 
             @functools.wraps(original)
@@ -126,9 +126,10 @@ def hooked_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
 async def served(request: pytest.FixtureRequest, hooked_sglang: None) -> AsyncIterator[tuple[str, str]]:
     version = request.param
     monkey = pytest.MonkeyPatch()
-    monkey.setattr(compat, "register_hook", lambda spec, hook: Registry.register(spec.target, hook, spec.hook_type))
+    monkey.setattr(sglang_access, "register_hook",
+                   lambda spec, hook: Registry.register(spec.target, hook, spec.hook_type))
     try:
-        server_info.install(compat.release_for(version))
+        server_info.install(sglang_access.release_for(version))
         Registry.apply_hooks()
         runner = web.AppRunner(server_app(version))
         await runner.setup()

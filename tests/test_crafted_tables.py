@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from specctl.runtime.core.depth_model import MAX_BATCH, MAX_BUCKETS, DepthCosts, DepthCostsError, read_costs
-from specctl.runtime.sglang_plugin.compat import SpecctlPluginError
 from specctl.runtime.sglang_plugin.plugin import costs_from_env
+from specctl.runtime.sglang_plugin.sglang_access import SpecctlPluginError
 
 GOOD = {"buckets": [1, 64], "depths": [0, 3], "step_ms": [[5.0, 6.0], [8.0, 12.0]]}
 

@@ -34,11 +34,13 @@ from specctl.runtime.sglang_plugin import (
     plugin,
     server_args_check,
     server_info,
+    sglang_access,
     switch_warmup,
     tree_switch,
 )
-from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.params import SpecctlParams
+from specctl.runtime.sglang_plugin.release_types import HookSpec, Release
+from specctl.runtime.sglang_plugin.sglang_access import SpecctlPluginError
 
 from support.sglang_source import (
     SglangSource,
@@ -615,7 +617,7 @@ class StandIns:
         return build_server_info
 
     def resolve(self, dotted: str) -> Any:
-        return compat.resolve(dotted)
+        return sglang_access.resolve(dotted)
 
     def unhook(self, spec: HookSpec) -> None:
         """Put SGLang's original back, as if HookRegistry had failed on ``spec.target``."""

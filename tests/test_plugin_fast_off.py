@@ -21,10 +21,11 @@ import pytest
 
 from specctl.runtime.core.adaptive_config import write_config
 from specctl.runtime.core.settings import PolicySettings
-from specctl.runtime.sglang_plugin import compat, draft_prefill, draft_warmth, early_publish, fast_off
+from specctl.runtime.sglang_plugin import draft_prefill, draft_warmth, early_publish, fast_off
 from specctl.runtime.sglang_plugin import params as params_module
 from specctl.runtime.sglang_plugin.compat import RELEASES
 from specctl.runtime.sglang_plugin.params import SpecctlParams
+from specctl.runtime.sglang_plugin.release_types import HookSpec, Release
 
 from support.stand_in_modules import stand_in_modules
 
@@ -138,7 +139,7 @@ def fake_sglang(monkeypatch) -> None:
 # -- install -------------------------------------------------------------------
 
 
-def installed(release: compat.Release = RELEASE) -> list[str]:
+def installed(release: Release = RELEASE) -> list[str]:
     seen: list[str] = []
     fast_off.install(release, lambda spec, hook: seen.append(spec.handler))
     return seen
@@ -475,7 +476,7 @@ def prefill(request) -> tuple[Any, SimpleNamespace, list[Any]]:
     return functools.partial(hook, sglang_prefill, worker, **extra), worker, calls
 
 
-def prefill_spec(release: compat.Release) -> compat.HookSpec:
+def prefill_spec(release: Release) -> HookSpec:
     return next(s for s in release.fast_off_hooks if s.handler == "draft_extend_for_prefill")
 
 

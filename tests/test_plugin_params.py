@@ -21,9 +21,9 @@ from specctl.runtime.core.adaptive_config import (
 )
 from specctl.runtime.core.settings import PolicySettings, SettingsError
 from specctl.runtime.sglang_plugin import params as params_module
-from specctl.runtime.sglang_plugin.compat import SpecctlPluginError, release_for
 from specctl.runtime.sglang_plugin.params import SpecctlParams, active
 from specctl.runtime.sglang_plugin.plugin import load, settings_from_env
+from specctl.runtime.sglang_plugin.sglang_access import SpecctlPluginError, release_for
 
 QUICK = PolicySettings(steps=3, off_at=8, on_at=4, dwell=0)
 

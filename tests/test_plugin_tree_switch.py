@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from specctl.runtime.core.settings import PolicySettings
-from specctl.runtime.sglang_plugin import compat, server_args_check, tree_switch
-from specctl.runtime.sglang_plugin.compat import Release
+from specctl.runtime.sglang_plugin import compat, server_args_check, sglang_access, tree_switch
+from specctl.runtime.sglang_plugin.release_types import Release
 
 from support.sglang_source import SglangSource, find_definition, module_name, run_module
 from support.stand_in_modules import stand_in_modules
@@ -158,17 +158,17 @@ class Sglang:
 
     def read(self, args: Any, name: str) -> Any:
         """A field as resolution decided it."""
-        return getattr(compat.resolve(self.release.args_view)(args), name) if self.newer else getattr(args, name)
+        return getattr(sglang_access.resolve(self.release.args_view)(args), name) if self.newer else getattr(args, name)
 
     def bound(self, args: Any) -> int | None:
         """The draft-token bound that sizes KV and buffers in every state."""
         if self.newer:
-            return compat.resolve("sglang.srt.speculative.spec_info.SpeculativeAlgorithm")() \
+            return sglang_access.resolve("sglang.srt.speculative.spec_info.SpeculativeAlgorithm")() \
                 .resolve_max_speculative_num_draft_tokens(args)
         return args.max_speculative_num_draft_tokens
 
     def reason(self, args: Any) -> str | None:
-        return compat.resolve(compat.ADAPTIVE_UNSUPPORTED)(args)
+        return sglang_access.resolve(compat.ADAPTIVE_UNSUPPORTED)(args)
 
 
 @pytest.fixture
@@ -304,7 +304,7 @@ def test_the_start_up_check_finds_a_tree_hook_sglang_did_not_apply(sglang_source
     specs = tree_switch.hooks_for(sglang_source.release)
     assert specs and plugin.unapplied_hooks(specs) == []
     owner, name = specs[1].target.rsplit(".", 1)  # the draft tokens' hook, as if HookRegistry had failed on it
-    setattr(compat.resolve(owner), name, compat.resolve(specs[1].target).__wrapped__)
+    setattr(sglang_access.resolve(owner), name, sglang_access.resolve(specs[1].target).__wrapped__)
     assert plugin.unapplied_hooks(specs) == [specs[1].target]
 
 
@@ -314,7 +314,7 @@ def test_the_off_step_skips_the_tree_compaction_that_is_an_identity_at_one_draft
     # draft token a request its KV move and gathers give back what they were given (SGLang's chain skips it)
     monkeypatch.setenv(tree_switch.ENV_ENABLE, "1")
     sglang.hook()
-    finalize = compat.resolve("sglang.srt.speculative.eagle_worker_common._finalize_accept_tree_path")
+    finalize = sglang_access.resolve("sglang.srt.speculative.eagle_worker_common._finalize_accept_tree_path")
     predict, logits = object(), types.SimpleNamespace(hidden_states="hidden")
     off = finalize("batch", [[0]] * 4, 1, predict, logits, 4, token_to_kv_pool_allocator="pool", num_draft_tokens=1)
     assert off is predict and logits.hidden_states == "hidden" and sglang.moved == []

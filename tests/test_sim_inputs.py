@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from specctl.runtime.sim.generate import BadRequest, parse_generate
 from specctl.runtime.sim.load import parse_load
 from specctl.runtime.sim.presets import get_preset
-from specctl.runtime.sim.server import SimConfig, SimServer
+from specctl.runtime.sim.server import SimServer
+from specctl.runtime.sim.server_config import SimConfig
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
@@ -47,7 +48,8 @@ OPENAI = st.fixed_dictionaries({}, optional={
 def test_openai_bodies_are_jobs_or_client_errors(body: dict[str, Any], chat: bool) -> None:
     """Whatever a client sends to /v1/completions or /v1/chat/completions is read into jobs or refused with
     a client error (400), never an exception that would be a 500."""
-    from specctl.runtime.sim.api import ApiError, _Api
+    from specctl.runtime.sim.api import _Api
+    from specctl.runtime.sim.openai_request import ApiError
 
     api = _Api(_server())
     try:

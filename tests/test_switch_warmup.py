@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specctl.runtime.sglang_plugin import switch_warmup
-from specctl.runtime.sglang_plugin.compat import SpecctlPluginError
+from specctl.runtime.sglang_plugin.sglang_access import SpecctlPluginError
 from specctl.runtime.sglang_plugin.switch_warmup import NEW_TOKENS, WarmupReport, batches, cap_from_env, warm
 
 from support.sim_process import sim_process

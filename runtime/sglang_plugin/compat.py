@@ -6,21 +6,16 @@ fields that differ, and the source facts the adapter and fast_off rely on are
 the very list the plugin installs against each release's real source. This
 module imports nothing from SGLang at import time: the data must be readable
 on a machine without torch. The start-up check that reads the server args
-is server_args_check.py.
+is server_args_check.py; the shapes of this data are release_types.py, and
+sglang_access.py resolves and registers what it names at run time.
 """
 
 from __future__ import annotations
 
-import copy
-import importlib.metadata
-import pkgutil
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
 # SGLang's whitelist of general plugins (sglang/srt/plugins/__init__.py); unset = all load.
 # Named in the shared wire module (the launcher sets it too), re-exported beside SGLang's other names.
 from specctl.runtime.core.wire import PLUGINS_ENV as PLUGINS_ENV
+from specctl.runtime.sglang_plugin.release_types import CallSpec, EarlyPublishNames, HookSpec, ReadDoneNames, Release
 
 PARAMS_CLASS = "sglang.srt.speculative.adaptive_spec_params.AdaptiveSpeculativeParams"
 ADAPTIVE_UNSUPPORTED = "sglang.srt.speculative.adaptive_spec_params.adaptive_unsupported_reason"
@@ -29,81 +24,6 @@ HOOK_TYPE = "sglang.srt.plugins.hook_registry.HookType"
 SET_STATE_OUTPUT = "sglang.srt.managers.io_struct.SetInternalStateReqOutput"
 # prometheus_client reads this variable; SGLang sets it when --enable-metrics is on.
 PROMETHEUS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-
-class SpecctlPluginError(SystemExit):
-    """A start-up refusal.
-
-    SGLang's ``load_plugins`` catches ``Exception`` around each plugin and only
-    logs it, which would leave a server running stock adaptive speculation
-    while the operator believes specctl is in charge. ``SystemExit`` passes
-    through that handler and stops the launch with this message.
-    """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"specctl: {message}")
-
-
-@dataclass(frozen=True)
-class HookSpec:
-    """One HookRegistry registration.
-
-    ``handler`` names the callable (plugin.core_handlers for ``Release.hooks``,
-    fast_off.handlers for ``Release.fast_off_hooks``); ``params`` are
-    the target's parameter names (after ``self``) that the handler relies on.
-    For a class target they are the constructor's.
-    """
-
-    target: str
-    hook_type: str  # a HookType member name: REPLACE, AROUND, AFTER
-    handler: str
-    params: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class CallSpec:
-    """A SGLang callable that fast_off calls itself (not a hook target).
-
-    ``params`` are the parameter names its call passes (positional ones by the
-    name they bind to): the target must take all of them and need no other.
-    """
-
-    target: str
-    params: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ReadDoneNames:
-    """Where the scheduler's WAR barrier finds the step's read-done event (renamed in 0.5.23).
-
-    fast_off moves the target runner's event to the runner the barrier reads
-    after an off step (see fast_off.around_forward_batch_generation).
-    """
-
-    runner_property: str  # spec-worker property: the runner whose event the barrier waits on
-    event_attr: str  # model-runner attribute holding that event
-
-
-@dataclass(frozen=True)
-class EarlyPublishNames:
-    """What the early publish (early_publish.py, fast_off item 7) relies on (docs/sglang-plugin.md, "Fast off").
-
-    ``publish_kwarg``: the step's keyword through which the scheduler hands
-    over ``partial(FutureMap.publish, future_indices)``; ``plan_stream_attr``:
-    the spec worker's plan stream (None unless SGLANG_ENABLE_OVERLAP_PLAN_STREAM);
-    ``host_wait_attr``: the attribute of the future map that ``on_publish``
-    is bound to which says whether the scheduler waits on the host for the
-    publish (decided once at start-up); ``facts``: (file under sglang/, text)
-    pairs that make "the new lengths of an off step are seq_lens + 1, of a
-    prefill seq_lens, and the scheduler waits on the host for their publish"
-    true for the release.
-    """
-
-    publish_kwarg: str
-    plan_stream_attr: str
-    host_wait_attr: str
-    facts: tuple[tuple[str, str], ...]
-
 
 # The same in both releases (line numbers in docs/sglang-plugin.md, "Fast off").
 _EARLY_FACTS = (
@@ -132,43 +52,6 @@ _EARLY_FACTS = (
     ("srt/speculative/spec_utils.py", "if envs.SGLANG_ENABLE_OVERLAP_PLAN_STREAM.get():"),
 )
 
-
-@dataclass(frozen=True)
-class Release:
-    """One supported SGLang release and how the plugin reaches into it."""
-
-    version: str
-    hooks: tuple[HookSpec, ...]
-    # The read-only view of resolved server args (resolution moved between releases).
-    args_view: str
-    # Attention DP is on when int(view.<dp_attr>) > dp_above.
-    dp_attr: str
-    dp_above: int
-    # Source files (under sglang/srt/) whose annotated class fields make up ServerArgs.
-    args_field_files: tuple[str, ...]
-    # (file under sglang/srt/, text) pairs the adapter's assumptions rest on, e.g. that the
-    # per-request counts SGLang passes to on_verify_complete already exclude the bonus token.
-    source_facts: tuple[tuple[str, str], ...]
-    # fast_off's AROUND hooks, in registration order (fast_off.hooks_for picks those in use).
-    fast_off_hooks: tuple[HookSpec, ...]
-    read_done: ReadDoneNames
-    early_publish: EarlyPublishNames
-    # The attribute of get_internal_state's owner that holds the Scheduler (0.5.23 moved the
-    # method into a controller that keeps it); None where the owner is the Scheduler itself.
-    scheduler_attr: str | None
-    # draft_extend_graphs' hooks (opt-in): 0.5.23's per-state draft-extend graph width, backported.
-    draft_extend_hooks: tuple[HookSpec, ...] = ()
-    # tree_switch's hooks (opt-in): a tree draft (topk > 1) under the switch. ``tree_declare``: the
-    # function that declares a resolved field (0.5.23); None where the hook assigns it (0.5.17, which
-    # also sizes KV from a cached_property the hook fills in). ``tree_page_one``: page size 1 only.
-    tree_hooks: tuple[HookSpec, ...] = ()
-    tree_declare: str | None = None
-    tree_page_one: bool = False
-    # switch_warmup's hook (the launcher process): SGLang's wait-and-warm-up, whose warm-up function it wraps.
-    warmup_hooks: tuple[HookSpec, ...] = ()
-    # server_info's AFTER hooks (always on): the builders of SGLang's argument dumps, whose answer loses its
-    # ``*api_key*`` fields (/server_info is open even with --admin-api-key set).
-    redact_hooks: tuple[HookSpec, ...] = ()
 
 
 _PARAMS_HOOK = HookSpec(PARAMS_CLASS, "REPLACE", "params", ("initial_steps", "cfg_path"))
@@ -419,49 +302,3 @@ FAST_OFF_NAMES = (
     "sglang.srt.model_executor.forward_batch_info.ForwardMode.DECODE",
     "sglang.srt.model_executor.forward_batch_info.CaptureHiddenMode.FULL",
 )
-
-def installed_version() -> str:
-    """The installed SGLang's version, from its distribution metadata."""
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        raise SpecctlPluginError("SGLang's package metadata was not found; cannot check its version") from None
-
-
-def release_for(version: str) -> Release:
-    """The release data for ``version``; anything unverified is refused, not guessed."""
-    release = RELEASES.get(version)
-    if release is None:
-        supported = ", ".join(RELEASES)
-        raise SpecctlPluginError(
-            f"SGLang {version} is not supported (supported: {supported}); "
-            "unset SPECCTL_PLUGIN to run SGLang without specctl"
-        )
-    return release
-
-
-def resolve(dotted: str) -> Any:
-    """Import ``module.attr`` (the same resolution HookRegistry uses)."""
-    return pkgutil.resolve_name(dotted)
-
-
-def register_hook(spec: HookSpec, hook: Callable[..., Any] | type) -> None:
-    registry = resolve(HOOK_REGISTRY)
-    hook_type = getattr(resolve(HOOK_TYPE), spec.hook_type)
-    registry.register(spec.target, hook, hook_type)
-
-
-def set_state_output(updated: bool) -> Any:
-    """SGLang's answer object for /set_internal_state."""
-    return resolve(SET_STATE_OUTPUT)(updated=updated)
-
-
-def with_server_args(recv_req: Any, server_args: dict[str, Any]) -> Any:
-    """A copy of a SetInternalStateReq (a mutable msgspec struct in both releases) with other keys.
-
-    A copy, not an edit: the scheduler still holds the original request to
-    route the answer back to the HTTP worker.
-    """
-    clone = copy.copy(recv_req)
-    clone.server_args = server_args
-    return clone

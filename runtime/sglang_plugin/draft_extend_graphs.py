@@ -30,7 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from specctl.runtime.core.wire import env_flag
-from specctl.runtime.sglang_plugin.compat import HookSpec, Release, register_hook
+from specctl.runtime.sglang_plugin.release_types import HookSpec, Release
+from specctl.runtime.sglang_plugin.sglang_access import register_hook
 
 logger = logging.getLogger(__name__)
 

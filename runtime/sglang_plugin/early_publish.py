@@ -45,7 +45,7 @@ from typing import Any
 
 from specctl.runtime.core.wire import FALSE_WORDS, env_flag
 from specctl.runtime.sglang_plugin import progress_log
-from specctl.runtime.sglang_plugin.compat import EarlyPublishNames
+from specctl.runtime.sglang_plugin.release_types import EarlyPublishNames
 
 logger = logging.getLogger(__name__)
 

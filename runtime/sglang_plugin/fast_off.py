@@ -90,13 +90,13 @@ from specctl.runtime.sglang_plugin import (
     progress_log,
     spec_alloc,
 )
-from specctl.runtime.sglang_plugin.compat import (
+from specctl.runtime.sglang_plugin.release_types import (
     EarlyPublishNames,
     HookSpec,
     ReadDoneNames,
     Release,
-    register_hook,
 )
+from specctl.runtime.sglang_plugin.sglang_access import register_hook
 
 logger = logging.getLogger(__name__)
 

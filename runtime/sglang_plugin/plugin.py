@@ -37,12 +37,14 @@ from specctl.runtime.sglang_plugin import (
     fast_off,
     server_args_check,
     server_info,
+    sglang_access,
     switch_warmup,
     tree_switch,
 )
-from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError
 from specctl.runtime.sglang_plugin.gauges import metrics_observer
 from specctl.runtime.sglang_plugin.params import SpecctlParams, active, observers
+from specctl.runtime.sglang_plugin.release_types import HookSpec, Release
+from specctl.runtime.sglang_plugin.sglang_access import SpecctlPluginError
 
 logger = logging.getLogger("specctl.plugin")
 
@@ -134,34 +136,34 @@ def set_internal_state(original: Callable[..., Any], owner: Any, recv_req: Any) 
     params = active()
     if params is None:
         logger.warning("specctl: refused %s: no speculative worker in this process", sorted(ours))
-        return compat.set_state_output(False)
+        return sglang_access.set_state_output(False)
     if WARMUP_KEY in ours:
         return _hold(params, ours, rest_of_wire=len(wire) - len(ours))
     try:
         new = params.validate_wire(ours)
     except SettingsError as exc:
         logger.warning("specctl: refused /set_internal_state: %s%s: %s", WIRE_PREFIX, exc.field, exc.message)
-        return compat.set_state_output(False)
+        return sglang_access.set_state_output(False)
     rest = {k: v for k, v in wire.items() if k not in ours}
-    result = original(owner, compat.with_server_args(recv_req, rest)) if rest else None
+    result = original(owner, sglang_access.with_server_args(recv_req, rest)) if rest else None
     if result is not None and not result.updated:
         return result
     params.apply_settings(new)
     logger.info("specctl: settings updated: %s", ours)
-    return result if result is not None else compat.set_state_output(True)
+    return result if result is not None else sglang_access.set_state_output(True)
 
 
 def _hold(params: SpecctlParams, ours: dict[str, Any], rest_of_wire: int) -> Any:
     """The switch warm-up's key: alone in its request (it is no setting), a built depth or HAND_BACK."""
     if len(ours) > 1 or rest_of_wire:
         logger.warning("specctl: refused /set_internal_state: %s goes alone, got %s", WARMUP_KEY, sorted(ours))
-        return compat.set_state_output(False)
+        return sglang_access.set_state_output(False)
     try:
         params.hold(ours[WARMUP_KEY])
     except SettingsError as exc:
         logger.warning("specctl: refused /set_internal_state: %s%s: %s", WIRE_PREFIX, exc.field, exc.message)
-        return compat.set_state_output(False)
-    return compat.set_state_output(True)
+        return sglang_access.set_state_output(False)
+    return sglang_access.set_state_output(True)
 
 
 def get_internal_state(release: Release, result: Any, owner: Any, recv_req: Any) -> Any:
@@ -272,7 +274,7 @@ def unapplied_hooks(specs: tuple[HookSpec, ...]) -> list[str]:
     """The targets of ``specs`` still unhooked after SGLang applied the hooks."""
     missing = []
     for spec in specs:
-        current = compat.resolve(spec.target)
+        current = sglang_access.resolve(spec.target)
         if spec.hook_type == "REPLACE":
             applied = current is SglangParams
         else:
@@ -296,7 +298,7 @@ def install_core_hooks(release: Release) -> None:
     """Register the hooks listed for this release in compat.RELEASES."""
     handlers = core_handlers(release)
     for spec in release.hooks:
-        compat.register_hook(spec, handlers[spec.handler])
+        sglang_access.register_hook(spec, handlers[spec.handler])
 
 
 # Hook installers, run in order by load() in every SGLang process, before
@@ -311,7 +313,7 @@ def load() -> None:
     """Entry point of the ``sglang.srt.plugins`` group."""
     if os.environ.get(ENABLE_ENV) != "1":
         return
-    release = compat.release_for(compat.installed_version())
+    release = sglang_access.release_for(sglang_access.installed_version())
     settings = settings_from_env()  # refuse bad settings in the launcher process, before any GPU work
     costs_from_env()  # and an unreadable cost table
     switch_warmup.cap_from_env()  # and a warm-up cap that is no count

@@ -13,7 +13,9 @@ from typing import Any
 from specctl.runtime.core.adaptive_config import read_candidate_steps
 from specctl.runtime.core.tree_drafts import topk_refusal
 from specctl.runtime.sglang_plugin import tree_switch
-from specctl.runtime.sglang_plugin.compat import ADAPTIVE_UNSUPPORTED, Release, resolve
+from specctl.runtime.sglang_plugin.compat import ADAPTIVE_UNSUPPORTED
+from specctl.runtime.sglang_plugin.release_types import Release
+from specctl.runtime.sglang_plugin.sglang_access import resolve
 
 # Server-args attributes the start-up check reads, in every release (plus Release.dp_attr).
 ARGS_READ = (

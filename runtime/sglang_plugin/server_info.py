@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from specctl.runtime.core.redact import redact_args
-from specctl.runtime.sglang_plugin import compat
-from specctl.runtime.sglang_plugin.compat import HookSpec, Release
+from specctl.runtime.sglang_plugin import sglang_access
+from specctl.runtime.sglang_plugin.release_types import HookSpec, Release
 
 
 def hooks_for(release: Release) -> tuple[HookSpec, ...]:
@@ -33,4 +33,4 @@ def after_args_dump(result: Any, *args: Any, **kwargs: Any) -> Any:
 
 def install(release: Release) -> None:
     for spec in hooks_for(release):
-        compat.register_hook(spec, after_args_dump)
+        sglang_access.register_hook(spec, after_args_dump)

@@ -42,7 +42,8 @@ from typing import Any
 import aiohttp
 
 from specctl.runtime.core.wire import FALSE_WORDS, HAND_BACK, WARMUP_ENV, WARMUP_KEY
-from specctl.runtime.sglang_plugin.compat import HookSpec, Release, SpecctlPluginError, register_hook
+from specctl.runtime.sglang_plugin.release_types import HookSpec, Release
+from specctl.runtime.sglang_plugin.sglang_access import SpecctlPluginError, register_hook
 
 logger = logging.getLogger("specctl.plugin")
 

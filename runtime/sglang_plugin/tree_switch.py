@@ -46,7 +46,8 @@ from collections.abc import Callable
 from typing import Any
 
 from specctl.runtime.core.tree_drafts import TREE_SWITCH_ENV, tree_switch_enabled
-from specctl.runtime.sglang_plugin.compat import HookSpec, Release, register_hook, resolve
+from specctl.runtime.sglang_plugin.release_types import HookSpec, Release
+from specctl.runtime.sglang_plugin.sglang_access import register_hook, resolve
 
 logger = logging.getLogger(__name__)
 

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from specctl.runtime.sim import readouts
+
 if TYPE_CHECKING:
     from specctl.runtime.sim.server import SimServer
 
@@ -48,7 +50,7 @@ def add_routes(app: web.Application, server: SimServer) -> None:
         if request.query.get("format") == "prometheus":
             return web.Response(text=prometheus(rows), content_type="text/plain", charset="utf-8")
         return web.json_response({"timestamp": datetime.now(UTC).isoformat(),
-                                  "version": server.server_info()["version"],
+                                  "version": readouts.SGLANG_VERSION,
                                   "accelerator": server.cfg.preset.gpu.name,
                                   "num_accelerators": server.cfg.preset.tp_size, "loads": rows})
 
@@ -82,7 +84,7 @@ def load_snapshot(server: SimServer) -> dict[str, Any]:
         "num_total_tokens": used, "num_active_tokens": used,
         "max_total_num_tokens": e.kv_pool_tokens, "max_running_requests": e.max_running,
         "token_usage": round(e.token_usage(), 4), "gen_throughput": round(e.gen_throughput(), 2),
-        "cache_hit_rate": 0.0, "utilization": round(server.busy_fraction(e.now), 4),
+        "cache_hit_rate": 0.0, "utilization": round(server.pacer.busy_fraction(e.now), 4),
         "total_prefill_uncached_tokens": e.prefill_tokens_total, "total_prefill_busy_us": 0,
         "decode_moments": None,
     }

@@ -10,60 +10,41 @@ simulator's: a request's tokens appear as the performance model produces
 them, tick by tick, so a client measures the simulated server's TTFT and
 inter-token latency. Every output (``n`` choices, batch prompts) is its own
 simulated request in the batch. docs/simulator.md ("Conformance with SGLang") lists each parameter.
+
+This module holds the handlers; openai_request.py reads and checks the bodies, openai_answer.py
+shapes the answers and sse.py writes the streams.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from specctl.runtime.sim.body import read_json
-from specctl.runtime.sim.generate import (
-    MAX_BATCH,
-    MAX_TOP_LOGPROBS,
-    BadRequest,
-    Job,
-    check_sampling,
-    check_seed,
-    check_stop,
-    prompt_len,
+from specctl.runtime.sim import readouts
+from specctl.runtime.sim.generate import MAX_BATCH, MAX_TOP_LOGPROBS, BadRequest, Job
+from specctl.runtime.sim.openai_answer import Choice, choice_logprobs, echo_text, finish_reason, note, token_usage
+from specctl.runtime.sim.openai_request import (
+    DEFAULT_MAX_TOKENS,
+    ApiError,
+    common_job,
+    error_response,
+    read_body,
+    read_chat_prompt,
+    read_prompts,
+    validation_error,
 )
-from specctl.runtime.sim.sampling import Stop, TokenSource, prompt_ids, token_text, words
+from specctl.runtime.sim.sampling import Stop
+from specctl.runtime.sim.sse import open_stream, send
 
 if TYPE_CHECKING:
     from specctl.runtime.sim.server import Piece, SimServer
 
-__all__ = ["ApiError", "add_routes", "error_response", "generate_stream", "words"]
-
-DEFAULT_MAX_TOKENS = 16  # CompletionRequest's default
-MESSAGE_OVERHEAD_TOKENS = 4  # a chat template's role markers per message, roughly
-
-
-class ApiError(Exception):
-    """A client error, answered as SGLang's ErrorResponse."""
-
-    def __init__(self, message: str, status: int = 400, param: str | None = None,
-                 kind: str = "BadRequestError") -> None:
-        super().__init__(message)
-        self.message, self.status, self.param, self.kind = message, status, param, kind
-
-
-def error_response(exc: ApiError) -> web.Response:
-    return web.json_response({"object": "error", "message": exc.message, "type": exc.kind, "param": exc.param,
-                              "code": exc.status}, status=exc.status)
-
-
-def validation_error(param: str, message: str) -> ApiError:
-    """What SGLang's RequestValidationError handler answers (400, type "Bad Request") for a pydantic check."""
-    return ApiError(f"Value error, {message}", param=None, kind="Bad Request")
-
+__all__ = ["add_routes"]
 
 def add_routes(app: web.Application, server: SimServer) -> None:
     """Register the client-facing endpoints on the simulator's application."""
@@ -76,31 +57,6 @@ def add_routes(app: web.Application, server: SimServer) -> None:
     app.router.add_get("/get_model_info", api.model_info)  # the old name, still answered by 0.5.23
     app.router.add_get("/get_server_info", api.server_info)
 
-
-@dataclass
-class _Choice:
-    """What one output has produced so far."""
-
-    index: int
-    job: Job
-    source: TokenSource
-    text: list[str] = field(default_factory=list)
-    tokens: int = 0
-    finish: dict[str, Any] | None = None
-    logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
-    ids: list[int] = field(default_factory=list)
-
-
-def finish_reason(finish: dict[str, Any] | None) -> tuple[str | None, Any]:
-    """SGLang's OpenAI ``finish_reason`` and ``matched_stop`` from meta_info's finish_reason."""
-    if finish is None:
-        return None, None
-    kind = finish.get("type")
-    if kind == "stop":
-        return "stop", finish.get("matched")
-    if kind == "abort":
-        return "abort", None
-    return "length", None
 
 
 class _Api:
@@ -134,12 +90,12 @@ class _Api:
         })
 
     async def server_info(self, _: web.Request) -> web.Response:
-        return web.json_response(self.server.server_info())
+        return web.json_response(readouts.server_info(self.server))
 
     # -- OpenAI-compatible generation -----------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = await _body(request)
+            body = await read_body(request)
             jobs = self._completion_jobs(body)
             return await self._answer(request, body, jobs, chat=False)
         except ApiError as exc:
@@ -149,7 +105,7 @@ class _Api:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = await _body(request)
+            body = await read_body(request)
             jobs = self._chat_jobs(body)
             return await self._answer(request, body, jobs, chat=True)
         except ApiError as exc:
@@ -158,7 +114,7 @@ class _Api:
             return error_response(ApiError(str(exc)))
 
     def _completion_jobs(self, body: dict[str, Any]) -> list[Job]:
-        prompts = _prompts(body.get("prompt"))
+        prompts = read_prompts(body.get("prompt"))
         max_tokens = body.get("max_tokens", DEFAULT_MAX_TOKENS)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
             raise validation_error("max_tokens", "max_tokens must be an integer")
@@ -168,12 +124,12 @@ class _Api:
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
             raise ApiError(f"logprobs must be an integer 0..{MAX_TOP_LOGPROBS}", param="logprobs")
-        base = _common(body, max_tokens)
+        base = common_job(body, max_tokens)
         return [replace(base, prompt_tokens=n, prompt_key=key, prompt_text=text, prompt_ids=ids, logprobs=logprobs)
                 for n, key, text, ids in prompts]
 
     def _chat_jobs(self, body: dict[str, Any]) -> list[Job]:
-        tokens, key = _chat_prompt(body.get("messages"))
+        tokens, key = read_chat_prompt(body.get("messages"))
         mct, mt = body.get("max_completion_tokens"), body.get("max_tokens")
         for name, value in (("max_completion_tokens", mct), ("max_tokens", mt)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -190,7 +146,7 @@ class _Api:
             top = body.get("top_logprobs") or 0
             if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS:
                 raise ApiError(f"top_logprobs must be an integer 0..{MAX_TOP_LOGPROBS}", param="top_logprobs")
-        job = replace(_common(body, limit), prompt_tokens=tokens, prompt_key=key, logprobs=top)
+        job = replace(common_job(body, limit), prompt_tokens=tokens, prompt_key=key, logprobs=top)
         return [job]
 
     async def _answer(self, request: web.Request, body: dict[str, Any], jobs: list[Job], *,
@@ -210,7 +166,7 @@ class _Api:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         # as SGLang: prompt i's outputs are choices i*n .. i*n+n-1
-        choices = [_Choice(i * n + k, job, self.server.source(job, k)) for i, job in enumerate(jobs) for k in range(n)]
+        choices = [Choice(i * n + k, job, self.server.source(job, k)) for i, job in enumerate(jobs) for k in range(n)]
         echo = bool(body.get("echo")) and not chat
         if body.get("stream"):
             options = body.get("stream_options")
@@ -224,8 +180,8 @@ class _Api:
             reason, matched = finish_reason(c.finish)
             text = "".join(c.text)
             if echo:
-                text = _echo_text(c.job) + text
-            choice: dict[str, Any] = {"index": c.index, "logprobs": self._logprobs(c, chat, echo),
+                text = echo_text(c.job) + text
+            choice: dict[str, Any] = {"index": c.index, "logprobs": choice_logprobs(c, chat, echo),
                                       "finish_reason": reason, "matched_stop": matched}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
@@ -236,56 +192,23 @@ class _Api:
         prompt = sum(job.prompt_tokens for job in jobs)  # each prompt once, however many choices it has
         return web.json_response({"id": rid, "object": "chat.completion" if chat else "text_completion",
                                   "created": created, "model": model, "choices": out,
-                                  "usage": _usage(prompt, sum(c.tokens for c in choices)), "metadata": None})
+                                  "usage": token_usage(prompt, sum(c.tokens for c in choices)), "metadata": None})
 
-    async def _collect(self, c: _Choice, *, stream: bool) -> None:
+    async def _collect(self, c: Choice, *, stream: bool) -> None:
         async for piece in self.server.run(c.job.prompt_tokens,
                                            self.server.new_limit(c.job.prompt_tokens, c.job.max_new), c.source,
                                            stop=_stop(c.job), eos=c.job.eos, stream=stream, follow=False):
-            self._note(c, piece)
+            note(c, piece)
 
-    def _note(self, c: _Choice, piece: Piece) -> None:
-        c.text.append(piece.text)
-        c.tokens += len(piece.ids)
-        c.finish = piece.finish
-        if c.job.logprobs is not None:
-            c.ids.extend(piece.ids)
-            c.logprobs.extend(c.source.logprobs(piece.ids, c.job.logprobs))
-
-    def _logprobs(self, c: _Choice, chat: bool, echo: bool, start: int = 0) -> dict[str, Any] | None:
-        if c.job.logprobs is None:
-            return None
-        ids, lps = c.ids[start:], c.logprobs[start:]
-        if chat:
-            return {"content": [_chat_logprob(start + i, t, lp, top) for i, (t, (lp, top)) in
-                                enumerate(zip(ids, lps))]}
-        tokens = [token_text(start + i, t) for i, t in enumerate(ids)]
-        token_lps: list[float | None] = [lp for lp, _ in lps]
-        tops: list[dict[str, float] | None] = [{token_text(start + i, a): v for a, v in top} if c.job.logprobs
-                                               else None for i, (_, top) in enumerate(lps)]
-        if echo and start == 0:  # the prompt's tokens first; the first has no logprob, as in SGLang
-            pids = list(c.job.prompt_ids or prompt_ids(c.job.prompt_text or ""))
-            plps = TokenSource(c.source.key + "/prompt", greedy=True).logprobs(pids, c.job.logprobs)
-            ptexts = [token_text(i, t) for i, t in enumerate(pids)]
-            tokens = ptexts + tokens
-            token_lps = [None] + [lp for lp, _ in plps[1:]] + token_lps
-            tops = [None] + [{token_text(i + 1, a): v for a, v in top} for i, (_, top) in
-                             enumerate(plps[1:])] + tops
-        offsets, at = [], 0
-        for t in tokens:
-            offsets.append(at)
-            at += len(t)
-        return {"text_offset": offsets, "token_logprobs": token_lps, "tokens": tokens, "top_logprobs": tops}
-
-    async def _stream(self, request: web.Request, choices: list[_Choice], rid: str, created: int, model: str, *,
+    async def _stream(self, request: web.Request, choices: list[Choice], rid: str, created: int, model: str, *,
                       chat: bool, echo: bool, usage: bool, continuous: bool) -> web.StreamResponse:
         """SSE as SGLang sends it: (chat: a role chunk per choice,) content chunks, a finish chunk per choice,
         usage if asked (per chunk too with continuous_usage_stats), then [DONE]."""
         kind = "chat.completion.chunk" if chat else "text_completion"
         prompt = sum({id(c.job): c.job.prompt_tokens for c in choices}.values())
-        queue: asyncio.Queue[tuple[_Choice, Piece | None]] = asyncio.Queue()
+        queue: asyncio.Queue[tuple[Choice, Piece | None]] = asyncio.Queue()
 
-        async def feed(c: _Choice) -> None:
+        async def feed(c: Choice) -> None:
             try:
                 async for piece in self.server.run(c.job.prompt_tokens,
                                                    self.server.new_limit(c.job.prompt_tokens, c.job.max_new),
@@ -299,16 +222,16 @@ class _Api:
                     "usage": usage_obj}
 
         def running_usage() -> dict[str, Any] | None:
-            return _usage(prompt, sum(c.tokens for c in choices)) if continuous else None
+            return token_usage(prompt, sum(c.tokens for c in choices)) if continuous else None
 
-        response = await _sse(request)
+        response = await open_stream(request)
         tasks = [asyncio.create_task(feed(c)) for c in choices]
         try:
             if chat:
                 for c in choices:
-                    await _send(response, chunk([{"index": c.index, "delta": {"role": "assistant", "content": "",
-                                                                              "reasoning_content": None},
-                                                  "logprobs": None, "finish_reason": None, "matched_stop": None}]))
+                    await send(response, chunk([{"index": c.index, "delta": {"role": "assistant", "content": "",
+                                                                             "reasoning_content": None},
+                                                 "logprobs": None, "finish_reason": None, "matched_stop": None}]))
             open_ = len(choices)
             first = {c.index: True for c in choices}
             while open_:
@@ -317,20 +240,20 @@ class _Api:
                     open_ -= 1
                     continue
                 start = c.tokens
-                self._note(c, piece)
+                note(c, piece)
                 text = piece.text
                 if echo and first[c.index]:
-                    text = _echo_text(c.job) + text
+                    text = echo_text(c.job) + text
                 first[c.index] = False
                 if text or piece.ids:
-                    lp = self._logprobs(c, chat, False, start) if c.job.logprobs is not None else None
+                    lp = choice_logprobs(c, chat, False, start) if c.job.logprobs is not None else None
                     body: dict[str, Any] = {"index": c.index, "logprobs": lp, "finish_reason": None,
                                             "matched_stop": None}
                     if chat:
                         body["delta"] = {"role": None, "content": text, "reasoning_content": None}
                     else:
                         body["text"] = text
-                    await _send(response, chunk([body], running_usage()))
+                    await send(response, chunk([body], running_usage()))
                 if piece.finish is not None:
                     reason, matched = finish_reason(piece.finish)
                     end: dict[str, Any] = {"index": c.index, "logprobs": None, "finish_reason": reason,
@@ -339,9 +262,9 @@ class _Api:
                         end["delta"] = {}
                     else:
                         end["text"] = ""
-                    await _send(response, chunk([end], running_usage()))
+                    await send(response, chunk([end], running_usage()))
             if usage:
-                await _send(response, chunk([], _usage(prompt, sum(c.tokens for c in choices))))
+                await send(response, chunk([], token_usage(prompt, sum(c.tokens for c in choices))))
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
         finally:
@@ -351,137 +274,7 @@ class _Api:
         return response
 
 
-# -- /generate with stream (SGLang's native API) ---------------------------------
-async def generate_stream(request: web.Request, pieces: AsyncIterator[Piece],
-                          answer: Any) -> web.StreamResponse:
-    """``data: {...}`` per chunk with everything so far (SGLang's default, not incremental), then ``[DONE]``.
-
-    ``answer(piece)`` notes a piece and builds the same object as the non-streamed /generate.
-    """
-    response = await _sse(request)
-    async for piece in pieces:
-        await _send(response, answer(piece))
-    await response.write(b"data: [DONE]\n\n")
-    await response.write_eof()
-    return response
-
-
-async def _sse(request: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
-    return response
-
-
-async def _send(response: web.StreamResponse, obj: dict[str, Any]) -> None:
-    await response.write(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
-
-
-# -- request bodies ----------------------------------------------------------------
-async def _body(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await read_json(request)
-    except BadRequest as exc:
-        raise ApiError(str(exc)) from None
-    if not isinstance(body, dict):
-        raise ApiError("body must be a JSON object")
-    return body
-
-
-def _common(body: dict[str, Any], max_new: int | None) -> Job:
-    """The parameters completions and chat share, checked as SGLang checks them."""
-    temperature = body.get("temperature", 1.0)
-    top_p = body.get("top_p", 1.0)
-    for name, value in (("temperature", temperature), ("top_p", top_p)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise validation_error(name, f"{name} must be a number")
-    temperature = 1.0 if temperature is None else float(temperature)
-    check_sampling(temperature, 1.0 if top_p is None else float(top_p))
-    stop = check_stop(body.get("stop"))
-    seed = check_seed(body.get("seed"), "seed")
-    return Job(0, "", max_new, greedy=temperature == 0.0, seed=seed, stop=stop,
-               ignore_eos=bool(body.get("ignore_eos")))
-
-
-def _prompts(prompt: Any) -> list[tuple[int, str, str | None, tuple[int, ...] | None]]:
-    """An OpenAI ``prompt`` as its prompts: (tokens, key, text, ids) each. A string, a list of ids, a list of
-    strings or a list of lists of ids (a batch)."""
-    if isinstance(prompt, str):
-        batch: list[Any] = [prompt]
-    elif isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-        batch = [prompt]
-    elif isinstance(prompt, list) and prompt and (all(isinstance(p, str) for p in prompt)
-                                                  or all(isinstance(p, list) for p in prompt)):
-        batch = prompt
-    elif isinstance(prompt, list) and not prompt:
-        raise ApiError("Prompt cannot be empty")
-    else:
-        raise validation_error("prompt", "prompt must be a string, a list of strings, a list of token ids or "
-                                         "a list of lists of token ids")
-    if len(batch) > MAX_BATCH:
-        raise ApiError(f"a batch is at most {MAX_BATCH} prompts", param="prompt")
-    if all(not p for p in batch):
-        raise ApiError("Prompt cannot be empty")
-    out = []
-    for p in batch:
-        if isinstance(p, str):
-            out.append((prompt_len(p), json.dumps(p), p, None))
-        elif isinstance(p, list) and p and all(type(t) is int for t in p):
-            out.append((len(p), json.dumps(p), None, tuple(p)))
-        else:
-            raise ApiError("each prompt must be a non-empty string or list of token ids", param="prompt")
-    return out
-
-
-ROLES = ("system", "assistant", "user", "tool", "function", "developer")
-
-
-def _chat_prompt(messages: Any) -> tuple[int, str]:
-    """A chat's prompt tokens and key: its messages' text, template markers per message."""
-    if not isinstance(messages, list) or not messages:
-        raise ApiError("messages must be a non-empty list", param="messages")
-    total = 0
-    texts = []
-    for message in messages:
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise validation_error("messages", "each message must be an object with a string 'role'")
-        if message["role"].lower() not in ROLES:
-            raise validation_error("messages", f"'role' must be one of {list(ROLES)} (case-insensitive).")
-        content = message.get("content")
-        if isinstance(content, list):  # content parts: the text ones count
-            parts = []
-            for part in content:
-                if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                    raise validation_error("messages", "each content part must be an object with a string 'type'")
-                if part["type"] == "text":
-                    if not isinstance(part.get("text"), str):
-                        raise validation_error("messages", "a text content part needs a string 'text'")
-                    parts.append(part["text"])
-                else:
-                    raise ApiError(f"content parts of type {part['type']!r} are not supported: the simulated "
-                                   "model reads text only", param="messages")
-            content = "\n".join(parts)
-        if content is not None and not isinstance(content, str):
-            raise validation_error("messages", "message content must be a string or a list of content parts")
-        texts.append([message["role"], content or ""])
-        total += MESSAGE_OVERHEAD_TOKENS + -(-len(content or "") // 4)
-    return total, json.dumps(texts)
-
 
 def _stop(job: Job) -> Stop:
     return Stop(job.stop)
 
-
-def _echo_text(job: Job) -> str:
-    return job.prompt_text if job.prompt_text is not None else words(list(job.prompt_ids or ()))
-
-
-def _chat_logprob(index: int, token_id: int, lp: float, top: list[tuple[int, float]]) -> dict[str, Any]:
-    text = token_text(index, token_id)
-    return {"token": text, "bytes": list(text.encode()), "logprob": lp,
-            "top_logprobs": [{"token": token_text(index, a), "bytes": list(token_text(index, a).encode()),
-                              "logprob": v} for a, v in top]}
-
-
-def _usage(prompt: int, completion: int) -> dict[str, Any]:
-    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-            "prompt_tokens_details": None, "reasoning_tokens": 0, "completion_tokens_details": None}

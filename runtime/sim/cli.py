@@ -34,7 +34,8 @@ from specctl.runtime.sim.preset_model import Preset
 from specctl.runtime.sim.presets import DEFAULT_PRESET, PRESETS, get_preset
 from specctl.runtime.sim.routes import build_app
 from specctl.runtime.sim.serve import DEFAULT_MAX_CONNECTIONS, HEADER_TIMEOUT_S, BadAddress, Listener, PortInUse
-from specctl.runtime.sim.server import DEFAULT_MAX_QUEUED, SimConfig, SimServer
+from specctl.runtime.sim.server import SimServer
+from specctl.runtime.sim.server_config import DEFAULT_MAX_QUEUED, SimConfig
 from specctl.runtime.sim.tmpdirs import remove_own_dir, sweep_stale_dirs
 
 DEFAULT_CONTEXT_LENGTH = 131_072  # Llama 3.1's, the presets' models

@@ -3,7 +3,7 @@
 Every failure is a JSON answer (client errors 4xx, anything unexpected a 500
 without a traceback), as a tool that parses SGLang's errors expects. The
 handlers only read the server or queue work into it (server.py holds the
-engine and its pacing); api.py and admin.py add the OpenAI-compatible and the
+engine, pacing.py paces it); api.py and admin.py add the OpenAI-compatible and the
 KV-pool endpoints.
 """
 
@@ -18,12 +18,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from specctl.runtime.sim import admin, api
+from specctl.runtime.sim import admin, api, readouts
 from specctl.runtime.sim.body import read_json
 from specctl.runtime.sim.generate import BadRequest, Job, client_rid, generate_answer, parse_generate, split_batch
 from specctl.runtime.sim.load import parse_load
+from specctl.runtime.sim.openai_request import ApiError, error_response
 from specctl.runtime.sim.sampling import Stop
 from specctl.runtime.sim.server import Overloaded, Piece, SimServer
+from specctl.runtime.sim.sse import generate_stream
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -43,7 +45,7 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return _error(400, str(exc))
     except Overloaded as exc:  # SGLang: an HTTPException(503) from the scheduler's abort
         if request.path.startswith("/v1/"):
-            return api.error_response(api.ApiError(str(exc), status=503, kind="503"))
+            return error_response(ApiError(str(exc), status=503, kind="503"))
         return web.json_response({"detail": str(exc)}, status=503)
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -130,10 +132,10 @@ def build_app(server: SimServer) -> web.Application:
         return web.Response(status=200)
 
     async def server_info(_: web.Request) -> web.Response:
-        return web.json_response(server.server_info())
+        return web.json_response(readouts.server_info(server))
 
     async def get_internal_state(_: web.Request) -> web.Response:
-        return web.json_response([server.internal_state()])
+        return web.json_response([readouts.internal_state(server)])
 
     async def set_internal_state(request: web.Request) -> web.Response:
         return web.json_response(server.set_internal_state(await _json_body(request)))
@@ -163,7 +165,7 @@ def build_app(server: SimServer) -> web.Application:
         if body.get("stream"):
             if job.max_new != 0:
                 server.admit()
-            return await api.generate_stream(request, out.pieces(client_rid(body), stream=True), out.note)
+            return await generate_stream(request, out.pieces(client_rid(body), stream=True), out.note)
         return web.json_response(await out.whole(client_rid(body)))
 
     async def ready(_: web.Request) -> web.Response:

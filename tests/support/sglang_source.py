@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from specctl.runtime.sglang_plugin.compat import Release
+from specctl.runtime.sglang_plugin.release_types import Release
 
 CACHE_ENV = "SPECCTL_WHEEL_CACHE"
 
