@@ -144,12 +144,15 @@ def test_one_request_on_a_cold_server_with_gpu_scatter_is_called_within_two_seco
 
 
 def test_a_called_bucket_too_loose_for_the_floor_is_probed_for_precision() -> None:
-    """Called on, but the break-even's interval is wider than FLOOR_PRECISION: probe the scarce state."""
+    """Called on, but the break-even's interval is wider than FLOOR_PRECISION, and the floor turned drafting off:
+    probe drafting for the precision that floor needs."""
     c = Calibrator()
     c.observe(spec(0, {}))
     meter = {"1": {"3": cell(40, 0.0085, 0.005, 40, 1.8), "0": cell(2000, 0.0045, 0.0013)}}
-    plan = c.observe(spec(2040, meter, depth=0))
-    fit = c.fit(spec(2040, meter)["settings"])
+    assert c.observe(spec(2040, meter, depth=0)).probe is None  # off for load: the floor plays no part
+    meter["1"]["0"] = cell(2100, 0.0045, 0.0013)
+    plan = c.observe({**spec(2140, meter, depth=0), "reason": "low_accept"})
+    fit = c.fit(spec(2140, meter)["settings"])
     (row,) = fit.buckets
     assert row.verdict == "on" and cal.Z * row.ratio_sd > cal.FLOOR_PRECISION, row
     assert not plan.publish and plan.probe == "on" and plan.probe_bucket == 1

@@ -62,7 +62,7 @@ PROBE_UNTIL = 128
 # let a load stepping between 4 and 192 requests spend over 2 % of its steps in probes in the simulator.
 PROBE_SHARE = 0.01
 PROBE_CREDIT = 2 * PROBE_STEPS
-PROBE_COST_MIN = 0.3
+PROBE_COST_MIN = 0.4
 # Steps a cell weighs at most: older readings fade (each new step past this scales the old ones
 # down), so the table follows a server whose costs drift (context lengths, traffic).
 CELL_WEIGHT = 4096
@@ -81,8 +81,8 @@ SLACK = 0.15
 FLOOR_TRIM = 0.05
 # A bucket's break-even enters the floor by its upper bound (break-even + Z standard errors), and only
 # where that bound is this close to it (accepted draft tokens): wider and one wild ratio would set the
-# floor. A called bucket short of it is probed for precision (see PROBE_UNTIL), where the floor matters
-# most: a server a too-high default floor has just turned off keeps few steps of the state it needs.
+# floor. A called bucket short of it is probed for precision (see PROBE_UNTIL) where that floor matters:
+# a server the floor has turned off in a bucket called on, which keeps few steps of drafting there.
 FLOOR_PRECISION = 0.5
 # Publish a floor change only where the floor moves this much at some measured bucket.
 FLOOR_STEP = 0.05
@@ -420,8 +420,10 @@ class Calibrator:
             return Plan()  # the state in use first: it gathers its readings by running, and prices the probe
         if row is None or row.verdict == "unmeasured":
             want = "off" if depth else "on"
-        elif (row.verdict == "close" or _loose(row)) and other.steps < PROBE_UNTIL:
+        elif row.verdict == "close" and other.steps < PROBE_UNTIL:
             want = "off" if depth else "on"
+        elif _loose(row) and not depth and spec.get("reason") == "low_accept" and other.steps < PROBE_UNTIL:
+            want = "on"  # the floor turned drafting off where it pays: the break-even it needs, made precise
         elif not depth and step - self._last_verify_step >= ACCEPT_STALE_STEPS:
             want = "on"  # off for a long while: the traffic's acceptance may have moved
         if want is None:
@@ -431,7 +433,9 @@ class Calibrator:
             return Plan()
         self._probe = (want, b, step, cost)
         self.probes += 1
-        guess = other.mean_t() or self.cells.get((b, depth), Cell()).mean_t() or 0.05
+        # the probed state's step time where known; else half the state in use's (off may be twice as fast as
+        # on), and the read then asks for the rest: a probe that overran to the next read cost twice its steps
+        guess = other.mean_t() or 0.5 * (self.cells.get((b, depth), Cell()).mean_t() or 0.05)
         return Plan(probe=want, probe_bucket=b, probe_s=round(min(PROBE_MAX_S, PROBE_STEPS * guess), 4))
 
     def show(self, settings: Mapping[str, Any] | None = None, owned: Iterable[str] = ()) -> dict[str, Any]:
