@@ -96,6 +96,7 @@ class Connection:
         """Answer requests until the client leaves; then keep streaming if it subscribed."""
         try:
             await self.send(dumps({"specctl": {"version": __version__, "protocol": PROTOCOL}}))
+            self.last_active = asyncio.get_running_loop().time()  # a newcomer's grace runs from its greeting
             await self._serve_requests()
             if self._pump is not None:
                 await self._pump

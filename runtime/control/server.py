@@ -33,7 +33,8 @@ from typing import Any
 from specctl.runtime.control.admission import (
     EVICT_IDLE_S,
     FD_HEADROOM,
-    PROBATION_GRACE_S,
+    GRACE_S,
+    Line,
     Places,
     default_reserve,
     fd_cap,
@@ -83,17 +84,17 @@ class ControlServer:
     """Serves the control protocol for ``target`` on the Unix socket at ``path``.
 
     Connections are capped (``max_clients``, from RLIMIT_NOFILE by default). At
-    the cap a newcomer still gets in: a connection that has not sent a request
-    yet gives way first (the oldest first), else the one idle longest
-    (``evict_idle_s``), so the owner's ``specctl status`` or ``force-off`` gets
-    through however many clients sit on the socket, silent or idle. Only when
-    every connection is busy is the newcomer refused, and even then a person's
-    command gets in: the last ``reserve`` places are kept for requests marked
-    ``"interactive": true`` (the console, a verb typed at a terminal). When the
-    other places are full and busy, a newcomer is greeted into the reserve on
-    probation; its first request must say "interactive" or it is answered
-    ``unavailable`` and closed, and a newcomer that says nothing for
-    PROBATION_GRACE_S gives its place to the next (admission.py has the rules).
+    the cap a newcomer still gets in: a newcomer that sent no request in its
+    first GRACE_S gives way first (the oldest first), else the connection idle
+    longest (``evict_idle_s``), so the owner's ``specctl status`` or
+    ``force-off`` gets through however many clients sit on the socket, silent
+    or idle. The last ``reserve`` places are kept for requests marked
+    ``"interactive": true`` (the console, a verb typed at a terminal): when the
+    other places are full and in use, a newcomer is greeted into the reserve on
+    probation, and its first request must say "interactive" or it is answered
+    ``unavailable`` and closed. A newcomer that finds no place free waits in
+    line, in the order newcomers came, while some newcomer's grace still runs;
+    only when every place is in use is it refused (admission.py has the rules).
     Idle connections are closed after ``idle_timeout`` (a subscriber's stream is
     not idle). When accept() itself fails for want of descriptors, the server
     says so once, frees a connection (a silent one first) and backs off, instead
@@ -114,7 +115,8 @@ class ControlServer:
         self.idle_timeout = idle_timeout
         self.line_timeout = line_timeout
         self.write_timeout = write_timeout
-        self._places = Places(self.max_clients, self.reserve, evict_idle_s, PROBATION_GRACE_S)
+        self._places = Places(self.max_clients, self.reserve, evict_idle_s, GRACE_S)
+        self._line = Line(self._places)  # newcomers that find no place free wait here, in the order they came
         self._server: asyncio.Task[None] | None = None  # the accept loop
         self._sock: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -310,7 +312,9 @@ class ControlServer:
 
     def spoke(self, connection: Connection, interactive: bool) -> bool:
         """A connection's first request came; False: it had a place on probation and is not a person's."""
-        return self._places.spoke(connection, interactive)
+        kept = self._places.spoke(connection, interactive)
+        self._line.moved()
+        return kept
 
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         uid = peer_uid(writer.get_extra_info("socket"))
@@ -319,11 +323,12 @@ class ControlServer:
             refusal = error(None, FORBIDDEN, f"uid {uid} may not use this socket (owner or root only)")
         else:
             connection = Connection(self, reader, writer, uid)
-            if self._places.admit(connection, asyncio.get_running_loop().time()) is not None:
+            if await self._line.place(connection):
                 try:
                     await connection.serve()
                 finally:
                     self._places.leave(connection)
+                    self._line.moved()
                 return
             refusal = error(None, UNAVAILABLE, self.busy_message(reserved=False), busy=True)
         with contextlib.suppress(Exception):
