@@ -97,9 +97,6 @@ class Places:
     def holders(self) -> list[Holder]:
         return list(self._live)
 
-    def on_probation(self, holder: Holder) -> bool:
-        return holder in self._probation
-
     def admit(self, holder: Holder, now: float) -> Place | None:
         """Give ``holder`` a place, making room at a cap (rules 1 to 3); None: no place now (see wait_s)."""
         place = self._room(now)
@@ -183,9 +180,6 @@ class Line:
         self._places = places
         self._waiting: deque[tuple[Holder, asyncio.Future[bool]]] = deque()
         self._timer: asyncio.TimerHandle | None = None
-
-    def __len__(self) -> int:
-        return len(self._waiting)
 
     async def place(self, holder: Holder) -> bool:
         """A place for ``holder`` (True), or none because every place is in use (False: refuse it)."""
