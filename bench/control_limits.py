@@ -2,10 +2,11 @@
 
 Prints, for the record (docs/benchmarks.md, "Control plane limits"):
 
-1. connections held before the cap refuses a newcomer, under the usual soft limit of 1,024 open files
-   (set for the supervisor alone with RLIMIT_NOFILE; the cap is that limit less FD_HEADROOM);
-2. the owner's ``status`` latency, p50 and p99, with the cap full of idle clients: each try is what
-   ``specctl status`` does (a fresh connection, the greeting, ``status``), the longest-idle client
+1. connections held at once, under the usual soft limit of 1,024 open files (set for the supervisor
+   alone with RLIMIT_NOFILE; the cap is that limit less FD_HEADROOM), and what the cap does to the next
+   newcomer (refuses it, or closes the oldest client that never sent a request to make room);
+2. the owner's ``status`` latency, p50 and p99, with the cap full of silent clients: each try is what
+   ``specctl status`` does (a fresh connection, the greeting, ``status``), the oldest silent client
    making room for it;
 3. journal bytes per hour at the default interval (0.5 s) and default simulator, and how long the
    default rotation (64 MiB, three older files) keeps.
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import resource
+import select
 import signal
 import socket
 import statistics
@@ -79,9 +81,12 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
-def held_before_refusal(path: Path, most: int) -> tuple[int, list[socket.socket]]:
-    """Open connections as fast as possible, reading each greeting, until one is refused."""
+def held_at_once(path: Path, most: int) -> tuple[int, str, list[socket.socket]]:
+    """Open connections as fast as possible, reading each greeting, until the cap shows: a newcomer is
+    refused, or the server closes one held before it to make room. Returns how many were held at once, what
+    the cap did, and the connections still open."""
     held: list[socket.socket] = []
+    closed = select.poll()  # a held connection that turns readable was closed by the server (nothing else comes)
     for _ in range(most):
         c = socket.socket(socket.AF_UNIX)
         c.settimeout(10)
@@ -89,9 +94,12 @@ def held_before_refusal(path: Path, most: int) -> tuple[int, list[socket.socket]
         first = json.loads(c.makefile("rb").readline())
         if first.get("ok") is False:
             c.close()
-            return len(held), held
+            return len(held), "was refused", held
+        if closed.poll(0):
+            return len(held), "took the place of the oldest silent client", held + [c]
         held.append(c)
-    return len(held), held
+        closed.register(c, select.POLLIN)
+    return len(held), f"(none: {most} held)", held
 
 
 def status_latencies(path: Path, tries: int) -> list[float]:
@@ -136,12 +144,12 @@ def main() -> None:
         path = folder / "ctl" / "specctl.sock"
         try:
             wait_ready(path)
-            held, clients = held_before_refusal(path, ns.nofile + 100)
-            print(f"RLIMIT_NOFILE {ns.nofile}: {held} connections held before a newcomer was refused "
-                  f"(cap = limit - {FD_HEADROOM}: {ns.nofile - FD_HEADROOM})")
-            time.sleep(1.5)  # the held clients grow idle: now each newcomer takes the place of the longest-idle
+            held, then, clients = held_at_once(path, ns.nofile + 100)
+            print(f"RLIMIT_NOFILE {ns.nofile}: {held} connections held at once "
+                  f"(cap = limit - {FD_HEADROOM}: {ns.nofile - FD_HEADROOM}); the next newcomer {then}")
+            time.sleep(1.5)  # the held clients stay silent: each newcomer takes the place of the oldest
             lat = status_latencies(path, ns.tries)
-            print(f"owner's status with the cap full ({held} idle clients), {ns.tries} tries: "
+            print(f"owner's status with the cap full ({held} silent clients), {ns.tries} tries: "
                   f"p50 {statistics.median(lat):.2f} ms, p99 {p99(lat):.2f} ms, max {max(lat):.2f} ms")
             for c in clients:
                 c.close()

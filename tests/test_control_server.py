@@ -237,9 +237,15 @@ async def test_clients_that_vanish_or_half_close_do_not_disturb_others(served) -
 
 
 async def test_connections_past_max_clients_are_refused_while_all_are_busy(sock_dir: Path) -> None:
+    """Two places (one kept for a person): both hold clients that have asked something and are not idle
+    long enough to give way (a silent one would), so a third is refused until one leaves."""
     server = ControlServer(StandInTarget(), sock_dir / "specctl.sock", max_clients=2, evict_idle_s=3600)
     await server.start()
-    first, second = await greeted(server.path), await greeted(server.path)
+    first = await greeted(server.path)
+    assert (await first.ask("ping"))["ok"] is True
+    second = await greeted(server.path)  # in the place kept for a person, on probation: it says it is one
+    await second.send(b'{"id": 2, "cmd": "ping", "interactive": true}\n')
+    assert (await second.read())["ok"] is True
     third = await Peer.open(server.path)
     assert_error(await third.read(), "unavailable")
     assert await third.read() is None

@@ -5,10 +5,12 @@ The server greets first, then answers requests ``{"id", "cmd", "args"}`` with
 "message", ...}}``. It owns only framing, the greeting, the peer check and
 ``subscribe`` (``{"history": true}`` in its args: the hub's recent records first,
 each line ``{"record", "history": true}``, then the live stream; without it, the
-live stream alone, as before); every other command goes to ``target.execute`` (the supervisor),
+live stream alone); every other command goes to ``target.execute`` (the supervisor),
 so a command typed in the in-process console and one sent over the socket take
 the same path and are journaled the same way.
 
+This module binds the socket, accepts, checks the peer and stops; who gets a
+place at the cap is admission.py's, what a client's requests do is connection.py's.
 Nothing a client sends can stop the server: every line is checked before it
 reaches the target, an over-long line is discarded, an unexpected exception
 becomes an ``internal`` answer, and a subscriber that stops reading is dropped
@@ -25,24 +27,20 @@ import os
 import resource
 import socket
 import stat
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from specctl import PROTOCOL, __version__
-from specctl.runtime.control.framing import (
-    MAX_LINE,
-    BadRequest,
-    LineReader,
-    LineStalled,
-    LineTooLong,
-    dumps,
-    encode_answer,
-    error,
-    is_interactive,
-    parse_request,
+from specctl.runtime.control.admission import (
+    EVICT_IDLE_S,
+    FD_HEADROOM,
+    GRACE_S,
+    Line,
+    Places,
+    default_reserve,
+    fd_cap,
 )
-from specctl.runtime.control.hub import Hub, Subscription
+from specctl.runtime.control.connection import CLOSE_GRACE_S, Connection, ControlTarget, Dropped, abort
+from specctl.runtime.control.framing import MAX_LINE, dumps, error
 from specctl.runtime.control.ownership import (
     ControlSocketError,
     SocketInUse,
@@ -50,17 +48,11 @@ from specctl.runtime.control.ownership import (
     peer_allowed,
     peer_uid,
 )
-from specctl.runtime.core.errors import BAD_REQUEST, FORBIDDEN, INTERNAL, UNAVAILABLE, CommandError
+from specctl.runtime.core.errors import FORBIDDEN, UNAVAILABLE
+
+__all__ = ["FD_HEADROOM", "ControlServer", "ControlTarget"]
 
 log = logging.getLogger(__name__)
-
-class ControlTarget(Protocol):
-    """What the control server steers: the supervisor, or a stand-in in tests."""
-
-    hub: Hub
-
-    async def execute(self, cmd: str, args: dict[str, Any], uid: int | None) -> dict[str, Any]: ...
-
 
 class _Quiet:
     """Warnings said at most once per ``every`` seconds per kind, each with how many like it were held back:
@@ -82,223 +74,31 @@ class _Quiet:
         log.warning(message + suffix, *args, exc_info=exc_info)
 
 
-def _abort(writer: asyncio.StreamWriter) -> None:
-    """Close the connection now, whatever state its transport is in (a transport that is already gone may
-    raise from abort(): asyncio's selector transport after its connection_lost ran)."""
-    with contextlib.suppress(Exception):
-        writer.transport.abort()
-
-
-class _Dropped(Exception):
-    """The client stopped reading (or is gone); its connection was aborted."""
-
-
-class _Connection:
-    """One client: reads requests in order, answers them, and streams records once subscribed."""
-
-    def __init__(self, server: ControlServer, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, uid: int) -> None:
-        self._server = server
-        self._lines = LineReader(reader, server.idle_timeout, server.line_timeout)
-        self._writer = writer
-        self._uid = uid
-        self._pump: asyncio.Task[None] | None = None
-        self.last_active = asyncio.get_running_loop().time()  # when its last request (or its greeting) came
-        # in one of the places kept for a person's commands; on probation until its first request says
-        # "interactive" (then it keeps the place), refused and closed if that request does not
-        self.reserved = False
-        self.probation = False
-
-    @property
-    def subscribed(self) -> bool:
-        return self._pump is not None
-
-    def evict(self) -> None:
-        """Close this connection now, to make room: its reads end, its task cleans up."""
-        _abort(self._writer)
-
-    async def serve(self) -> None:
-        """Answer requests until the client leaves; then keep streaming if it subscribed."""
-        try:
-            await self.send(dumps({"specctl": {"version": __version__, "protocol": PROTOCOL}}))
-            await self._serve_requests()
-            if self._pump is not None:
-                await self._pump
-        except (ConnectionError, _Dropped):
-            pass
-        finally:
-            await self._close()
-
-    async def _serve_requests(self) -> None:
-        while True:
-            try:
-                line = await self._lines.readline()
-            except LineTooLong:
-                await self.send(dumps(error(None, BAD_REQUEST, f"line longer than {MAX_LINE} bytes")))
-                continue
-            except LineStalled:
-                await self.send(dumps(error(None, BAD_REQUEST, "line not finished in time; closing")))
-                return
-            if line is None:
-                return
-            if line.strip():
-                self.last_active = asyncio.get_running_loop().time()
-                if self.probation:
-                    if not is_interactive(line):
-                        busy = self._server.busy_message(reserved=True)
-                        await self.send(dumps(error(None, UNAVAILABLE, busy, busy=True)))
-                        return
-                    self.probation = False
-                await self.send(encode_answer(await self._answer(line)))
-                await asyncio.sleep(0)  # one request, then the others' turn: a client with 2,000 queued
-                # requests (or half-closed behind them) cannot hold the loop while a person's status waits
-
-    async def _answer(self, line: bytes) -> dict[str, Any]:
-        try:
-            req_id, cmd, args = parse_request(line)
-        except BadRequest as e:
-            return error(e.req_id, BAD_REQUEST, e.message)
-        try:
-            result = self._subscribe(args) if cmd == "subscribe" else await self._execute(cmd, args)
-        except CommandError as e:
-            return {"id": req_id, "ok": False, "error": e.as_dict()}
-        return {"id": req_id, "ok": True, "result": result}
-
-    async def _execute(self, cmd: str, args: dict[str, Any]) -> dict[str, Any]:
-        """The target's answer; an unexpected failure is logged and answered, never raised."""
-        try:
-            result = await self._server.target.execute(cmd, args, self._uid)
-        except CommandError:
-            raise
-        except Exception:
-            log.exception("control command %r failed", cmd)
-            raise CommandError(INTERNAL, f"{cmd} failed inside the supervisor; see its log") from None
-        return result
-
-    def _subscribe(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Start streaming; ``{"history": true}`` sends the recent records first (an unknown arg is ignored).
-
-        The answer is written before the pump's first line: the pump only starts once this
-        request's handler awaits the answer's write.
-        """
-        if self._pump is not None:
-            return {"subscribed": True}
-        hub = self._server.target.hub
-        if args.get("history") is True:
-            past, sub = hub.subscribe_with_history()
-            self._pump = asyncio.create_task(self._stream(sub, past))
-            return {"subscribed": True, "history": len(past)}
-        self._pump = asyncio.create_task(self._stream(hub.subscribe()))
-        return {"subscribed": True}
-
-    async def _stream(self, sub: Subscription, past: Sequence[bytes] = ()) -> None:
-        """Forward hub records; a client that cannot keep up is dropped, the hub never waits.
-
-        Each line is ``{"record": ...}``; once the hub has had to drop records for
-        this reader, ``"dropped"`` carries the running count, so a console knows
-        its view has a gap. ``past`` (records already encoded, from the hub's
-        history) go first, marked ``"history": true``.
-        """
-        try:
-            for data in past:
-                await self.send(b'{"record":' + data + b',"history":true}\n')
-            async for record in sub:
-                line: dict[str, Any] = {"record": record}
-                if sub.dropped:
-                    line["dropped"] = sub.dropped
-                try:
-                    data = dumps(line)
-                except (TypeError, ValueError):
-                    log.exception("record not sent: it is not plain JSON")
-                    continue
-                await self.send(data)
-        except (ConnectionError, _Dropped):
-            _abort(self._writer)
-        finally:
-            sub.close()
-
-    async def send(self, data: bytes) -> None:
-        """Write one line; a client that does not take it within write_timeout is dropped.
-
-        asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that lands
-        as the drain completes, and a streaming pump that lost stop()'s cancel kept
-        the supervisor from exiting (it waited on the hub, which closes after us).
-        """
-        if self._writer.is_closing():
-            raise _Dropped
-        self._writer.write(data)
-        try:
-            async with asyncio.timeout(self._server.write_timeout):
-                await self._writer.drain()
-        except TimeoutError:
-            _abort(self._writer)
-            raise _Dropped from None
-
-    async def _close(self) -> None:
-        if self._pump is not None and not self._pump.done():
-            self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                async with asyncio.timeout(CLOSE_GRACE_S):
-                    await self._pump
-        if self._server.stopping:  # nothing more is owed: a client that stopped reading must not hold stop()
-            _abort(self._writer)
-            return
-        with contextlib.suppress(Exception):
-            self._writer.close()  # a normal end: what was written is still delivered
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(CLOSE_GRACE_S):
-                await self._writer.wait_closed()
-        _abort(self._writer)  # a client that never took the rest: no descriptor left behind
-
-
-CLOSE_GRACE_S = 1.0  # a closing connection waits this long for its client to take what was written
 STOP_GRACE_S = 2.0  # stop() waits this long for client tasks to end after closing their connections
-FD_HEADROOM = 96  # descriptors left for everything else: journal, NVML, HTTP pool, the server's pipes, ...
 ACCEPT_BACKOFF = (0.05, 1.0)  # first and longest pause after accept() fails for want of resources
 ACCEPT_BATCH = 32  # connections taken off the backlog at once (well within FD_HEADROOM)
-EVICT_IDLE_S = 1.0  # at the cap, a connection idle this long gives its place to a newcomer
 _STARVED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-
-
-PROBATION_GRACE_S = 0.1  # a newcomer in the reserve that sent nothing for this long gives its place to the next
-# (a person's client sends its request as soon as the greeting is read: well within this, even on a loaded host)
-RESERVE_MAX = 16  # places kept for a person's commands, at most (an eighth of the cap below 128)
-
-
-def default_reserve(max_clients: int) -> int:
-    return 0 if max_clients < 2 else max(1, min(RESERVE_MAX, max_clients // 8))
-
-
-def fd_cap(headroom: int = FD_HEADROOM) -> int:
-    """Control connections this process can hold: the soft RLIMIT_NOFILE less headroom, at least 8.
-
-    From the limit as it is, so the cap holds under `ulimit -n 256` as well as under systemd's 1024.
-    """
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        soft = 65536
-    return max(8, soft - headroom)
 
 
 class ControlServer:
     """Serves the control protocol for ``target`` on the Unix socket at ``path``.
 
     Connections are capped (``max_clients``, from RLIMIT_NOFILE by default). At
-    the cap a newcomer still gets in: the connection that has been idle longest
-    (one that is not streaming records first) is closed to make room, so the
-    owner's ``specctl status`` or ``force-off`` always gets through, however many
-    idle clients hold the socket. Only when every connection is busy is the
-    newcomer refused, and even then a person's command gets in: the last
-    ``reserve`` places are kept for requests marked ``"interactive": true`` (the
-    console, a verb typed at a terminal). When the other places are full and
-    busy, a newcomer is greeted into the reserve on probation; its first
-    request must say "interactive" or it is answered ``unavailable`` and
-    closed, and a newcomer that says nothing for PROBATION_GRACE_S gives its
-    place to the next. So a storm of the owner's own scripts, however busy,
-    fills the other places at most. Idle connections are closed after ``idle_timeout``
-    (a subscriber's stream is not idle). When accept() itself fails for want of
-    descriptors, the server says so once, frees the longest-idle connection and
-    backs off, instead of spinning on the error.
+    the cap a newcomer still gets in: a newcomer that sent no request in its
+    first GRACE_S gives way first (the oldest first), else the connection idle
+    longest (``evict_idle_s``), so the owner's ``specctl status`` or
+    ``force-off`` gets through however many clients sit on the socket, silent
+    or idle. The last ``reserve`` places are kept for requests marked
+    ``"interactive": true`` (the console, a verb typed at a terminal): when the
+    other places are full and in use, a newcomer is greeted into the reserve on
+    probation, and its first request must say "interactive" or it is answered
+    ``unavailable`` and closed. A newcomer that finds no place free waits in
+    line, in the order newcomers came, while some newcomer's grace still runs;
+    only when every place is in use is it refused (admission.py has the rules).
+    Idle connections are closed after ``idle_timeout`` (a subscriber's stream is
+    not idle). When accept() itself fails for want of descriptors, the server
+    says so once, frees a connection (a silent one first) and backs off, instead
+    of spinning on the error.
     """
 
     def __init__(self, target: ControlTarget, path: str | os.PathLike[str], *,
@@ -315,16 +115,15 @@ class ControlServer:
         self.idle_timeout = idle_timeout
         self.line_timeout = line_timeout
         self.write_timeout = write_timeout
-        self.evict_idle_s = evict_idle_s
+        self._places = Places(self.max_clients, self.reserve, evict_idle_s, GRACE_S)
+        self._line = Line(self._places)  # newcomers that find no place free wait here, in the order they came
         self._server: asyncio.Task[None] | None = None  # the accept loop
         self._sock: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._live: set[_Connection] = set()
         self._inode: int | None = None
         self._stopped = False
         self._starved = 0  # accept() failures in a row: the back-off grows with it
         self._quiet_until = 0.0  # the failure is said again only after this (loop time)
-        self.evicted = 0  # connections closed to make room, for the benchmark and tests
         self._quiet = _Quiet()
         self._room = asyncio.Event()  # set when a client task ends: the accept loop may take more
 
@@ -384,7 +183,7 @@ class ControlServer:
         self._room.set()
 
     async def _accept_failed(self, exc: OSError) -> None:
-        """Out of descriptors (or memory): say it once, free the longest-idle connection, back off."""
+        """Out of descriptors (or memory): say it once, free a connection (a silent one first), back off."""
         if exc.errno not in _STARVED:
             log.error("control socket: accept failed: %s", exc)
             await asyncio.sleep(ACCEPT_BACKOFF[1])
@@ -394,29 +193,17 @@ class ControlServer:
             soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
             log.warning("control socket: cannot accept connections: %s (open files limit %d, %d control "
                         "connections); closing idle ones and backing off (said once a minute at most)",
-                        exc.strerror or exc, soft, len(self._live))
+                        exc.strerror or exc, soft, len(self._places))
             self._quiet_until = now + 60.0
         self._starved += 1
         first, longest = ACCEPT_BACKOFF
-        freed = self._evict(idle_for=0.0)
-        if not freed:  # nothing to free: wait for descriptors to come back, longer each time
+        if not self._places.free_one():  # nothing to free: wait for descriptors to come back, longer each time
             await asyncio.sleep(min(longest, first * 2 ** min(self._starved, 8)))
 
-    def _evict(self, idle_for: float, reserved: bool | None = None) -> bool:
-        """Close the connection idle longest (not streaming ones first), if idle ``idle_for`` s or more;
-        ``reserved``: only among the reserve's (True; those on probation first) or the rest's (False)."""
-        now = asyncio.get_running_loop().time()
-        idle = [c for c in self._live if now - c.last_active >= idle_for
-                and (reserved is None or c.reserved == reserved)]
-        if reserved:  # in the reserve, only a newcomer that has not yet said who it is makes room
-            idle = [c for c in idle if c.probation]
-        if not idle:
-            return False
-        victim = min(idle, key=lambda c: (c.subscribed, c.last_active))
-        self._live.discard(victim)
-        victim.evict()
-        self.evicted += 1
-        return True
+    @property
+    def evicted(self) -> int:
+        """Connections closed to make room, for the benchmark and tests."""
+        return self._places.evicted
 
     async def _clear_stale(self) -> None:
         """Refuse a live socket; remove one left behind by a supervisor that died (supervisord's checkused)."""
@@ -475,7 +262,7 @@ class ControlServer:
             self._sock.close()
             self._sock = None
         self._remove_socket_file()
-        for connection in list(self._live):
+        for connection in self._places.holders():
             connection.evict()
         tasks = list(self._tasks)
         for task in tasks:
@@ -510,12 +297,12 @@ class ControlServer:
         try:
             await self._admit(reader, writer)
         except asyncio.CancelledError:  # stop(): a quiet close, no traceback per client
-            _abort(writer)
-        except (ConnectionError, _Dropped):  # the client left (or stopped reading) mid-answer: its own business
-            _abort(writer)
+            abort(writer)
+        except (ConnectionError, Dropped):  # the client left (or stopped reading) mid-answer: its own business
+            abort(writer)
         except Exception as exc:  # a fault of ours: said, with its traceback, but not once per client
             self._quiet.warn("failed", "control connection failed: %r", exc, exc_info=True)
-            _abort(writer)
+            abort(writer)
 
     def busy_message(self, reserved: bool) -> str:
         if reserved:
@@ -523,37 +310,29 @@ class ControlServer:
                     "kept for commands a person types (a terminal, the console)")
         return f"too many control connections ({self.max_clients}), all busy"
 
-    def _place(self) -> str | None:
-        """Where a newcomer goes: among the rest ("open"), in the reserve kept for a person ("reserve"), or
-        nowhere (None). At a cap, the longest-idle connection of that pool makes room."""
-        reserved = sum(c.reserved for c in self._live)
-        if len(self._live) - reserved < self.max_clients - self.reserve or self._evict(self.evict_idle_s, False):
-            return "open"
-        if reserved < self.reserve or self._evict(PROBATION_GRACE_S, True):
-            return "reserve"
-        return None
+    def spoke(self, connection: Connection, interactive: bool) -> bool:
+        """A connection's first request came; False: it had a place on probation and is not a person's."""
+        kept = self._places.spoke(connection, interactive)
+        self._line.moved()
+        return kept
 
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         uid = peer_uid(writer.get_extra_info("socket"))
-        refusal = None
         if not peer_allowed(uid, os.geteuid()):
             self._quiet.warn("forbidden", "control socket: refused a connection from uid %d", uid)
             refusal = error(None, FORBIDDEN, f"uid {uid} may not use this socket (owner or root only)")
         else:
-            place = self._place()
-            if place is None:
-                refusal = error(None, UNAVAILABLE, self.busy_message(reserved=False), busy=True)
-        if refusal is None:
-            connection = _Connection(self, reader, writer, uid)
-            connection.reserved = connection.probation = place == "reserve"
-            self._live.add(connection)
-            try:
-                await connection.serve()
-            finally:
-                self._live.discard(connection)
-            return
+            connection = Connection(self, reader, writer, uid)
+            if await self._line.place(connection):
+                try:
+                    await connection.serve()
+                finally:
+                    self._places.leave(connection)
+                    self._line.moved()
+                return
+            refusal = error(None, UNAVAILABLE, self.busy_message(reserved=False), busy=True)
         with contextlib.suppress(Exception):
             writer.write(dumps(refusal))
             async with asyncio.timeout(CLOSE_GRACE_S):
                 await writer.drain()
-        _abort(writer)
+        abort(writer)
