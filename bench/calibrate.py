@@ -7,9 +7,12 @@ the policy's defaults (what a server with no thresholds row runs), and auto with
 polls). Each level runs LEVEL_S simulated seconds and is counted over its last WINDOW_S. The presets are
 ones no measured row covers: the report's RTX PRO 6000 system at topk 1, the MoE on FlashInfer (an
 uncalibrated variant: h200-qwen3moe's costs with FlashInfer's verify term, accept length 2.4), and
-h200-llama8b-flashinfer on a GPU name no row knows.
+h200-llama8b-flashinfer on a GPU name no row knows. With --rows, the presets a measured row covers
+instead (dense Llama-8B shapes on Triton, FA3 and FlashInfer, the MoE on Triton): every server starts
+from the row the supervisor would apply, "auto" is the row alone, and calibration must do no worse.
 
-    python bench/calibrate.py [--preset rtx-topk1 ...] [--level-s 60] [--window-s 30] [--csv FILE]
+    python bench/calibrate.py [--preset rtx-topk1 ...] [--rows] [--level-s 60] [--window-s 30]
+                              [--step-noise 0.3] [--seed N] [--csv FILE]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from specctl.runtime.sim.calibrated import Level, moe_flashinfer, run_schedule, unknown_gpu
 from specctl.runtime.sim.preset_model import Preset
 from specctl.runtime.sim.presets import get_preset
+from specctl.runtime.sim.rows import supervised_settings
 
 STEP_LOAD = (4, 192, 4, 192, 4, 192)
 PRESETS: dict[str, tuple[Callable[[], Preset], tuple[int, ...]]] = {
@@ -30,12 +34,15 @@ PRESETS: dict[str, tuple[Callable[[], Preset], tuple[int, ...]]] = {
     "moe-flashinfer": (moe_flashinfer, (1, 4, 16, 64, 192, 4, 192, 4, 192)),
     "unknown-gpu": (unknown_gpu, (1, 4, 16, 64, 192, 4, 192)),
 }
+ROW_LOAD = (1, 4, 16, 64, 192, 4, 192)
+ROW_PRESETS = ("h200-llama8b", "h200-llama8b-fa3", "h200-llama8b-flashinfer", "h200-qwen3moe")
 SERVERS = ("on", "off", "auto", "calibrated")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", action="append", choices=sorted(PRESETS), help="default: all")
+    ap.add_argument("--rows", action="store_true", help="the presets a measured row covers, from that row")
     ap.add_argument("--level-s", type=float, default=60.0)
     ap.add_argument("--window-s", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -48,27 +55,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = []
     t0 = time.monotonic()
-    for name in args.preset or list(PRESETS):
-        build, levels = PRESETS[name]
+    chosen = [(n, *PRESETS[n]) for n in args.preset or list(PRESETS)] if not args.rows else \
+        [(n, (lambda n=n: get_preset(n)), ROW_LOAD) for n in ROW_PRESETS]
+    auto = "row auto" if args.rows else "default auto"
+    for name, build, levels in chosen:
         schedule = [Level(c, args.level_s, args.level_s - args.window_s) for c in levels]
-        runs = {s: run_schedule(build(), schedule, s, seed=args.seed, step_noise=args.step_noise)
+        start = supervised_settings(build(), {})[0] if args.rows else None
+        runs = {s: run_schedule(build(), schedule, s, seed=args.seed, step_noise=args.step_noise, settings=start)
                 for s in SERVERS}  # type: ignore[arg-type]
         cal = runs["calibrated"]
         print(f"\n{name}: {args.level_s:g} s a level, tok/s over its last {args.window_s:g} s; probes "
               f"{cal.probe_steps} of {cal.steps} steps ({100 * cal.probe_share:.2f} %), "
               f"{len(cal.publishes)} publishes")
-        print("| level | c | forced on | forced off | default auto | calibrated auto | default / best | "
-              "calibrated / best |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        print(f"| level | c | forced on | forced off | {auto} | calibrated auto | {auto} / best | "
+              f"calibrated / best | calibrated / {auto} |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for i, c in enumerate(levels):
-            on, off, auto, calib = (runs[s].levels[i].tok_s for s in SERVERS)
+            on, off, plain, calib = (runs[s].levels[i].tok_s for s in SERVERS)
             best = max(on, off)
-            print(f"| {i + 1} | {c} | {on:.0f} | {off:.0f} | {auto:.0f} | {calib:.0f} | {auto / best:.3f} | "
-                  f"{calib / best:.3f} |")
+            print(f"| {i + 1} | {c} | {on:.0f} | {off:.0f} | {plain:.0f} | {calib:.0f} | {plain / best:.3f} | "
+                  f"{calib / best:.3f} | {calib / plain:.3f} |")
             rows.append({"preset": name, "level": i + 1, "concurrency": c, "on": round(on, 1), "off": round(off, 1),
-                         "auto": round(auto, 1), "calibrated": round(calib, 1),
-                         "auto_over_best": round(auto / best, 4), "calibrated_over_best": round(calib / best, 4),
-                         "probe_share": round(cal.probe_share, 5)})
+                         "auto": round(plain, 1), "calibrated": round(calib, 1),
+                         "auto_over_best": round(plain / best, 4), "calibrated_over_best": round(calib / best, 4),
+                         "calibrated_over_auto": round(calib / plain, 4), "probe_share": round(cal.probe_share, 5)})
         print(f"learned: {cal.settings['off_at']=} {cal.settings['on_at']=} {cal.settings['min_accept']=} "
               f"{cal.settings['accept_slope']=}".replace("cal.settings[", "").replace("]", ""))
     if args.csv and rows:

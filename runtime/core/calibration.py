@@ -235,6 +235,7 @@ class Calibrator:
         self.probes = 0
         self._last_verify_step = 0
         self.learned: dict[str, float] = {}
+        self._start_slope: float | None = None  # the floor's slope in force when calibration began (a row's)
         self.publishes = 0
         self.steps_seen = 0
 
@@ -296,7 +297,7 @@ class Calibrator:
             out.update(self._load_pair(buckets, settings))
         if not owned_set & set(floor):
             off_at = out.get("off_at", settings.get("off_at", NEVER))
-            out.update(self._floor(buckets, float(off_at), steps, settings))
+            out.update(self._floor(buckets, float(off_at), steps, settings, self._start_slope or 0.0))
         return Fit(out, buckets, _r(a), _r(a_sd) if a is not None else None)
 
     def _bucket_fit(self, b: int, steps: int, a: float | None, a_sd: float) -> BucketFit:
@@ -343,7 +344,7 @@ class Calibrator:
 
     @staticmethod
     def _floor(buckets: tuple[BucketFit, ...], off_at: float, steps: int,
-               settings: Mapping[str, Any]) -> dict[str, float]:
+               settings: Mapping[str, Any], least_slope: float = 0.0) -> dict[str, float]:
         """A line SLACK under the break-even's upper bound at the buckets below off_at where drafting pays.
 
         Only those: a close bucket keeps the state it has (a floor moved under its acceptance would
@@ -352,7 +353,9 @@ class Calibrator:
         down as they firm up; a loose break-even (beyond FLOOR_PRECISION) gives no point at all. The
         slope is fitted by steps and the line goes under all points but those few-step ones FLOOR_TRIM
         leaves out, and nowhere the server has run under off_at above the highest point: a slope fitted
-        over small buckets and carried to larger ones would put the floor over their acceptance.
+        over small buckets and carried to larger ones would put the floor over their acceptance. Nor
+        under ``least_slope``, the slope in force when calibration began: a measured row's slope says
+        where drafting stops paying at batches this server may not have run yet.
         """
         points = [(float(min(bucket_upper(bf.bucket), off_at)), bf.breakeven + Z * bf.ratio_sd - SLACK,
                    float(bf.steps_on + bf.steps_off))
@@ -366,12 +369,13 @@ class Calibrator:
         my = sum(y * n for _, y, n in points) / weight
         sxx = sum(n * (x - mx) ** 2 for x, _, n in points)
         slope = sum(n * (x - mx) * (y - my) for x, y, n in points) / sxx if sxx else 0.0
-        slope = min(1.0, max(0.0, slope))
+        slope = max(least_slope, min(1.0, max(0.0, slope)))
         reach = min(off_at, float(bucket_upper(max(bf.bucket for bf in buckets))))
         top = max(y for _, y, _ in points)
         base = _trimmed_min([(y - slope * x, n) for x, y, n in points], trim, top - slope * reach)
         if base < 0:
-            slope, base = 0.0, _trimmed_min([(y, n) for _, y, n in points], trim, top)
+            slope = least_slope
+            base = _trimmed_min([(y - slope * x, n) for x, y, n in points], trim, top - slope * reach)
         base = min(float(steps), max(0.0, base))
         new = {"min_accept": round(base, 2), "accept_slope": round(slope, 4)}
         old_m = float(settings.get("min_accept", 0.0))
@@ -387,6 +391,8 @@ class Calibrator:
         assert isinstance(step, int)
         settings = spec.get("settings") if isinstance(spec.get("settings"), dict) else {}
         assert isinstance(settings, dict)
+        if self._start_slope is None and isinstance(settings.get("accept_slope"), (int, float)):
+            self._start_slope = float(settings["accept_slope"])
         if self._probe is not None:
             state, b, start, cost = self._probe
             if frozen or step - start >= PROBE_STEPS or step < start:
