@@ -23,6 +23,7 @@ def test_calibration_learns_and_the_operator_stays_in_charge(tmp_path: Path) -> 
         shown = h.cli("calibration", "show")
         assert shown.returncode == 0, shown.stderr
         assert "calibration on" in shown.stdout and "learned    min_accept=" in shown.stdout
+        assert "steps of what they could lose" in shown.stdout.splitlines()[0]  # the cap is on that charge
         assert any(line.split()[:1] == ["4"] for line in shown.stdout.splitlines())
 
         # the operator sets the floor: calibration never publishes it again

@@ -58,7 +58,9 @@ def lines(shown: dict[str, Any]) -> list[str]:
     out = [f"calibration {'on' if shown.get('enabled') else 'off (frozen)'}; learned values published since {when}, "
            f"{shown.get('publishes', 0)} times; {shown.get('probes', 0)} probes, "
            f"{shown.get('probe_steps', 0)} of {shown.get('steps_seen', 0)} steps"
-           + (f" ({share * 100:.2f} %)" if isinstance(share, (int, float)) else "")]
+           + (f" ({share * 100:.2f} %)" if isinstance(share, (int, float)) else "")
+           + (f", charged {cost:g} steps of what they could lose"
+              if isinstance(cost := shown.get("probe_cost"), (int, float)) else "")]
     learned = shown.get("learned") or {}
     out.append("learned    " + (" ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                          for k, v in learned.items()) or "nothing yet"))
