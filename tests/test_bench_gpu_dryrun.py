@@ -10,6 +10,7 @@ what the operator reads: the exit status, the log, the CSVs and the tables.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import re
@@ -433,3 +434,23 @@ def test_depth_control_runs_auto_confined_to_one_depth_beside_the_pins_and_repor
     assert {round(float(r["steps"])) for r in rows if r["mode"] == "d3"} == {3}, "d3 after a2: every depth back"
     assert re.search(r"- The same-state control \(auto confined to \{0, N\} as mode aN.*: c=4 a2 / d2 \d\.\d{3}",
                      run.log), run.log[-3000:]
+
+
+def test_the_calibration_sweep_sets_calibrated_auto_beside_the_row_alone(sock_dir: Path) -> None:
+    # what bench/gpu/calibrate.sh runs for the dense check: calib_switch.sh's modes through the real CLI
+    run = dry_run(sock_dir, "sweep2", SWEEP_SWITCH="calib", SWEEP_MODES="auto row on off", AUTO_SETTLE="1")
+    assert_clean(run, "sweep2")
+    sweep = {r["mode"]: r for r in run.windows() if r["label"] == "specctl-triton"}
+    assert set(sweep) == {"auto", "row", "on", "off"} and all(r["switch_rc"] == "0" for r in sweep.values())
+    assert sweep["on"]["steps"] == "3.0" and sweep["off"]["steps"] == "0.0"
+    assert "switch to row failed" not in run.log and "unknown mode" not in run.log
+    journal = run.work / "journal-sweep2-triton.jsonl"
+    commands = [json.loads(line) for line in journal.read_text().splitlines() if '"kind":"command"' in line]
+    said = [(c["cmd"], c.get("args"), c["ok"]) for c in commands]
+    # row: calibration frozen and reset, then auto; auto: calibration on again, then auto
+    assert said[:2] == [("set", {"settings": {"calibrate": "on"}}, True), ("mode", {"mode": "auto"}, True)], said
+    assert said[2:5] == [("set", {"settings": {"calibrate": "off"}}, True), ("calibration", {"action": "reset"}, True),
+                         ("mode", {"mode": "auto"}, True)], said
+    report = subprocess.run([sys.executable, str(GPU / "calibration_journal.py"), str(journal)],
+                            capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
