@@ -19,9 +19,12 @@ The fit, per bucket b with readings of both states:
   thresholds say.
 - ``off_at`` is the bucket edge that misclassifies the least measured
   gain (|log gain| summed), the current one kept on a tie; ``on_at`` is
-  the edge below it; the floor is a line under the break-even of every
-  bucket auto runs on, SLACK lower (the policy's acceptance window
-  scatters; a dip under the floor costs probe_after steps off).
+  the edge below it; the floor is a line SLACK under the break-even's
+  upper bound at the buckets auto runs on (the policy's acceptance window
+  scatters; a dip under the floor costs probe_after steps off), see
+  :meth:`Calibrator._floor`.
+- Probes are charged by what they can lose (PROBE_SHARE), so a close
+  bucket's come quickly and an unmeasured one's are few.
 """
 
 from __future__ import annotations
