@@ -15,10 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specctl.runtime.core import calibration as cal
+from specctl.runtime.core import calibration_fit as fit_rules
 from specctl.runtime.core.calibration import Calibrator
 from specctl.runtime.core.policy import SpecPolicy
 from specctl.runtime.core.settings import PolicySettings
-from specctl.runtime.core.step_meter import bucket
+from specctl.runtime.core.step_meter import bucket, bucket_upper
 from specctl.runtime.sim.calibrated import Level, Run, moe_flashinfer, run_schedule, unknown_gpu
 from specctl.runtime.sim.preset_model import GpuSpec
 from specctl.runtime.sim.presets import get_preset
@@ -95,12 +96,12 @@ def test_calibration_does_no_worse_than_a_measured_row(preset: str, noise: float
 
 def test_the_floor_keeps_the_slope_calibration_started_from() -> None:
     """A row's slope says where drafting stops paying at batches a new server has not run: never fitted below it."""
-    points = tuple(cal.BucketFit(b, 5000, 5000, t_on, t_off, t_on / t_off, 0.005, t_on / t_off - 1,
+    points = tuple(fit_rules.BucketFit(b, 5000, 5000, t_on, t_off, t_on / t_off, 0.005, t_on / t_off - 1,
                                  2.4 / (t_on / t_off), "on") for b, t_on, t_off in ((1, 8.0, 4.5), (4, 11.6, 6.5)))
-    assert Calibrator._floor(points, off_at=1 << 20, steps=3, settings={})["accept_slope"] < 0.0105
-    out = Calibrator._floor(points, off_at=1 << 20, steps=3, settings={}, least_slope=0.0105)
+    assert fit_rules.floor_line(points, off_at=1 << 20, steps=3, settings={})["accept_slope"] < 0.0105
+    out = fit_rules.floor_line(points, off_at=1 << 20, steps=3, settings={}, least_slope=0.0105)
     assert out["accept_slope"] == 0.0105
-    assert all(out["min_accept"] + 0.0105 * min(cal.bucket_upper(p.bucket), 1 << 20) <= p.breakeven + 0.02
+    assert all(out["min_accept"] + 0.0105 * min(bucket_upper(p.bucket), 1 << 20) <= p.breakeven + 0.02
                for p in points)
 
 
@@ -156,7 +157,7 @@ def test_break_even_is_the_step_time_ratio_less_one() -> None:
     # off_at stays: 32 already keeps both calls; the floor goes under 4's break-even by SLACK
     assert "off_at" not in fit.settings
     # ... by SLACK under its upper bound, which a call of "on" keeps under the acceptance
-    assert fit.settings["min_accept"] == pytest.approx(0.2 + cal.Z * by[4].ratio_sd - cal.SLACK, abs=0.01)
+    assert fit.settings["min_accept"] == pytest.approx(0.2 + fit_rules.Z * by[4].ratio_sd - fit_rules.SLACK, abs=0.01)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -182,7 +183,7 @@ def test_a_called_bucket_too_loose_for_the_floor_is_probed_for_precision() -> No
     plan = c.observe({**spec(2140, meter, depth=0), "reason": "low_accept"})
     fit = c.fit(spec(2140, meter)["settings"])
     (row,) = fit.buckets
-    assert row.verdict == "on" and cal.Z * row.ratio_sd > cal.FLOOR_PRECISION, row
+    assert row.verdict == "on" and fit_rules.Z * row.ratio_sd > fit_rules.FLOOR_PRECISION, row
     assert not plan.publish and plan.probe == "on" and plan.probe_bucket == 1
 
 
@@ -200,11 +201,11 @@ def test_a_ramp_bucket_does_not_pull_the_floor_down() -> None:
 
 
 def test_the_floor_line_never_rises_over_its_highest_point_under_off_at() -> None:
-    points = [cal.BucketFit(b, 5000, 5000, t_on, t_off, t_on / t_off, 0.005, t_on / t_off - 1, 2.4 / (t_on / t_off),
-                            "on") for b, t_on, t_off in ((1, 8.0, 4.5), (4, 13.0, 6.5))]
-    far = cal.BucketFit(128, 0, 40, None, 30.0, None, None, None, None, "unmeasured")  # run there, off only
-    out = Calibrator._floor((*points, far), off_at=256.0, steps=3, settings={})
-    top = max(p.breakeven + cal.Z * 0.005 - cal.SLACK for p in points)
+    points = [fit_rules.BucketFit(b, 5000, 5000, t_on, t_off, t_on / t_off, 0.005, t_on / t_off - 1,
+                                  2.4 / (t_on / t_off), "on") for b, t_on, t_off in ((1, 8.0, 4.5), (4, 13.0, 6.5))]
+    far = fit_rules.BucketFit(128, 0, 40, None, 30.0, None, None, None, None, "unmeasured")  # run there, off only
+    out = fit_rules.floor_line((*points, far), off_at=256.0, steps=3, settings={})
+    top = max(p.breakeven + fit_rules.Z * 0.005 - fit_rules.SLACK for p in points)
     assert out["min_accept"] + out["accept_slope"] * 191 <= top + 0.01, out  # 191: bucket 128's upper end
 
 
