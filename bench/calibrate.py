@@ -12,7 +12,10 @@ instead (dense Llama-8B shapes on Triton, FA3 and FlashInfer, the MoE on Triton)
 from the row the supervisor would apply, "auto" is the row alone, and calibration must do no worse.
 
     python bench/calibrate.py [--preset rtx-topk1 ...] [--rows] [--level-s 60] [--window-s 30]
-                              [--step-noise 0.3] [--seed N] [--csv FILE]
+                              [--step-noise 0.3] [--seed N | --seeds K] [--csv FILE]
+
+--seeds K runs seeds 0..K-1 and prints, per preset and seed, the worst first visit and the worst later
+visit of calibrated auto / best and the steps in probes: how much a figure owes to one seed.
 """
 
 from __future__ import annotations
@@ -48,16 +51,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--step-noise", type=float, default=0.0,
                     help="scatter of step times (lognormal sigma; a GPU's meter reads 0.05-0.3)")
+    ap.add_argument("--seeds", type=int, default=0, help="a summary over seeds 0..K-1 instead of the tables")
     ap.add_argument("--csv", help="also write the rows here")
     args = ap.parse_args(argv)
     if not 0 < args.window_s <= args.level_s:
         print("bench/calibrate.py: --window-s must be above 0 and at most --level-s", file=sys.stderr)
+        return 2
+    if args.seeds < 0:
+        print("bench/calibrate.py: --seeds must be 0 or more", file=sys.stderr)
         return 2
     rows = []
     t0 = time.monotonic()
     chosen = [(n, *PRESETS[n]) for n in args.preset or list(PRESETS)] if not args.rows else \
         [(n, (lambda n=n: get_preset(n)), ROW_LOAD) for n in ROW_PRESETS]
     auto = "row auto" if args.rows else "default auto"
+    if args.seeds:
+        return _seeds(args, chosen, t0)
     for name, build, levels in chosen:
         schedule = [Level(c, args.level_s, args.level_s - args.window_s) for c in levels]
         start = supervised_settings(build(), {})[0] if args.rows else None
@@ -86,6 +95,30 @@ def main(argv: list[str] | None = None) -> int:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
+    print(f"\n({time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+def _seeds(args: argparse.Namespace, chosen: list[tuple[str, Callable[[], Preset], tuple[int, ...]]],
+           t0: float) -> int:
+    print(f"calibrated auto / best, {args.level_s:g} s a level, tok/s over its last {args.window_s:g} s, "
+          f"step noise {args.step_noise:g}")
+    print("| preset | seed | worst first visit | worst later visit | steps in probes |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, build, levels in chosen:
+        schedule = [Level(c, args.level_s, args.level_s - args.window_s) for c in levels]
+        start = supervised_settings(build(), {})[0] if args.rows else None
+        for seed in range(args.seeds):
+            runs = {s: run_schedule(build(), schedule, s, seed=seed, step_noise=args.step_noise, settings=start)
+                    for s in ("on", "off", "calibrated")}  # type: ignore[arg-type]
+            seen: set[int] = set()
+            first, later = [], []
+            for i, c in enumerate(levels):
+                best = max(runs["on"].levels[i].tok_s, runs["off"].levels[i].tok_s)
+                (later if c in seen else first).append(runs["calibrated"].levels[i].tok_s / best)
+                seen.add(c)
+            print(f"| {name} | {seed} | {min(first):.3f} | {min(later):.3f} | "
+                  f"{100 * runs['calibrated'].probe_share:.2f} % |")
     print(f"\n({time.monotonic() - t0:.1f} s)")
     return 0
 
