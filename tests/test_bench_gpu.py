@@ -857,3 +857,35 @@ def test_depth_choice_refuses_windows_without_every_pinned_depth(tmp_path: Path)
     broken.write_text('{"buckets": [1]}')
     done = tool(str(GPU / "depth_choice.py"), str(broken), "--windows", str(tmp_path / "w.csv"))
     assert done.returncode == 2 and "needs depths, step_ms" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_calib_report_sets_calibrated_auto_beside_the_best_and_the_row(tmp_path: Path) -> None:
+    fields = ["label", "concurrency", "mode", "round", "tok_s", "errors"]
+    moe = "specctl-flashinfer-qwen3moe"
+    windows = [(moe, 4, "on", 600.0, 0), (moe, 4, "off", 500.0, 0), (moe, 4, "auto", 590.0, 0),
+               (moe, 4, "auto", 594.0, 0), (moe, 192, "on", 4000.0, 0), (moe, 192, "off", 3000.0, 0),
+               (moe, 192, "auto", 3100.0, 0), (moe, 192, "auto", 0.0, 3),
+               ("nospec-flashinfer-qwen3moe", 4, "-", 700.0, 0)]
+    path = tmp_path / "interleave.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(fields)
+        w.writerows([(label, c, mode, 0, tok, err) for label, c, mode, tok, err in windows])
+    out = subprocess.run([sys.executable, str(GPU / "calib_report.py"), str(path)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "| requests | forced on | forced off | calibrated auto | auto / best | >= 0.97 |"
+    assert lines[2] == "| 4 | 600 | 500 | 592 | 0.987 | yes |"  # the mean of auto's two windows
+    assert lines[3] == "| 192 | 4000 | 3000 | 3100 | 0.775 | NO |"  # the window with errors left out
+    assert lines[-1] == "(1 windows left out: errors or no tok/s)"
+    # with calib_switch.sh's row alone beside it
+    with path.open("a", newline="") as f:
+        csv.writer(f).writerow([moe, 4, "row", 0, 580.0, 0])
+    out = subprocess.run([sys.executable, str(GPU / "calib_report.py"), str(path)], capture_output=True, text=True,
+                         timeout=60)
+    assert "| 4 | 600 | 500 | 592 | 580 | 0.987 | 1.021 | yes |" in out.stdout.splitlines()
+    bad = subprocess.run([sys.executable, str(GPU / "calib_report.py"), str(tmp_path / "none.csv")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("calib_report.py: cannot read")
+    assert "Traceback" not in bad.stderr

@@ -454,3 +454,9 @@ def test_the_calibration_sweep_sets_calibrated_auto_beside_the_row_alone(sock_di
     report = subprocess.run([sys.executable, str(GPU / "calibration_journal.py"), str(journal)],
                             capture_output=True, text=True, timeout=60)
     assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+    table = subprocess.run([sys.executable, str(GPU / "calib_report.py"), str(run.out / "interleave-triton.csv")],
+                           capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    head = table.stdout.splitlines()[0]
+    assert head.startswith("| requests | forced on | forced off | calibrated auto | row alone |"), head
+    assert table.stdout.splitlines()[2].startswith("| 4 | ")

@@ -22,9 +22,14 @@ export OUT=${OUT:-gpu-out}
 bash bench/gpu/step.sh "$@"
 rc=$?
 journal=$(ls -t "${BENCH_ROOT:-/root}"/keep/*/journal-sweep2-*.jsonl 2>/dev/null | head -n 1)
+csv=$(ls -t "$OUT"/interleave-*.csv 2>/dev/null | head -n 1)  # TAG plus the model's suffix
+if [ -n "$csv" ]; then  # the table last: only the output's tail comes back
+  python3 bench/gpu/calib_report.py "$csv" > "$OUT/calib-table-${TAG}.md" 2>&1
+fi
 if [ -n "$journal" ]; then
   python3 bench/gpu/calibration_journal.py "$journal" > "$OUT/calibration-${TAG}.txt" 2>&1
   cp -f "$journal" "$OUT/journal-calibrate.jsonl" 2>/dev/null
-  head -c 6000 "$OUT/calibration-${TAG}.txt"
+  head -c 5000 "$OUT/calibration-${TAG}.txt"
 fi
+cat "$OUT/calib-table-${TAG}.md" 2>/dev/null
 exit $rc
