@@ -165,6 +165,25 @@ async def test_thresholds_follow_the_attention_backend(standin: Path, monkeypatc
         row = BY_BACKEND[backend]
         assert {key: settings[key] for key in row} == row
         assert (settings["off_at"], settings["min_accept"]) != (32, 1.3), "not the policy's defaults"
+        assert sup.calibration.calibrator.least_slope == row["accept_slope"], "calibration's floor starts from it"
+
+
+@pytest.mark.slow
+async def test_after_a_restart_calibration_keeps_the_rows_slope_not_its_own(standin: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # a learned floor is restored over the row after a restart (the row fills only what nobody set), but the
+    # least slope calibration may fit stays the row's: one it learned itself must not become its own lower bound
+    async with launched(monkeypatch, "h200-llama8b-flashinfer", gpu_source="sim") as sup:
+        await until(lambda: events(sup, "backend_thresholds"), "the FlashInfer row applied")
+        row = BY_BACKEND["flashinfer"]
+        assert await sup.commands.push_learned({"min_accept": 0.4, "accept_slope": 0.08}, "from 5,000 steps")
+        sup.recent.clear()
+        await sup.commands.execute("server", {"action": "restart"}, uid=0)
+        [adopted] = await until(lambda: events(sup, "backend_thresholds"), "the row considered again")
+        assert "accept_slope" not in adopted["changes"], "the learned floor stays over the row"
+        await sup.poll_now()
+        assert sup.latest_sample["spec"]["settings"]["accept_slope"] == 0.08
+        assert sup.calibration.calibrator.least_slope == row["accept_slope"]
 
 
 @pytest.mark.slow

@@ -75,6 +75,9 @@ class Calibrator:
     """Learns thresholds from a server's published policy state; see the module's docstring."""
 
     def __init__(self) -> None:
+        # the least slope the floor may take: a measured row's, set by whoever knows it (the supervisor, at a
+        # server's start); None: the slope in force at the first reading
+        self.least_slope: float | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -91,7 +94,7 @@ class Calibrator:
         self.probes = 0
         self._last_verify_step = 0
         self.learned: dict[str, float] = {}
-        self._start_slope: float | None = None  # the floor's slope in force when calibration began (a row's)
+        self._start_slope: float | None = None  # the floor's slope in force at the first reading
         self.publishes = 0
         self.steps_seen = 0
 
@@ -154,7 +157,8 @@ class Calibrator:
             out.update(load_pair(buckets, settings))
         if not owned_set & set(floor):
             off_at = out.get("off_at", settings.get("off_at", NEVER))
-            out.update(floor_line(buckets, float(off_at), steps, settings, self._start_slope or 0.0))
+            least = self.least_slope if self.least_slope is not None else self._start_slope or 0.0
+            out.update(floor_line(buckets, float(off_at), steps, settings, least))
         return Fit(out, buckets, rounded(a), rounded(a_sd) if a is not None else None)
 
     # -- one reading: what to do -----------------------------------------------
@@ -222,6 +226,7 @@ class Calibrator:
         """The table, what was learned and from how many readings (``specctl calibration show``)."""
         fit = self.fit(settings or {}, owned) if settings is not None else None
         return {"learned": dict(self.learned), "publishes": self.publishes, "probes": self.probes,
+                "least_slope": self.least_slope if self.least_slope is not None else self._start_slope,
                 "probe_steps": self.probe_steps, "probe_cost": round(self.probe_cost, 1),
                 "steps_seen": self.steps_seen,
                 "probe_share": round(self.probe_steps / self.steps_seen, 5) if self.steps_seen else None,

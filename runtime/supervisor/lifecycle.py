@@ -282,9 +282,10 @@ class Supervisor:
         if self.sim and spec_state(info) is None:  # view only: nothing to tune
             return info
         names = await self.gpus.names()
-        if await adopt_backend_thresholds(self, self.desired.values(), info, names, apply=not self.sim):
-            return await client.server_info()
-        return info
+        applied, row = await adopt_backend_thresholds(self, self.desired.values(), info, names, apply=not self.sim)
+        if not self.sim:  # the row, not a slope calibration learned before a restart, bounds the floor's slope
+            self.calibration.calibrator.least_slope = float((row or {}).get("accept_slope", 0.0))
+        return await client.server_info() if applied else info
 
     async def _watch_process(self) -> None:
         if not self.backend.owns_process or self.state == "stopped":

@@ -30,7 +30,8 @@ from specctl.runtime.supervisor.port import SupervisorPort
 
 
 async def adopt_backend_thresholds(sup: SupervisorPort, desired: dict[str, Any], info: dict[str, Any] | None,
-                                   gpu_names: list[str | None], apply: bool = True) -> bool:
+                                   gpu_names: list[str | None],
+                                   apply: bool = True) -> tuple[bool, dict[str, Any] | None]:
     """Once per server start: thresholds measured for its attention backend on its GPUs.
 
     Only for a server specctl launched, and only for the groups of settings the
@@ -40,6 +41,8 @@ async def adopt_backend_thresholds(sup: SupervisorPort, desired: dict[str, Any],
     only on a dense model for a MoE target (FA3, FlashInfer), is not applied, and the
     journal says so once.
     ``apply`` False (the simulator): only that is said; nothing is sent.
+    Returns whether it was applied, and the row that fits the server (None: none), applied or not (the
+    groups people or calibration set keep theirs): calibration starts its floor's slope from it.
     """
     backend, experts = attention_backend(info), target_experts(info)
     rows = for_tree_server if (draft_topk(info) or 1) > 1 else for_server  # a tree's crossover is its own
@@ -50,17 +53,17 @@ async def adopt_backend_thresholds(sup: SupervisorPort, desired: dict[str, Any],
     pair = unset_groups(row or {}, desired)  # config, calibration and people: a row fills only the rest
     client = sup.server_client
     if not apply or not pair or client is None:
-        return False
+        return False, row
     try:
         wire = PolicySettings().with_changes({**desired, **pair}).to_wire(pair.keys())
         ok = await client.set_internal_state(wire)
     except (SettingsError, ServerUnreachable) as exc:
         sup.emit(records.event(records.BACKEND_THRESHOLDS_FAILED, backend=backend, error=str(exc)))
-        return False
+        return False, row
     applied = bool(ok) and all(ok)
     sup.emit(records.event(records.BACKEND_THRESHOLDS, backend=backend, experts=experts, changes=pair,
                            ok=applied))
-    return applied
+    return applied, row
 
 
 def note_row_in_effect(sup: SupervisorPort, desired: dict[str, Any], info: dict[str, Any] | None,
