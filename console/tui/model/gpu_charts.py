@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +23,8 @@ class GpuView:
     sim: bool
 
 
-def _series(points: list[GpuPoint], pick: Callable[[GpuPoint], float | None], scale: float = 1.0) -> Series:
-    return tuple((p.t, v / scale) for p in points if (v := pick(p)) is not None)
+def _series(points: list[GpuPoint], key: str, scale: float = 1.0) -> Series:
+    return tuple((p.t, v / scale) for p in points if (v := p.gpu.get(key)) is not None)
 
 
 def _now(series: Series, latest: float | None, fmt: str) -> str:
@@ -33,8 +32,8 @@ def _now(series: Series, latest: float | None, fmt: str) -> str:
     return format(series[-1][1], fmt) if series and series[-1][0] == latest else "–"
 
 
-def _last(points: list[GpuPoint], pick: Callable[[GpuPoint], float | None]) -> float | None:
-    return next((v for p in reversed(points) if (v := pick(p)) is not None), None)
+def _last(points: list[GpuPoint], key: str) -> float | None:
+    return next((v for p in reversed(points) if (v := p.gpu.get(key)) is not None), None)
 
 
 def gpu_view(timeline: Timeline, index: int, window_s: float, *, lost: bool = False) -> GpuView:
@@ -48,14 +47,14 @@ def gpu_view(timeline: Timeline, index: int, window_s: float, *, lost: bool = Fa
     latest = sample_t if points and points[-1].t == sample_t else None
     spans = off_spans([p for p in timeline.points if p.t >= now - window_s])
     note = "shaded: spec off" if spans else ""
-    util = _series(points, lambda p: p.util)
-    mem = _series(points, lambda p: p.mem_used, GIB)
-    power = _series(points, lambda p: p.power_w)
-    temp = _series(points, lambda p: p.temp_c)
-    sm = _series(points, lambda p: p.sm_clock_mhz)
-    mem_clock = _series(points, lambda p: p.mem_clock_mhz)
-    total = _last(points, lambda p: p.mem_total)
-    limit = _last(points, lambda p: p.power_limit_w)
+    util = _series(points, "util")
+    mem = _series(points, "mem_used", GIB)
+    power = _series(points, "power_w")
+    temp = _series(points, "temp_c")
+    sm = _series(points, "sm_clock_mhz")
+    mem_clock = _series(points, "mem_clock_mhz")
+    total = _last(points, "mem_total")
+    limit = _last(points, "power_limit_w")
     mem_top = None if total is None else total / GIB
     charts = (
         ChartData("Utilisation", now, window_s, (util,), spans, legend=f"{_now(util, latest, '.0f')}%",

@@ -34,17 +34,10 @@ class Point:
 
 @dataclass(frozen=True)
 class GpuPoint:
-    """One sample's readings of one GPU, for its screen's charts; None where it had no value."""
+    """One sample's reading of one GPU, the record as the sample has it, for its screen's charts."""
 
     t: float
-    util: float | None
-    mem_used: float | None
-    mem_total: float | None
-    power_w: float | None
-    power_limit_w: float | None
-    temp_c: float | None
-    sm_clock_mhz: float | None
-    mem_clock_mhz: float | None
+    gpu: records.Gpu
 
 
 @dataclass
@@ -123,9 +116,7 @@ class Timeline:
             if index is None:
                 continue
             history = self.gpu_points.setdefault(index, deque())
-            history.append(GpuPoint(point.t, gpu.get("util"), gpu.get("mem_used"), gpu.get("mem_total"),
-                                    gpu.get("power_w"), gpu.get("power_limit_w"), gpu.get("temp_c"),
-                                    gpu.get("sm_clock_mhz"), gpu.get("mem_clock_mhz")))
+            history.append(GpuPoint(point.t, gpu))
             while history[0].t < point.t - HISTORY_S:
                 history.popleft()
 
