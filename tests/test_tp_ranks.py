@@ -71,19 +71,29 @@ def applied(params: SpecctlParams, wire: dict[str, Any]) -> bool:
     return True
 
 
-def rank_main(rank: int, cfg: str, conn: Any) -> None:
-    """One scheduler rank: apply what arrives, in order; report every decision."""
-    params = SpecctlParams(3, cfg, settings=PolicySettings(dwell=2))
-    decisions: list[int] = []
+def serve(params: SpecctlParams, conn: Any, on_step: Callable[[int, list[int]], Any]) -> tuple[list[Any], int]:
+    """A rank's loop: each broadcast settings change applied (all or nothing), each step handed to ``on_step``;
+    returns what ``on_step`` answered per step and how many settings changes were refused."""
+    decisions: list[Any] = []
     refused = 0
     while (msg := conn.recv()) is not None:
         if msg[0] == "settings":
             refused += not applied(params, msg[1])
         else:
-            _, bs, accepts = msg
-            steps = params.get_steps_for_batch(bs)
-            params.on_verify_complete(accepts if steps else [0] * bs, bs)
-            decisions.append((steps, *warmth(bs, steps)))
+            decisions.append(on_step(msg[1], msg[2]))
+    return decisions, refused
+
+
+def rank_main(rank: int, cfg: str, conn: Any) -> None:
+    """One scheduler rank: apply what arrives, in order; report every decision."""
+    params = SpecctlParams(3, cfg, settings=PolicySettings(dwell=2))
+
+    def step(bs: int, accepts: list[int]) -> tuple[Any, ...]:
+        steps = params.get_steps_for_batch(bs)
+        params.on_verify_complete(accepts if steps else [0] * bs, bs)
+        return (steps, *warmth(bs, steps))
+
+    decisions, refused = serve(params, conn, step)
     conn.send({"rank": rank, "decisions": decisions, "refused": refused,
                "switches": [(s["step"], s["on"], s["reason"]) for s in params.state()["recent_switches"]],
                "count": params.state()["switches"]})
@@ -168,20 +178,17 @@ def depth_rank_main(rank: int, cfg: str, costs_path: str, conn: Any) -> None:
     settings = PolicySettings(candidates=(0, 1, 2, 3), dwell=4, min_accept=0.3, off_at=150, on_at=100,
                               accept_window=16, probe_after=300)
     params = SpecctlParams(3, cfg, settings=settings, costs=costs_from_env({"SPECCTL_DEPTH_COSTS": costs_path}))
-    decisions: list[int] = []
-    refused = 0
     in_flight: list[tuple[int, list[int]]] = []
-    while (msg := conn.recv()) is not None:
-        if msg[0] == "settings":
-            refused += not applied(params, msg[1])
-        else:
-            _, bs, accepts = msg
-            depth = params.get_steps_for_batch(bs)
-            decisions.append(depth)
-            in_flight.append((bs, [min(a, depth) for a in accepts]))
-            if len(in_flight) == 2:  # overlap: batch k's result after batch k+1 is decided
-                done_bs, done = in_flight.pop(0)
-                params.on_verify_complete(done, done_bs)
+
+    def step(bs: int, accepts: list[int]) -> int:
+        depth = params.get_steps_for_batch(bs)
+        in_flight.append((bs, [min(a, depth) for a in accepts]))
+        if len(in_flight) == 2:  # overlap: batch k's result after batch k+1 is decided
+            done_bs, done = in_flight.pop(0)
+            params.on_verify_complete(done, done_bs)
+        return depth
+
+    decisions, refused = serve(params, conn, step)
     state = params.state()
     conn.send({"rank": rank, "decisions": decisions, "refused": refused,
                "switches": [(s["step"], s["from"], s["to"], s["reason"]) for s in state["recent_switches"]],
@@ -264,17 +271,14 @@ def settings_rank_main(rank: int, cfg: str, conn: Any) -> None:
     """One scheduler rank: applies each broadcast settings change; reports its decisions and, at each step,
     the settings it decided with."""
     params = SpecctlParams(3, cfg, settings=PolicySettings(dwell=2))
-    decisions: list[tuple[int, str]] = []
-    refused = 0
-    while (msg := conn.recv()) is not None:
-        if msg[0] == "settings":
-            refused += not applied(params, msg[1])
-        else:
-            _, bs, accepts = msg
-            steps = params.get_steps_for_batch(bs)
-            params.on_verify_complete(accepts, bs)
-            s = params.policy.settings
-            decisions.append((steps, f"{s.mode} {s.off_at} {s.on_at} {s.min_accept} {s.accept_slope}"))
+
+    def step(bs: int, accepts: list[int]) -> tuple[int, str]:
+        steps = params.get_steps_for_batch(bs)
+        params.on_verify_complete(accepts, bs)
+        s = params.policy.settings
+        return steps, f"{s.mode} {s.off_at} {s.on_at} {s.min_accept} {s.accept_slope}"
+
+    decisions, refused = serve(params, conn, step)
     conn.send({"rank": rank, "decisions": decisions, "refused": refused})
 
 
