@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from specctl.runtime.sim.calibrated import Level, moe_flashinfer, run_schedule, unknown_gpu
+from specctl.runtime.sim.calibrated import Level, Run, moe_flashinfer, run_schedule, unknown_gpu
 from specctl.runtime.sim.preset_model import Preset
 from specctl.runtime.sim.presets import get_preset
 from specctl.runtime.sim.rows import supervised_settings
@@ -68,10 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds:
         return _seeds(args, chosen, t0)
     for name, build, levels in chosen:
-        schedule = [Level(c, args.level_s, args.level_s - args.window_s) for c in levels]
-        start = supervised_settings(build(), {})[0] if args.rows else None
-        runs = {s: run_schedule(build(), schedule, s, seed=args.seed, step_noise=args.step_noise, settings=start)
-                for s in SERVERS}  # type: ignore[arg-type]
+        runs = _runs(args, build, levels, args.seed, SERVERS)
         cal = runs["calibrated"]
         print(f"\n{name}: {args.level_s:g} s a level, tok/s over its last {args.window_s:g} s; probes "
               f"{cal.probe_steps} of {cal.steps} steps ({100 * cal.probe_share:.2f} %), "
@@ -99,6 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _runs(args: argparse.Namespace, build: Callable[[], Preset], levels: tuple[int, ...], seed: int,
+          servers: tuple[str, ...]) -> dict[str, Run]:
+    """One schedule of ``levels`` per server, every server from the row where --rows asks for it."""
+    schedule = [Level(c, args.level_s, args.level_s - args.window_s) for c in levels]
+    start = supervised_settings(build(), {})[0] if args.rows else None
+    return {s: run_schedule(build(), schedule, s, seed=seed, step_noise=args.step_noise,  # type: ignore[arg-type]
+                            settings=start) for s in servers}
+
+
 def _seeds(args: argparse.Namespace, chosen: list[tuple[str, Callable[[], Preset], tuple[int, ...]]],
            t0: float) -> int:
     print(f"calibrated auto / best, {args.level_s:g} s a level, tok/s over its last {args.window_s:g} s, "
@@ -106,11 +112,8 @@ def _seeds(args: argparse.Namespace, chosen: list[tuple[str, Callable[[], Preset
     print("| preset | seed | worst first visit | worst later visit | steps in probes |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, build, levels in chosen:
-        schedule = [Level(c, args.level_s, args.level_s - args.window_s) for c in levels]
-        start = supervised_settings(build(), {})[0] if args.rows else None
         for seed in range(args.seeds):
-            runs = {s: run_schedule(build(), schedule, s, seed=seed, step_noise=args.step_noise, settings=start)
-                    for s in ("on", "off", "calibrated")}  # type: ignore[arg-type]
+            runs = _runs(args, build, levels, seed, ("on", "off", "calibrated"))
             seen: set[int] = set()
             first, later = [], []
             for i, c in enumerate(levels):
