@@ -175,6 +175,8 @@ async def test_after_a_restart_calibration_keeps_the_rows_slope_not_its_own(stan
     # least slope calibration may fit stays the row's: one it learned itself must not become its own lower bound
     async with launched(monkeypatch, "h200-llama8b-flashinfer", gpu_source="sim") as sup:
         await until(lambda: events(sup, "backend_thresholds"), "the FlashInfer row applied")
+        await until(lambda: sup.latest_sample and (sup.latest_sample["spec"] or {}).get("settings"),
+                    "the policy's state read")
         row = BY_BACKEND["flashinfer"]
         assert await sup.commands.push_learned({"min_accept": 0.4, "accept_slope": 0.08}, "from 5,000 steps")
         sup.recent.clear()

@@ -47,6 +47,11 @@ class CalibrationLoop:
         self._since: float | None = None  # when the first learned value was published (unix seconds)
         self._settings: dict[str, Any] = {}
 
+    def row_in_force(self, row: dict[str, Any] | None) -> None:
+        """The thresholds row measured for this server (None: none), at each start: the floor's slope never goes
+        under the row's. Not the slope in force: after a restart that is one calibration learned and restored."""
+        self.calibrator.least_slope = float((row or {}).get("accept_slope", 0.0))
+
     def owned(self) -> set[str]:
         return groups_touched(self._owned())
 

@@ -283,8 +283,8 @@ class Supervisor:
             return info
         names = await self.gpus.names()
         applied, row = await adopt_backend_thresholds(self, self.desired.values(), info, names, apply=not self.sim)
-        if not self.sim:  # the row, not a slope calibration learned before a restart, bounds the floor's slope
-            self.calibration.calibrator.least_slope = float((row or {}).get("accept_slope", 0.0))
+        if not self.sim:
+            self.calibration.row_in_force(row)
         return await client.server_info() if applied else info
 
     async def _watch_process(self) -> None:
